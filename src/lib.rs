@@ -1,0 +1,12 @@
+//! kiln fires a static site once into a single read-only **pack** file and
+//! serves it from that file with near-zero work per request.
+//!
+//! Layout (see `ARCHITECTURE.md` for the full code map and invariants):
+//! - [`pack`]: the pack format — writer, memory-mapped reader, verifier.
+//! - [`build`]: `kiln build` — reads a directory or tar, decides routes,
+//!   compresses and prepares every response's headers, writes the pack.
+//! - [`inspect`]: `kiln inspect` — lists a pack's routes.
+//! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
+//!   that maps a request to prepared pack bytes.
+
+pub mod pack;

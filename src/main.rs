@@ -1,0 +1,54 @@
+//! The `kiln` command line: one binary, one subcommand per job.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "Fire a static site into one pack file and serve it fast"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check every checksum and offset of a pack.
+    Verify {
+        /// The pack file.
+        pack: PathBuf,
+    },
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Verify { pack } => {
+            let opened = kiln::pack::Pack::open(&pack)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
+            let bytes = kiln::pack::verify::verify(&opened)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
+            println!(
+                "{}: ok ({} routes, {} variants, {bytes} bytes checked)",
+                pack.display(),
+                opened.route_count(),
+                opened.variant_count()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

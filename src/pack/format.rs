@@ -1,0 +1,218 @@
+//! The on-disk layout of a pack, byte by byte (see `docs/pack-format.md`).
+//!
+//! Everything is little-endian. Offsets are absolute file offsets (`u64`), so a
+//! pack has no 4 GiB limit. Records have fixed sizes so that the server indexes
+//! them directly in the mapping without parsing anything at open.
+
+/// First eight bytes of every pack.
+pub const MAGIC: [u8; 8] = *b"KILNPACK";
+/// Bumped on any incompatible change of this file.
+pub const VERSION: u32 = 1;
+/// Size of the fixed header at offset 0.
+pub const HEADER_LEN: usize = 256;
+/// The header checksum covers bytes `0..HEADER_CHECKSUM_AT`.
+pub const HEADER_CHECKSUM_AT: usize = 248;
+
+/// Sections, in the order of the header's section table (not file order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    /// Fixed-size route records (`ROUTE_LEN` each).
+    Routes = 0,
+    /// Open-addressing hash table of `u64` slots pointing at routes.
+    Slots = 1,
+    /// Fixed-size variant records (`VARIANT_LEN` each).
+    Variants = 2,
+    /// Fixed-size redirect-rule records (`RULE_LEN` each), in file order.
+    Rules = 3,
+    /// De-duplicated byte strings: route keys, header blocks, rule patterns.
+    Blobs = 4,
+    /// De-duplicated response bodies, each contiguous.
+    Bodies = 5,
+}
+
+pub const SECTION_COUNT: usize = 6;
+pub const SECTIONS: [Section; SECTION_COUNT] = [
+    Section::Routes,
+    Section::Slots,
+    Section::Variants,
+    Section::Rules,
+    Section::Blobs,
+    Section::Bodies,
+];
+
+impl Section {
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Routes => "routes",
+            Section::Slots => "slots",
+            Section::Variants => "variants",
+            Section::Rules => "rules",
+            Section::Blobs => "blobs",
+            Section::Bodies => "bodies",
+        }
+    }
+}
+
+// Header field offsets.
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 8;
+pub const H_HEADER_LEN: usize = 12;
+pub const H_FILE_LEN: usize = 16;
+pub const H_ROUTE_COUNT: usize = 24;
+pub const H_SLOT_COUNT: usize = 32;
+pub const H_VARIANT_COUNT: usize = 40;
+pub const H_RULE_COUNT: usize = 48;
+pub const H_NOT_FOUND: usize = 56;
+pub const H_FLAGS: usize = 64;
+/// Section table: `SECTION_COUNT` entries of (offset u64, length u64, xxh3 u64).
+pub const H_SECTIONS: usize = 72;
+pub const SECTION_ENTRY_LEN: usize = 24;
+
+/// Header flag: at least one `_redirects` rule is forced (`!`) and has a
+/// pattern, so rules must be consulted before the exact lookup.
+pub const FLAG_FORCED_RULES: u64 = 1;
+
+/// `not_found` value when the pack has no 404 page.
+pub const NO_ROUTE: u64 = u64::MAX;
+
+// Route record: 32 bytes.
+pub const ROUTE_LEN: usize = 32;
+pub const R_KEY_OFF: usize = 0; // u64
+pub const R_KEY_LEN: usize = 8; // u32
+pub const R_VARIANT_FIRST: usize = 12; // u32
+pub const R_LAST_MODIFIED: usize = 16; // i64 unix seconds
+pub const R_STATUS: usize = 24; // u16
+pub const R_ENCODINGS: usize = 26; // u8 bit set of `Encoding::bit`
+pub const R_KIND: usize = 27; // u8 `RouteKind`
+pub const R_FLAGS: usize = 28; // u32
+
+/// Route flag: conditional requests and ranges apply (a stored 200 resource).
+pub const RF_VALIDATORS: u32 = 1;
+
+// Variant record: 48 bytes.
+pub const VARIANT_LEN: usize = 48;
+pub const V_BODY_OFF: usize = 0; // u64
+pub const V_BODY_LEN: usize = 8; // u64
+pub const V_HEAD_OFF: usize = 16; // u64
+pub const V_HEAD_LEN: usize = 24; // u32
+pub const V_REPR_AT: usize = 28; // u32
+pub const V_LENGTH_AT: usize = 32; // u32
+pub const V_ETAG_AT: usize = 36; // u32
+pub const V_ETAG_LEN: usize = 40; // u16
+pub const V_ENCODING: usize = 42; // u8
+
+// Rule record: 32 bytes.
+pub const RULE_LEN: usize = 32;
+pub const U_FROM_OFF: usize = 0; // u64
+pub const U_FROM_LEN: usize = 8; // u32
+pub const U_TO_LEN: usize = 12; // u32
+pub const U_TO_OFF: usize = 16; // u64
+pub const U_STATUS: usize = 24; // u16
+pub const U_FORCE: usize = 26; // u8
+
+/// Which table a route key lives in. The kind seeds the hash, so the same key
+/// may exist once per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    /// A request path that matches exactly (`/a/b.html`, `/a/`, `/a`).
+    Exact = 0,
+    /// The fallback for every miss under a directory; the key is the
+    /// directory with a trailing slash (`/a/`), the deepest one wins.
+    Wildcard = 1,
+    /// The not-found page; not in the hash table, found via the header.
+    NotFound = 2,
+}
+
+impl RouteKind {
+    pub fn from_u8(v: u8) -> Option<RouteKind> {
+        match v {
+            0 => Some(RouteKind::Exact),
+            1 => Some(RouteKind::Wildcard),
+            2 => Some(RouteKind::NotFound),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Exact => "exact",
+            RouteKind::Wildcard => "wildcard",
+            RouteKind::NotFound => "not-found",
+        }
+    }
+}
+
+/// A content coding a variant is stored in. The discriminant is the order in
+/// which a route's variants are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Encoding {
+    Identity = 0,
+    Br = 1,
+    Zstd = 2,
+    Gzip = 3,
+}
+
+pub const ENCODINGS: [Encoding; 4] = [
+    Encoding::Identity,
+    Encoding::Br,
+    Encoding::Zstd,
+    Encoding::Gzip,
+];
+
+impl Encoding {
+    pub fn from_u8(v: u8) -> Option<Encoding> {
+        ENCODINGS.get(v as usize).copied()
+    }
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+    /// The `Content-Encoding` / `Accept-Encoding` token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Encoding::Identity => "identity",
+            Encoding::Br => "br",
+            Encoding::Zstd => "zstd",
+            Encoding::Gzip => "gzip",
+        }
+    }
+    pub fn from_token(t: &str) -> Option<Encoding> {
+        ENCODINGS
+            .iter()
+            .copied()
+            .find(|e| e.token().eq_ignore_ascii_case(t))
+    }
+}
+
+/// Seed of the key hash for a route kind.
+pub fn key_hash(kind: RouteKind, key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, kind as u64)
+}
+
+/// A slot holds the high 32 bits of the key hash and `route index + 1`;
+/// zero means empty.
+pub fn slot_value(hash: u64, route: u32) -> u64 {
+    (hash & 0xFFFF_FFFF_0000_0000) | (route as u64 + 1)
+}
+
+/// Number of slots for `n` hashed routes: a power of two, load ≤ 1/2.
+pub fn slot_count_for(n: usize) -> usize {
+    (n.max(1) * 2).next_power_of_two()
+}
+
+pub fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+pub fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+pub fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}

@@ -1,0 +1,17 @@
+//! The pack: one read-only file holding a whole site, laid out so the server
+//! answers a request from the mapping alone. `format` is the byte layout,
+//! `writer` fires a pack, `reader` serves from one, `verify` checks one.
+
+pub mod format;
+pub mod reader;
+pub mod verify;
+pub mod writer;
+
+pub use format::{Encoding, RouteKind};
+pub use reader::{Pack, PackError, Route, Rule, Variant};
+pub use writer::{
+    HeadBlock, HeadBlockBuilder, PackStats, PackWriter, RouteIn, RuleIn, VariantIn, VariantSet,
+};
+
+#[cfg(test)]
+mod tests;

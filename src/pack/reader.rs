@@ -1,0 +1,380 @@
+//! Reads a pack in place from its memory mapping.
+//!
+//! `Pack::open` checks only the header (magic, version, header checksum,
+//! file length, section bounds and record counts): O(1) whatever the size of
+//! the site, and nothing is allocated per route. Lookups hash the key and probe
+//! the slot table in the mapping. Every access to a record's target is bounds
+//! checked, so a pack that passes `open` but is corrupt further in yields
+//! "not found" or an error, never a panic; `verify` finds such damage up front.
+
+use std::fmt;
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use super::format::*;
+
+/// What is wrong with a pack; the message names the problem, the caller names
+/// the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackError(pub String);
+
+impl fmt::Display for PackError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PackError {}
+
+fn bad(msg: impl Into<String>) -> PackError {
+    PackError(msg.into())
+}
+
+/// An open pack. Shared read-only between threads.
+pub struct Pack {
+    map: Mmap,
+    /// Kept open for `sendfile` of large bodies.
+    file: File,
+    path: PathBuf,
+    sections: [(u64, u64, u64); SECTION_COUNT],
+    route_count: u64,
+    slot_mask: u64,
+    variant_count: u64,
+    rule_count: u64,
+    not_found: u64,
+    flags: u64,
+}
+
+impl fmt::Debug for Pack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pack")
+            .field("path", &self.path)
+            .field("routes", &self.route_count)
+            .finish()
+    }
+}
+
+/// A route record in the mapping.
+#[derive(Clone, Copy)]
+pub struct Route<'p> {
+    pack: &'p Pack,
+    index: u32,
+    rec: &'p [u8],
+}
+
+/// A variant record in the mapping.
+#[derive(Clone, Copy)]
+pub struct Variant<'p> {
+    pub encoding: Encoding,
+    /// The prepared header block (see `HeadBlock`).
+    pub head: &'p [u8],
+    pub repr_at: usize,
+    pub length_at: usize,
+    /// The ETag value with its quotes; empty when there is none.
+    pub etag: &'p [u8],
+    pub body: &'p [u8],
+    /// Absolute offset of the body in the pack file, for `sendfile`.
+    pub body_off: u64,
+}
+
+/// A `_redirects` pattern rule.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule<'p> {
+    pub from: &'p [u8],
+    pub to: &'p [u8],
+    pub status: u16,
+    pub force: bool,
+}
+
+impl Pack {
+    /// Maps `path` and checks its header.
+    pub fn open(path: &Path) -> Result<Pack, PackError> {
+        let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        // SAFETY: packs are replaced by rename, never modified in place, so the
+        // mapping stays valid; a file truncated behind our back is outside the
+        // contract (documented in docs/pack-format.md).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
+        Pack::from_parts(map, file, path)
+    }
+
+    fn from_parts(map: Mmap, file: File, path: &Path) -> Result<Pack, PackError> {
+        let b = &map[..];
+        if b.len() < HEADER_LEN {
+            return Err(bad(format!(
+                "not a kiln pack: {} bytes is shorter than the header",
+                b.len()
+            )));
+        }
+        if b[H_MAGIC..H_MAGIC + 8] != MAGIC {
+            return Err(bad("not a kiln pack: bad magic"));
+        }
+        let version = get_u32(b, H_VERSION);
+        if version != VERSION {
+            return Err(bad(format!(
+                "pack format version {version}, this kiln reads version {VERSION}"
+            )));
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_CHECKSUM_AT]);
+        if sum != get_u64(b, HEADER_CHECKSUM_AT) {
+            return Err(bad("header checksum mismatch"));
+        }
+        if get_u32(b, H_HEADER_LEN) as usize != HEADER_LEN {
+            return Err(bad("bad header length"));
+        }
+        let file_len = get_u64(b, H_FILE_LEN);
+        if file_len != b.len() as u64 {
+            return Err(bad(format!(
+                "truncated or extended: header says {file_len} bytes, file has {}",
+                b.len()
+            )));
+        }
+        let mut sections = [(0, 0, 0); SECTION_COUNT];
+        for (i, s) in SECTIONS.iter().enumerate() {
+            let at = H_SECTIONS + i * SECTION_ENTRY_LEN;
+            let (off, len) = (get_u64(b, at), get_u64(b, at + 8));
+            let end = off.checked_add(len);
+            if off < HEADER_LEN as u64 || end.is_none_or(|e| e > file_len) {
+                return Err(bad(format!("{} section out of bounds", s.name())));
+            }
+            sections[i] = (off, len, get_u64(b, at + 16));
+        }
+        let route_count = get_u64(b, H_ROUTE_COUNT);
+        let slot_count = get_u64(b, H_SLOT_COUNT);
+        let variant_count = get_u64(b, H_VARIANT_COUNT);
+        let rule_count = get_u64(b, H_RULE_COUNT);
+        let expect = |s: Section, n: u64, each: usize| -> Result<(), PackError> {
+            let len = sections[s as usize].1;
+            if n.checked_mul(each as u64) != Some(len) {
+                return Err(bad(format!(
+                    "{} section is {len} bytes, expected {n} records of {each}",
+                    s.name()
+                )));
+            }
+            Ok(())
+        };
+        expect(Section::Routes, route_count, ROUTE_LEN)?;
+        expect(Section::Slots, slot_count, 8)?;
+        expect(Section::Variants, variant_count, VARIANT_LEN)?;
+        expect(Section::Rules, rule_count, RULE_LEN)?;
+        if !slot_count.is_power_of_two() || route_count >= u32::MAX as u64 {
+            return Err(bad("bad slot or route count"));
+        }
+        let not_found = get_u64(b, H_NOT_FOUND);
+        if not_found != NO_ROUTE && not_found >= route_count {
+            return Err(bad("not-found route out of range"));
+        }
+        let flags = get_u64(b, H_FLAGS);
+        Ok(Pack {
+            map,
+            file,
+            path: path.to_path_buf(),
+            sections,
+            route_count,
+            slot_mask: slot_count - 1,
+            variant_count,
+            rule_count,
+            not_found,
+            flags,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The whole mapping.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The pack file, for `sendfile`.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn route_count(&self) -> u64 {
+        self.route_count
+    }
+
+    pub fn variant_count(&self) -> u64 {
+        self.variant_count
+    }
+
+    pub fn rule_count(&self) -> u64 {
+        self.rule_count
+    }
+
+    /// True when forced pattern rules must run before the exact lookup.
+    pub fn has_forced_rules(&self) -> bool {
+        self.flags & FLAG_FORCED_RULES != 0
+    }
+
+    /// Offset, length and stored checksum of a section.
+    pub fn section(&self, s: Section) -> (u64, u64, u64) {
+        self.sections[s as usize]
+    }
+
+    fn section_bytes(&self, s: Section) -> &[u8] {
+        let (off, len, _) = self.sections[s as usize];
+        &self.map[off as usize..(off + len) as usize]
+    }
+
+    fn slice(&self, off: u64, len: u64) -> Option<&[u8]> {
+        let start = usize::try_from(off).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        self.map.get(start..end)
+    }
+
+    /// The route at `index`, if in range.
+    pub fn route(&self, index: u32) -> Option<Route<'_>> {
+        if index as u64 >= self.route_count {
+            return None;
+        }
+        let at = index as usize * ROUTE_LEN;
+        let rec = &self.section_bytes(Section::Routes)[at..at + ROUTE_LEN];
+        Some(Route {
+            pack: self,
+            index,
+            rec,
+        })
+    }
+
+    /// All routes in stored order.
+    pub fn routes(&self) -> impl Iterator<Item = Route<'_>> {
+        (0..self.route_count as u32).filter_map(|i| self.route(i))
+    }
+
+    /// Looks `key` up in the table of `kind`. No allocation.
+    pub fn lookup(&self, kind: RouteKind, key: &[u8]) -> Option<Route<'_>> {
+        let hash = key_hash(kind, key);
+        let slots = self.section_bytes(Section::Slots);
+        let mut i = hash & self.slot_mask;
+        // Bounded so that a corrupt, full table cannot loop forever.
+        for _ in 0..=self.slot_mask {
+            let slot = get_u64(slots, i as usize * 8);
+            if slot == 0 {
+                return None;
+            }
+            if slot & 0xFFFF_FFFF_0000_0000 == hash & 0xFFFF_FFFF_0000_0000 {
+                let route = self.route((slot as u32).wrapping_sub(1))?;
+                if route.kind() == Some(kind) && route.key() == Some(key) {
+                    return Some(route);
+                }
+            }
+            i = (i + 1) & self.slot_mask;
+        }
+        None
+    }
+
+    /// The not-found page, if the site has one.
+    pub fn not_found(&self) -> Option<Route<'_>> {
+        if self.not_found == NO_ROUTE {
+            return None;
+        }
+        self.route(self.not_found as u32)
+    }
+
+    /// The pattern rules in file order.
+    pub fn rules(&self) -> impl Iterator<Item = Rule<'_>> {
+        let recs = self.section_bytes(Section::Rules);
+        recs.chunks_exact(RULE_LEN).filter_map(move |r| {
+            Some(Rule {
+                from: self.slice(get_u64(r, U_FROM_OFF), get_u32(r, U_FROM_LEN) as u64)?,
+                to: self.slice(get_u64(r, U_TO_OFF), get_u32(r, U_TO_LEN) as u64)?,
+                status: get_u16(r, U_STATUS),
+                force: r[U_FORCE] != 0,
+            })
+        })
+    }
+
+    fn variant(&self, index: u64) -> Option<Variant<'_>> {
+        if index >= self.variant_count {
+            return None;
+        }
+        let at = index as usize * VARIANT_LEN;
+        let r = &self.section_bytes(Section::Variants)[at..at + VARIANT_LEN];
+        let head = self.slice(get_u64(r, V_HEAD_OFF), get_u32(r, V_HEAD_LEN) as u64)?;
+        let repr_at = get_u32(r, V_REPR_AT) as usize;
+        let length_at = get_u32(r, V_LENGTH_AT) as usize;
+        let etag_at = get_u32(r, V_ETAG_AT) as usize;
+        let etag = head.get(etag_at..etag_at + get_u16(r, V_ETAG_LEN) as usize)?;
+        if repr_at > length_at || length_at > head.len() {
+            return None;
+        }
+        let body_off = get_u64(r, V_BODY_OFF);
+        Some(Variant {
+            encoding: Encoding::from_u8(r[V_ENCODING])?,
+            head,
+            repr_at,
+            length_at,
+            etag,
+            body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
+            body_off,
+        })
+    }
+
+    /// Byte range of a section, for `verify`.
+    pub(crate) fn section_range(&self, s: Section) -> Range<usize> {
+        let (off, len, _) = self.sections[s as usize];
+        off as usize..(off + len) as usize
+    }
+}
+
+impl<'p> Route<'p> {
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The key; `None` if the record points outside the pack.
+    pub fn key(&self) -> Option<&'p [u8]> {
+        self.pack.slice(
+            get_u64(self.rec, R_KEY_OFF),
+            get_u32(self.rec, R_KEY_LEN) as u64,
+        )
+    }
+
+    pub fn kind(&self) -> Option<RouteKind> {
+        RouteKind::from_u8(self.rec[R_KIND])
+    }
+
+    /// The response status: 200, 3xx for redirects, 404 for not-found pages.
+    pub fn status(&self) -> u16 {
+        get_u16(self.rec, R_STATUS)
+    }
+
+    /// Source modification time, unix seconds.
+    pub fn last_modified(&self) -> i64 {
+        get_u64(self.rec, R_LAST_MODIFIED) as i64
+    }
+
+    /// Bit set of stored encodings (`Encoding::bit`).
+    pub fn encodings(&self) -> u8 {
+        self.rec[R_ENCODINGS]
+    }
+
+    /// True when conditional requests and ranges apply.
+    pub fn has_validators(&self) -> bool {
+        get_u32(self.rec, R_FLAGS) & RF_VALIDATORS != 0
+    }
+
+    /// The stored variant in `encoding`, if any.
+    pub fn variant(&self, encoding: Encoding) -> Option<Variant<'p>> {
+        let set = self.encodings();
+        if set & encoding.bit() == 0 {
+            return None;
+        }
+        let below = (set & (encoding.bit() - 1)).count_ones() as u64;
+        let first = get_u32(self.rec, R_VARIANT_FIRST) as u64;
+        let v = self.pack.variant(first + below)?;
+        (v.encoding == encoding).then_some(v)
+    }
+
+    /// All stored variants in `Encoding` order.
+    pub fn variants(&self) -> impl Iterator<Item = Variant<'p>> + 'p {
+        let route = *self;
+        ENCODINGS.into_iter().filter_map(move |e| route.variant(e))
+    }
+}
