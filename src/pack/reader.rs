@@ -93,14 +93,15 @@ impl Pack {
     /// Maps `path` and checks its header.
     pub fn open(path: &Path) -> Result<Pack, PackError> {
         let file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        Pack::from_file(file, path)
+    }
+
+    /// Maps an already open pack file; `path` is only for messages.
+    pub fn from_file(file: File, path: &Path) -> Result<Pack, PackError> {
         // SAFETY: packs are replaced by rename, never modified in place, so the
         // mapping stays valid; a file truncated behind our back is outside the
         // contract (documented in docs/pack-format.md).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
-        Pack::from_parts(map, file, path)
-    }
-
-    fn from_parts(map: Mmap, file: File, path: &Path) -> Result<Pack, PackError> {
         let b = &map[..];
         if b.len() < HEADER_LEN {
             return Err(bad(format!(

@@ -137,22 +137,52 @@ pub struct PackStats {
     pub blob_bytes: u64,
 }
 
+/// A route as kept until `finish`, its key already in the blob area.
+struct PendingRoute {
+    kind: RouteKind,
+    /// Blob-relative offset of the key.
+    key_blob: u64,
+    key_len: u32,
+    status: u16,
+    last_modified: i64,
+    variants: VariantSet,
+    validators: bool,
+}
+
+/// A `_redirects` rule as kept until `finish`.
+struct PendingRule {
+    /// Blob-relative offsets and lengths of the two patterns.
+    from: (u64, u32),
+    to: (u64, u32),
+    status: u16,
+    force: bool,
+}
+
+/// Fires a pack. Bodies go to disk as they come; everything else is small
+/// and kept until `finish`.
 pub struct PackWriter {
+    /// Where the finished pack is renamed to.
     target: PathBuf,
+    /// The file being written; deleted on drop unless `finish` persists it.
     tmp: NamedTempFile,
     out: BufWriter<File>,
     /// Next write position in the file.
     pos: u64,
+    /// Running checksum of the bodies section, which is written first.
     bodies_hash: Xxh3,
+    /// Content hash → (offset, length), to store each distinct body once.
     bodies: HashMap<[u8; 32], (u64, u64)>,
+    /// The blobs section, built in memory and written at `finish`.
     blobs: Vec<u8>,
+    /// Blob bytes → blob-relative offset, to store each distinct blob once.
     blob_index: HashMap<Vec<u8>, u64>,
     variants: Vec<[u8; VARIANT_LEN]>,
-    /// Blob-relative offsets are patched to absolute ones at `finish`.
+    /// Blob-relative offsets of each variant's head, made absolute at `finish`.
     variant_head_blob: Vec<u64>,
-    routes: Vec<(RouteIn<'static>, u64, u32)>,
+    routes: Vec<PendingRoute>,
+    /// (kind, key) → route index: refuses duplicates and fills the slot table.
     route_keys: HashMap<(RouteKind, Vec<u8>), u32>,
-    rules: Vec<(u64, u32, u64, u32, u16, bool)>,
+    rules: Vec<PendingRule>,
     not_found: Option<u32>,
     stats: PackStats,
 }
@@ -296,19 +326,15 @@ impl PackWriter {
             }
         }
         let key_blob = self.add_blob(route.key);
-        let key_len = route.key.len() as u32;
-        self.routes.push((
-            RouteIn {
-                kind: route.kind,
-                key: &[],
-                status: route.status,
-                last_modified: route.last_modified,
-                variants: route.variants,
-                validators: route.validators,
-            },
+        self.routes.push(PendingRoute {
+            kind: route.kind,
             key_blob,
-            key_len,
-        ));
+            key_len: route.key.len() as u32,
+            status: route.status,
+            last_modified: route.last_modified,
+            variants: route.variants,
+            validators: route.validators,
+        });
         Ok(index)
     }
 
@@ -320,14 +346,12 @@ impl PackWriter {
     pub fn add_rule(&mut self, rule: RuleIn<'_>) {
         let from = self.add_blob(rule.from);
         let to = self.add_blob(rule.to);
-        self.rules.push((
-            from,
-            rule.from.len() as u32,
-            to,
-            rule.to.len() as u32,
-            rule.status,
-            rule.force,
-        ));
+        self.rules.push(PendingRule {
+            from: (from, rule.from.len() as u32),
+            to: (to, rule.to.len() as u32),
+            status: rule.status,
+            force: rule.force,
+        });
     }
 
     fn write_section(&mut self, bytes: &[u8]) -> io::Result<(u64, u64, u64)> {
@@ -361,10 +385,10 @@ impl PackWriter {
         table[Section::Variants as usize] = self.write_section(&variants)?;
 
         let mut routes = Vec::with_capacity(self.routes.len() * ROUTE_LEN);
-        for (r, key_blob, key_len) in &self.routes {
+        for r in &self.routes {
             let mut rec = [0u8; ROUTE_LEN];
-            put_u64(&mut rec, R_KEY_OFF, blobs_off + key_blob);
-            put_u32(&mut rec, R_KEY_LEN, *key_len);
+            put_u64(&mut rec, R_KEY_OFF, blobs_off + r.key_blob);
+            put_u32(&mut rec, R_KEY_LEN, r.key_len);
             put_u32(&mut rec, R_VARIANT_FIRST, r.variants.first);
             put_u64(&mut rec, R_LAST_MODIFIED, r.last_modified as u64);
             put_u16(&mut rec, R_STATUS, r.status);
@@ -398,15 +422,15 @@ impl PackWriter {
 
         let mut rules = Vec::with_capacity(self.rules.len() * RULE_LEN);
         let mut forced = false;
-        for &(from, from_len, to, to_len, status, force) in &self.rules {
+        for rule in &self.rules {
             let mut rec = [0u8; RULE_LEN];
-            put_u64(&mut rec, U_FROM_OFF, blobs_off + from);
-            put_u32(&mut rec, U_FROM_LEN, from_len);
-            put_u64(&mut rec, U_TO_OFF, blobs_off + to);
-            put_u32(&mut rec, U_TO_LEN, to_len);
-            put_u16(&mut rec, U_STATUS, status);
-            rec[U_FORCE] = force as u8;
-            forced |= force;
+            put_u64(&mut rec, U_FROM_OFF, blobs_off + rule.from.0);
+            put_u32(&mut rec, U_FROM_LEN, rule.from.1);
+            put_u64(&mut rec, U_TO_OFF, blobs_off + rule.to.0);
+            put_u32(&mut rec, U_TO_LEN, rule.to.1);
+            put_u16(&mut rec, U_STATUS, rule.status);
+            rec[U_FORCE] = rule.force as u8;
+            forced |= rule.force;
             rules.extend_from_slice(&rec);
         }
         table[Section::Rules as usize] = self.write_section(&rules)?;
