@@ -3,7 +3,8 @@
 //! Order (validators and caching first, so a 304 is a prefix of the block):
 //! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, the custom headers from
 //! `_headers`; then the representation: `Content-Type`, `Content-Encoding`
-//! (not for identity), `Accept-Ranges`; then `Content-Length`.
+//! (not for identity), `Accept-Ranges` (only with validators); then
+//! `Content-Length`.
 //!
 //! A custom header with the name of a generated one replaces it in place
 //! instead of being sent twice.
@@ -187,7 +188,10 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
     if v.encoding != Encoding::Identity {
         b.line("Content-Encoding", v.encoding.token());
     }
-    b.line("Accept-Ranges", custom("Accept-Ranges").unwrap_or("bytes"));
+    // Ranges are served only where validators apply (stored 200 responses).
+    if let Some(value) = custom("Accept-Ranges").or(v.etag.map(|_| "bytes")) {
+        b.line("Accept-Ranges", value);
+    }
     b.finish(v.content_length)
 }
 
