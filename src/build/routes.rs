@@ -222,23 +222,33 @@ pub fn plan_routes(
 
     let mut wildcards: BTreeMap<Vec<u8>, PlannedRoute> = BTreeMap::new();
     if opts.wildcard {
+        // Several `_wildcard.*` in one directory: the extension order of the
+        // index list decides (html first), then the name; the rest warn.
+        let rank = |name: &str| {
+            let ext = &name[WILDCARD_PREFIX.len()..];
+            INDEX_NAMES
+                .iter()
+                .position(|n| n.strip_prefix("index.") == Some(ext))
+                .unwrap_or(INDEX_NAMES.len())
+        };
+        let mut candidates: BTreeMap<Vec<u8>, Vec<(usize, &str, usize)>> = BTreeMap::new();
         for (i, f) in files.iter().enumerate() {
             let (dir, name) = f.path.rsplit_once('/').unwrap_or(("", &f.path));
-            if !name.starts_with(WILDCARD_PREFIX) {
-                continue;
+            if name.starts_with(WILDCARD_PREFIX) {
+                candidates
+                    .entry(dir_key(dir))
+                    .or_default()
+                    .push((rank(name), &f.path, i));
             }
-            let key = dir_key(dir);
-            if let Some(first) = wildcards.get(&key) {
-                let Target::File(kept) = first.target else {
-                    continue;
-                };
+        }
+        for (key, mut found) in candidates {
+            found.sort();
+            let (_, chosen, i) = found[0];
+            for (_, other, _) in &found[1..] {
                 plan.warnings.push(format!(
-                    "{}: ignored, {} is already the wildcard of {}",
-                    f.path,
-                    files[kept].path,
+                    "{other}: ignored, {chosen} is already the wildcard of {}",
                     String::from_utf8_lossy(&key)
                 ));
-                continue;
             }
             wildcards.insert(
                 key.clone(),
