@@ -334,8 +334,10 @@ fn redirects_file_compiles_exact_rules_into_routes() {
     assert_eq!(report.rules, 2);
     assert!(pack.has_forced_rules());
 
-    let mut opts = BuildOptions::default();
-    opts.redirects_file = false;
+    let opts = BuildOptions {
+        redirects_file: false,
+        ..BuildOptions::default()
+    };
     let (pack, _) = site.build(&opts).unwrap();
     assert_eq!(exact(&pack, "/old"), None);
     assert_eq!(pack.rule_count(), 0);
@@ -380,8 +382,10 @@ fn headers_file_is_never_served() {
         .head;
     assert!(String::from_utf8_lossy(head).contains("X-Test: yes\r\n"));
 
-    let mut opts = BuildOptions::default();
-    opts.headers_file = false;
+    let opts = BuildOptions {
+        headers_file: false,
+        ..BuildOptions::default()
+    };
     let (pack, _) = site.build(&opts).unwrap();
     let head = pack
         .lookup(RouteKind::Exact, b"/")
