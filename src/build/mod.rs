@@ -211,6 +211,12 @@ impl fmt::Display for BuildReport {
 /// Builds the pack at `out` from `source`.
 pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Result<BuildReport> {
     let started = Instant::now();
+    if out.is_dir() {
+        bail!(
+            "{}: is a directory, expected a pack file path",
+            out.display()
+        );
+    }
     let read = source::read_source(source)?;
     let mut warnings = read.warnings;
     let mut files = read.files;
