@@ -166,7 +166,7 @@ fn unreadable_file_is_named() {
         use std::os::unix::fs::PermissionsExt;
         let locked = src.join("locked.html");
         std::fs::write(&locked, "x").unwrap();
-        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
         let o = kiln(&["build", p(&src), "-o", p(&out)]);
         assert_one_line_error(&o, p(&locked));
     }
