@@ -32,6 +32,7 @@ pub struct EncodingTotals {
 /// What `assemble` wrote.
 #[derive(Debug, Default)]
 pub struct Assembled {
+    /// What the pack writer reports (size, routes, de-duplication).
     pub stats: PackStats,
     /// Indexed by `Encoding as usize`.
     pub per_encoding: [EncodingTotals; 4],
@@ -39,8 +40,11 @@ pub struct Assembled {
 
 /// Everything `assemble` needs besides the files and the plan.
 pub struct AssembleInput<'a> {
+    /// Which encodings to produce, how hard.
     pub compress: &'a CompressOptions,
+    /// `Cache-Control` values per kind of file.
     pub cache: &'a CachePolicy,
+    /// The parsed `_headers` (empty when absent or disabled).
     pub header_rules: &'a [HeaderRule],
     /// Show a progress bar on stderr while compressing.
     pub progress: bool,

@@ -35,6 +35,7 @@ pub struct CompressOptions {
     pub brotli_quality: u32,
     /// Brotli window, log2 of bytes, 10–24.
     pub brotli_lgwin: u32,
+    /// deflate level or zopfli, for gzip variants.
     pub gzip: GzipMode,
     /// zstd level, 1–22 (above 19 needs more memory on the client).
     pub zstd_level: i32,

@@ -95,9 +95,10 @@ pub fn etag_for(hash: &[u8; 32]) -> String {
 }
 
 /// An IMF-fixdate (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-/// Times before 1970 are clamped to the epoch.
+/// Times outside 1970–9999 are clamped to that range.
 pub fn http_date(unix_secs: i64) -> String {
-    let secs = unix_secs.max(0);
+    // Clamped to years 1970..=9999, the range the format can express.
+    let secs = unix_secs.clamp(0, 253_402_300_799);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
@@ -128,13 +129,17 @@ pub struct VariantHead<'a> {
     pub etag: Option<&'a str>,
     /// Source mtime; `None` together with `etag`.
     pub last_modified: Option<i64>,
+    /// The policy's value; `_headers` may still replace it.
     pub cache_control: &'a str,
     /// The resource has several variants: caches must key on the encoding.
     pub vary: bool,
     /// From `_headers`, already accumulated for the route.
     pub custom: &'a [(String, String)],
+    /// From the file name, charset included.
     pub content_type: &'a str,
+    /// The variant's content coding; identity sends no `Content-Encoding`.
     pub encoding: Encoding,
+    /// The variant body's length.
     pub content_length: u64,
 }
 

@@ -108,8 +108,11 @@ pub struct BuildArgs {
 /// All the switches of a build.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuildOptions {
+    /// Encodings and levels.
     pub compress: CompressOptions,
+    /// `Cache-Control` defaults and overrides.
     pub cache: CachePolicy,
+    /// Which routing rules apply.
     pub routes: RouteOptions,
     /// Read the root `_headers`.
     pub headers_file: bool,
@@ -157,6 +160,7 @@ pub struct BuildReport {
     pub files: u64,
     /// Their total size.
     pub bytes_in: u64,
+    /// Routes written (exact, wildcard, not-found).
     pub routes: u64,
     /// Pattern rules stored for run-time evaluation.
     pub rules: u64,
@@ -166,7 +170,9 @@ pub struct BuildReport {
     pub per_encoding: [EncodingTotals; 4],
     /// Bytes not stored thanks to de-duplication.
     pub dedup_saved: u64,
+    /// Size of the written pack.
     pub pack_bytes: u64,
+    /// Wall time of the whole build.
     pub elapsed: Duration,
     /// One line each; printed on stderr by `run`.
     pub warnings: Vec<String>,

@@ -52,6 +52,7 @@ pub struct RedirectRule {
     /// Target as written: a path, possibly with `:name`/`:splat`, or an
     /// absolute URL.
     pub to: String,
+    /// 3xx redirect, 200 rewrite or 404.
     pub status: u16,
     /// `!`: applies even when a file exists at `from`.
     pub force: bool,

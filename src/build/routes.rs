@@ -81,24 +81,34 @@ pub enum Target {
 /// Why an exact route exists; decides what may replace it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
+    /// The file's own path.
     File,
+    /// `/dir/` served by `dir/index.*`.
     Index,
+    /// `/page` served by `page.html` (or another stripped suffix).
     Stripped,
+    /// `/dir` → `/dir/`.
     DirRedirect,
     /// A `_redirects` rule, at this line.
     Rule(usize),
+    /// A `_wildcard.*` file.
     Wildcard,
+    /// The root `404.html`.
     NotFound,
 }
 
 /// One route to write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRoute {
+    /// Which table the key goes to.
     pub kind: RouteKind,
     /// Empty for the not-found route.
     pub key: Vec<u8>,
+    /// 200, a 3xx for redirects, 404 for not-found answers.
     pub status: u16,
+    /// What the route answers with.
     pub target: Target,
+    /// Why it exists; decides what may replace it.
     pub origin: Origin,
 }
 
@@ -127,6 +137,7 @@ pub struct RoutePlan {
     pub rules: Vec<RedirectRule>,
     /// Lines of `_redirects` rules skipped because a file is served there.
     pub shadowed: Vec<usize>,
+    /// One line each (duplicate wildcards, rules skipped as repeated).
     pub warnings: Vec<String>,
 }
 
