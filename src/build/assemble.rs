@@ -68,10 +68,11 @@ pub fn assemble(
     out: &Path,
 ) -> anyhow::Result<Assembled> {
     let types: Vec<String> = files.iter().map(|f| content_type(&f.path)).collect();
-    let encoded = compress_distinct(files, &types, input)?;
-
+    // Created first so that an unwritable output fails before the long
+    // compression step.
     let mut writer =
         PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    let encoded = compress_distinct(files, &types, input)?;
     let write_err = || format!("{}: cannot write", out.display());
     let mut result = Assembled::default();
     let mut add_body =
