@@ -188,6 +188,9 @@ fn compress_distinct(
             }
         }
     }
+    // Largest first, so that a big file does not start last and leave the
+    // other cores idle; the result is keyed by hash, so order is irrelevant.
+    jobs.sort_by_key(|(f, _)| std::cmp::Reverse(f.bytes.len()));
     let bar = if input.progress {
         let total: u64 = jobs.iter().map(|(f, _)| f.bytes.len() as u64).sum();
         let bar = ProgressBar::new(total);
