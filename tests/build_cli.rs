@@ -77,6 +77,10 @@ fn build_prints_a_summary_and_the_pack_verifies() {
         "{out}"
     );
 
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&pack).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644, "world-readable like any site file");
+
     let o = kiln(&["verify", p(&pack)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(": ok ("));

@@ -4,13 +4,14 @@
 //! Output order never depends on thread scheduling.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
-use super::compress::{CompressOptions, encode_kept};
+use super::compress::{CompressOptions, MIN_SAVED_BYTES, encode_if_worth};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
@@ -55,6 +56,9 @@ type FileBodies = Vec<(Encoding, BodyRef)>;
 
 /// The kept encoded variants of one content.
 type Encoded = Vec<(Encoding, Vec<u8>)>;
+
+/// One kept encoded variant of a content, as a compression task returns it.
+type KeptVariant = ([u8; 32], Encoding, Vec<u8>);
 
 /// A variant set is shared by the routes serving the same file with the
 /// same validators flag and the same custom headers.
@@ -165,34 +169,40 @@ pub fn assemble(
         });
     }
     result.stats = writer.finish().with_context(write_err)?;
+    // The writer's temporary file is created 0600; a pack is public content
+    // that a server running as another user must be able to read.
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("{}: cannot set permissions", out.display()))?;
     Ok(result)
 }
 
-/// Compresses each distinct content of a compressible file once; keyed by
-/// BLAKE3 of the content.
+/// Compresses each distinct content of a compressible file once per
+/// encoding; keyed by BLAKE3 of the content, variants in `Encoding` order.
+/// Each (content, encoding) pair is a separate task, largest first, so that
+/// the cores stay busy until the end.
 fn compress_distinct(
     files: &[SourceFile],
     types: &[String],
     input: &AssembleInput<'_>,
 ) -> anyhow::Result<HashMap<[u8; 32], Encoded>> {
+    let mut encodings = input.compress.encodings.clone();
+    encodings.retain(|e| *e != Encoding::Identity);
+    encodings.sort();
+    encodings.dedup();
     let mut seen = HashMap::new();
-    let mut jobs: Vec<(&SourceFile, [u8; 32])> = Vec::new();
-    if !input.compress.encodings.is_empty() {
-        for (f, t) in files.iter().zip(types) {
-            if !is_compressible(t) {
-                continue;
-            }
-            let hash = *blake3::hash(&f.bytes).as_bytes();
-            if seen.insert(hash, ()).is_none() {
-                jobs.push((f, hash));
-            }
+    let mut tasks: Vec<(&SourceFile, [u8; 32], Encoding)> = Vec::new();
+    for (f, t) in files.iter().zip(types) {
+        if !is_compressible(t) || f.bytes.len() < MIN_SAVED_BYTES {
+            continue;
+        }
+        let hash = *blake3::hash(&f.bytes).as_bytes();
+        if seen.insert(hash, ()).is_none() {
+            tasks.extend(encodings.iter().map(|e| (f, hash, *e)));
         }
     }
-    // Largest first, so that a big file does not start last and leave the
-    // other cores idle; the result is keyed by hash, so order is irrelevant.
-    jobs.sort_by_key(|(f, _)| std::cmp::Reverse(f.bytes.len()));
+    tasks.sort_by_key(|(f, _, _)| std::cmp::Reverse(f.bytes.len()));
     let bar = if input.progress {
-        let total: u64 = jobs.iter().map(|(f, _)| f.bytes.len() as u64).sum();
+        let total: u64 = tasks.iter().map(|(f, _, _)| f.bytes.len() as u64).sum();
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template(
@@ -204,20 +214,26 @@ fn compress_distinct(
     } else {
         ProgressBar::hidden()
     };
-    let results: Vec<anyhow::Result<([u8; 32], Encoded)>> = jobs
+    let results: Vec<anyhow::Result<Option<KeptVariant>>> = tasks
         .par_iter()
-        .map(|(f, hash)| {
-            let kept = encode_kept(&f.bytes, input.compress)
-                .with_context(|| format!("{}: compression failed", f.path))?;
+        .map(|(f, hash, encoding)| {
+            let kept = encode_if_worth(&f.bytes, *encoding, input.compress)
+                .with_context(|| format!("{}: {} compression failed", f.path, encoding.token()))?;
             bar.inc(f.bytes.len() as u64);
-            Ok((*hash, kept))
+            Ok(kept.map(|bytes| (*hash, *encoding, bytes)))
         })
         .collect();
     bar.finish_and_clear();
-    results
-        .into_iter()
-        .collect::<anyhow::Result<_>>()
-        .map(|v: Vec<_>| v.into_iter().collect())
+    let mut by_hash: HashMap<[u8; 32], Encoded> = HashMap::new();
+    for result in results {
+        if let Some((hash, encoding, bytes)) = result? {
+            by_hash.entry(hash).or_default().push((encoding, bytes));
+        }
+    }
+    for variants in by_hash.values_mut() {
+        variants.sort_by_key(|(e, _)| *e);
+    }
+    Ok(by_hash)
 }
 
 /// Builds and stores the variant set of one file as served by one route.

@@ -96,26 +96,18 @@ pub fn encode(data: &[u8], encoding: Encoding, opts: &CompressOptions) -> io::Re
     Ok(out)
 }
 
-/// All encoded variants of `data` that pass the keep rule, in `Encoding`
-/// order. Data too short to save `MIN_SAVED_BYTES` is not even tried.
-pub fn encode_kept(data: &[u8], opts: &CompressOptions) -> io::Result<Vec<(Encoding, Vec<u8>)>> {
-    let mut kept = Vec::new();
-    if data.len() < MIN_SAVED_BYTES {
-        return Ok(kept);
+/// `data` in `encoding` if that passes the keep rule, else `None`. Data too
+/// short to save `MIN_SAVED_BYTES` is not even tried.
+pub fn encode_if_worth(
+    data: &[u8],
+    encoding: Encoding,
+    opts: &CompressOptions,
+) -> io::Result<Option<Vec<u8>>> {
+    if data.len() < MIN_SAVED_BYTES || encoding == Encoding::Identity {
+        return Ok(None);
     }
-    let mut encodings = opts.encodings.clone();
-    encodings.sort();
-    encodings.dedup();
-    for encoding in encodings {
-        if encoding == Encoding::Identity {
-            continue;
-        }
-        let encoded = encode(data, encoding, opts)?;
-        if worth_keeping(data.len(), encoded.len()) {
-            kept.push((encoding, encoded));
-        }
-    }
-    Ok(kept)
+    let encoded = encode(data, encoding, opts)?;
+    Ok(worth_keeping(data.len(), encoded.len()).then_some(encoded))
 }
 
 #[cfg(test)]
@@ -162,20 +154,24 @@ mod tests {
                 gzip,
                 ..Default::default()
             };
-            let first = encode_kept(text.as_bytes(), &opts).unwrap();
-            let encodings: Vec<Encoding> = first.iter().map(|(e, _)| *e).collect();
-            assert_eq!(encodings, [Encoding::Br, Encoding::Zstd, Encoding::Gzip]);
-            for (encoding, bytes) in &first {
-                assert_eq!(decode(*encoding, bytes), text.as_bytes());
+            for encoding in [Encoding::Br, Encoding::Zstd, Encoding::Gzip] {
+                let first = encode_if_worth(text.as_bytes(), encoding, &opts)
+                    .unwrap()
+                    .expect("repetitive text is worth compressing");
+                assert_eq!(decode(encoding, &first), text.as_bytes());
+                let again = encode_if_worth(text.as_bytes(), encoding, &opts).unwrap();
+                assert_eq!(again.as_deref(), Some(&first[..]), "deterministic");
             }
-            assert_eq!(encode_kept(text.as_bytes(), &opts).unwrap(), first);
         }
     }
 
     #[test]
     fn incompressible_and_tiny_data_keep_no_variant() {
         let opts = CompressOptions::default();
-        assert!(encode_kept(b"short text", &opts).unwrap().is_empty());
+        let short = b"short text, short text, short text, short text";
+        for encoding in [Encoding::Br, Encoding::Zstd, Encoding::Gzip] {
+            assert_eq!(encode_if_worth(short, encoding, &opts).unwrap(), None);
+        }
         let mut noise = Vec::new();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         for _ in 0..4096 {
@@ -184,6 +180,8 @@ mod tests {
             x ^= x << 17;
             noise.push(x as u8);
         }
-        assert!(encode_kept(&noise, &opts).unwrap().is_empty());
+        for encoding in [Encoding::Br, Encoding::Zstd, Encoding::Gzip] {
+            assert_eq!(encode_if_worth(&noise, encoding, &opts).unwrap(), None);
+        }
     }
 }
