@@ -9,4 +9,6 @@
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
 //!   that maps a request to prepared pack bytes.
 
+pub mod build;
+pub mod inspect;
 pub mod pack;

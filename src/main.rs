@@ -18,6 +18,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Fire a site (directory or tar archive) into one pack file.
+    Build(kiln::build::BuildArgs),
+    /// List a pack's routes, variants and sizes.
+    Inspect(kiln::inspect::InspectArgs),
     /// Check every checksum and offset of a pack.
     Verify {
         /// The pack file.
@@ -27,6 +31,8 @@ enum Command {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Build(args) => kiln::build::run(args),
+        Command::Inspect(args) => kiln::inspect::run(args),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;

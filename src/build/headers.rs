@@ -1,0 +1,288 @@
+//! Prepares the header block of every stored variant, once, at build time.
+//!
+//! Order (validators and caching first, so a 304 is a prefix of the block):
+//! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, the custom headers from
+//! `_headers`; then the representation: `Content-Type`, `Content-Encoding`
+//! (not for identity), `Accept-Ranges` (only with validators); then
+//! `Content-Length`.
+//!
+//! A custom header with the name of a generated one replaces it in place
+//! instead of being sent twice.
+
+use crate::pack::{Encoding, HeadBlock, HeadBlockBuilder};
+
+/// Caching policy for HTML: always revalidate, so a new deploy shows at once.
+pub const HTML_CACHE_CONTROL: &str = "public, max-age=0, must-revalidate";
+/// Caching policy for names that carry a content hash: they never change.
+pub const IMMUTABLE_CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
+/// Caching policy for everything else: an hour.
+pub const DEFAULT_CACHE_CONTROL: &str = "public, max-age=3600";
+
+/// The `Cache-Control` values to use; the flags fill it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CachePolicy {
+    /// `--cache-control`: replaces both non-immutable defaults.
+    pub override_default: Option<String>,
+    /// `--immutable-cache-control`: replaces the immutable default.
+    pub override_immutable: Option<String>,
+}
+
+impl CachePolicy {
+    /// The value for a file at `path` (relative or absolute) of `content_type`.
+    /// HTML is never considered immutable, even with a hash-like name.
+    pub fn for_file(&self, path: &str, content_type: &str) -> String {
+        let is_html = content_type.starts_with("text/html")
+            || content_type.starts_with("application/xhtml+xml");
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if !is_html && is_hashed_name(name) {
+            return self
+                .override_immutable
+                .clone()
+                .unwrap_or_else(|| IMMUTABLE_CACHE_CONTROL.to_owned());
+        }
+        self.non_immutable(is_html)
+    }
+
+    /// The value for responses that are not files (redirects).
+    pub fn for_redirect(&self) -> String {
+        self.non_immutable(false)
+    }
+
+    fn non_immutable(&self, is_html: bool) -> String {
+        match &self.override_default {
+            Some(v) => v.clone(),
+            None if is_html => HTML_CACHE_CONTROL.to_owned(),
+            None => DEFAULT_CACHE_CONTROL.to_owned(),
+        }
+    }
+}
+
+/// True when a file name carries a build tool's content hash: a
+/// dot-separated segment of at least 8 hex digits (`app.3f2a9b1c.js`), or a
+/// `-` followed by at least 8 of `[A-Za-z0-9_]` just before the extension
+/// (`index-BxY7z1Qa.js`). To spare ordinary words and dates the hash must
+/// mix at least one digit and one letter.
+pub fn is_hashed_name(name: &str) -> bool {
+    let Some((stem, _ext)) = name.rsplit_once('.') else {
+        return false;
+    };
+    let mixed = |s: &str| {
+        s.bytes().any(|b| b.is_ascii_digit()) && s.bytes().any(|b| b.is_ascii_alphabetic())
+    };
+    let hex_segment = stem
+        .split('.')
+        .any(|seg| seg.len() >= 8 && seg.bytes().all(|b| b.is_ascii_hexdigit()) && mixed(seg));
+    let dash_hash = stem
+        .split('.')
+        .next_back()
+        .and_then(|last| last.rsplit_once('-'))
+        .is_some_and(|(_, h)| {
+            h.len() >= 8 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && mixed(h)
+        });
+    hex_segment || dash_hash
+}
+
+/// The strong ETag of a body: its BLAKE3 hash, first 16 bytes, hex, quoted.
+/// Each variant has its own bytes, hence its own ETag.
+pub fn etag_for(hash: &[u8; 32]) -> String {
+    let mut s = String::with_capacity(34);
+    s.push('"');
+    for b in &hash[..16] {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s.push('"');
+    s
+}
+
+/// An IMF-fixdate (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+/// Times outside 1970–9999 are clamped to that range.
+pub fn http_date(unix_secs: i64) -> String {
+    // Clamped to years 1970..=9999, the range the format can express.
+    let secs = unix_secs.clamp(0, 253_402_300_799);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // 1970-01-01 was a Thursday.
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    // Civil-from-days (H. Hinnant's algorithm), valid for all days ≥ 0 here.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{weekday}, {day:02} {} {year:04} {h:02}:{m:02}:{s:02} GMT",
+        MONTHS[(month - 1) as usize]
+    )
+}
+
+/// Everything that goes into one variant's header block.
+pub struct VariantHead<'a> {
+    /// `None` for responses without validators (404 pages).
+    pub etag: Option<&'a str>,
+    /// Source mtime; `None` together with `etag`.
+    pub last_modified: Option<i64>,
+    /// The policy's value; `_headers` may still replace it.
+    pub cache_control: &'a str,
+    /// The resource has several variants: caches must key on the encoding.
+    pub vary: bool,
+    /// From `_headers`, already accumulated for the route.
+    pub custom: &'a [(String, String)],
+    /// From the file name, charset included.
+    pub content_type: &'a str,
+    /// The variant's content coding; identity sends no `Content-Encoding`.
+    pub encoding: Encoding,
+    /// The variant body's length.
+    pub content_length: u64,
+}
+
+/// Builds a variant's header block.
+pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
+    let custom = |name: &str| {
+        v.custom
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    };
+    let mut b = HeadBlockBuilder::new();
+    if let Some(etag) = v.etag {
+        b.line("ETag", etag);
+    }
+    if let Some(t) = v.last_modified {
+        let generated = http_date(t);
+        b.line(
+            "Last-Modified",
+            custom("Last-Modified").unwrap_or(&generated),
+        );
+    }
+    b.line(
+        "Cache-Control",
+        custom("Cache-Control").unwrap_or(v.cache_control),
+    );
+    if v.vary || custom("Vary").is_some() {
+        b.line("Vary", custom("Vary").unwrap_or("Accept-Encoding"));
+    }
+    let generated = [
+        "Last-Modified",
+        "Cache-Control",
+        "Vary",
+        "Content-Type",
+        "Accept-Ranges",
+    ];
+    for (name, value) in v.custom {
+        let replaces = generated.iter().any(|g| g.eq_ignore_ascii_case(name));
+        // Last-Modified without validators is not generated: keep the custom one.
+        let dropped_validator =
+            v.last_modified.is_none() && name.eq_ignore_ascii_case("Last-Modified");
+        if !replaces || dropped_validator {
+            b.line(name, value);
+        }
+    }
+    b.begin_representation();
+    b.line(
+        "Content-Type",
+        custom("Content-Type").unwrap_or(v.content_type),
+    );
+    if v.encoding != Encoding::Identity {
+        b.line("Content-Encoding", v.encoding.token());
+    }
+    // Ranges are served only where validators apply (stored 200 responses).
+    if let Some(value) = custom("Accept-Ranges").or(v.etag.map(|_| "bytes")) {
+        b.line("Accept-Ranges", value);
+    }
+    b.finish(v.content_length)
+}
+
+/// The header block of a redirect: `Location` (already percent-encoded or
+/// an absolute URL as written), caching, a small HTML body's type.
+pub fn redirect_head(location: &str, cache_control: &str, content_length: u64) -> HeadBlock {
+    let mut b = HeadBlockBuilder::new();
+    b.line("Location", location)
+        .line("Cache-Control", cache_control);
+    b.begin_representation()
+        .line("Content-Type", "text/html; charset=utf-8");
+    b.finish(content_length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_dates() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(http_date(1_700_000_000), "Tue, 14 Nov 2023 22:13:20 GMT");
+        assert_eq!(http_date(-5), "Thu, 01 Jan 1970 00:00:00 GMT");
+    }
+
+    #[test]
+    fn hashed_names() {
+        for hashed in [
+            "app.3f2a9b1c.js",
+            "main.0a1b2c3d4e5f.css",
+            "index-BxY7z1Qa.js",
+            "vendor-4f8e2a1b.css",
+            "chunk-a1b2c3d4e5.mjs",
+            "3f2a9b1c0d.app.js",
+        ] {
+            assert!(is_hashed_name(hashed), "{hashed}");
+        }
+        for plain in [
+            "index.html",
+            "features.css",
+            "deadbeef.js",
+            "20240101.json",
+            "release-notes.txt",
+            "my-component.js",
+            "app.js",
+            "abcdef12",
+            "photo-20240101.jpg",
+            "build-features.js",
+        ] {
+            assert!(!is_hashed_name(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn cache_policy() {
+        let p = CachePolicy::default();
+        assert_eq!(
+            p.for_file("a/app.3f2a9b1c.js", "text/javascript"),
+            IMMUTABLE_CACHE_CONTROL
+        );
+        assert_eq!(
+            p.for_file("index.html", "text/html; charset=utf-8"),
+            HTML_CACHE_CONTROL
+        );
+        assert_eq!(
+            p.for_file("page-a1b2c3d4.html", "text/html; charset=utf-8"),
+            HTML_CACHE_CONTROL
+        );
+        assert_eq!(p.for_file("logo.png", "image/png"), DEFAULT_CACHE_CONTROL);
+        let p = CachePolicy {
+            override_default: Some("no-cache".into()),
+            override_immutable: Some("max-age=60".into()),
+        };
+        assert_eq!(p.for_file("index.html", "text/html"), "no-cache");
+        assert_eq!(p.for_file("x.png", "image/png"), "no-cache");
+        assert_eq!(p.for_file("a.0123abcd.css", "text/css"), "max-age=60");
+    }
+
+    #[test]
+    fn etag_is_quoted_hex_of_sixteen_bytes() {
+        let mut hash = [0u8; 32];
+        hash[0] = 0xab;
+        hash[15] = 0x01;
+        hash[16] = 0xff;
+        assert_eq!(etag_for(&hash), "\"ab000000000000000000000000000001\"");
+    }
+}

@@ -1,0 +1,372 @@
+//! Decides, at build time, which request path answers with what; the server
+//! then only looks keys up. Each rule can be switched off (`RouteOptions`).
+//!
+//! For an exact key the precedence is: an existing file > a directory index
+//! (`/dir/`) > a stripped suffix (`/page` → `page.html`) > the automatic
+//! `/dir` → `/dir/` redirect; then `_redirects` exact rules: a rule whose
+//! `from` is served by a file, an index or a stripped suffix is shadowed
+//! (skipped) unless forced with `!`, in which case it replaces the route;
+//! a rule always replaces an automatic directory redirect; when two rules
+//! share a `from`, the first one wins (Netlify's order). Rules with a splat
+//! or `:placeholder` go to the pack's rule list, in file order, for the
+//! server to evaluate at run time.
+//!
+//! Keys are percent-decoded paths (raw bytes), starting with '/'.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::bail;
+
+use super::netlify::{RedirectRule, has_pattern};
+use super::source::SourceFile;
+use super::urlpath::{percent_decode, percent_encode_path};
+use crate::pack::RouteKind;
+
+/// Index file names, in order of preference (kawipiko's list).
+pub const INDEX_NAMES: [&str; 7] = [
+    "index.html",
+    "index.htm",
+    "index.xhtml",
+    "index.xht",
+    "index.txt",
+    "index.json",
+    "index.xml",
+];
+
+/// Suffixes stripped from file names, in order of preference.
+pub const STRIP_SUFFIXES: [&str; 5] = [".html", ".htm", ".xhtml", ".xht", ".txt"];
+
+/// Prefix of the hierarchical fallback files.
+pub const WILDCARD_PREFIX: &str = "_wildcard.";
+
+/// The root file served as the not-found page.
+pub const NOT_FOUND_FILE: &str = "404.html";
+
+/// Which routing rules apply; all on by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteOptions {
+    /// `/dir/` serves `dir/index.*`.
+    pub index: bool,
+    /// `/page` serves `page.html` (and the other suffixes).
+    pub strip: bool,
+    /// `_wildcard.*` files answer misses under their directory.
+    pub wildcard: bool,
+    /// Root `404.html` is the not-found page.
+    pub not_found: bool,
+    /// `/dir` redirects to `/dir/` when the latter has a route.
+    pub dir_redirect: bool,
+}
+
+impl Default for RouteOptions {
+    fn default() -> Self {
+        RouteOptions {
+            index: true,
+            strip: true,
+            wildcard: true,
+            not_found: true,
+            dir_redirect: true,
+        }
+    }
+}
+
+/// What a route answers with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The file at this index of the source list.
+    File(usize),
+    /// A redirect to this `Location` value.
+    Redirect(String),
+}
+
+/// Why an exact route exists; decides what may replace it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The file's own path.
+    File,
+    /// `/dir/` served by `dir/index.*`.
+    Index,
+    /// `/page` served by `page.html` (or another stripped suffix).
+    Stripped,
+    /// `/dir` → `/dir/`.
+    DirRedirect,
+    /// A `_redirects` rule, at this line.
+    Rule(usize),
+    /// A `_wildcard.*` file.
+    Wildcard,
+    /// The root `404.html`.
+    NotFound,
+}
+
+/// One route to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedRoute {
+    /// Which table the key goes to.
+    pub kind: RouteKind,
+    /// Empty for the not-found route.
+    pub key: Vec<u8>,
+    /// 200, a 3xx for redirects, 404 for not-found answers.
+    pub status: u16,
+    /// What the route answers with.
+    pub target: Target,
+    /// Why it exists; decides what may replace it.
+    pub origin: Origin,
+}
+
+impl PlannedRoute {
+    /// Conditional requests and ranges apply to stored 200 responses only.
+    pub fn validators(&self) -> bool {
+        self.status == 200 && matches!(self.target, Target::File(_))
+    }
+
+    /// The path `_headers` patterns are matched against.
+    pub fn headers_path(&self) -> Vec<u8> {
+        match self.kind {
+            RouteKind::NotFound => format!("/{NOT_FOUND_FILE}").into_bytes(),
+            _ => self.key.clone(),
+        }
+    }
+}
+
+/// The routing decisions for a site.
+#[derive(Debug, Default)]
+pub struct RoutePlan {
+    /// Exact routes by key, then wildcards by key, then the not-found route:
+    /// a fixed order, so the pack is reproducible.
+    pub routes: Vec<PlannedRoute>,
+    /// `_redirects` rules with patterns, in file order.
+    pub rules: Vec<RedirectRule>,
+    /// Lines of `_redirects` rules skipped because a file is served there.
+    pub shadowed: Vec<usize>,
+    /// One line each (duplicate wildcards, rules skipped as repeated).
+    pub warnings: Vec<String>,
+}
+
+/// Plans every route for `files` (sorted, without `_headers`/`_redirects`).
+/// `redirects_file` names `_redirects` in errors.
+pub fn plan_routes(
+    files: &[SourceFile],
+    redirects: &[RedirectRule],
+    redirects_file: &str,
+    opts: &RouteOptions,
+) -> anyhow::Result<RoutePlan> {
+    let mut plan = RoutePlan::default();
+    let mut exact: BTreeMap<Vec<u8>, PlannedRoute> = BTreeMap::new();
+    let by_path: BTreeMap<&str, usize> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.as_str(), i))
+        .collect();
+    let mut dirs: BTreeSet<&str> = BTreeSet::new();
+    dirs.insert("");
+    for f in files {
+        let mut p = f.path.as_str();
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            dirs.insert(parent);
+            p = parent;
+        }
+    }
+    let dir_key = |dir: &str| -> Vec<u8> {
+        if dir.is_empty() {
+            b"/".to_vec()
+        } else {
+            format!("/{dir}/").into_bytes()
+        }
+    };
+    let route = |kind, key: Vec<u8>, status, target, origin| PlannedRoute {
+        kind,
+        key,
+        status,
+        target,
+        origin,
+    };
+
+    for (i, f) in files.iter().enumerate() {
+        let key = format!("/{}", f.path).into_bytes();
+        exact.insert(
+            key.clone(),
+            route(RouteKind::Exact, key, 200, Target::File(i), Origin::File),
+        );
+    }
+
+    if opts.index {
+        for dir in &dirs {
+            let found = INDEX_NAMES.iter().find_map(|name| {
+                let path = if dir.is_empty() {
+                    (*name).to_owned()
+                } else {
+                    format!("{dir}/{name}")
+                };
+                by_path.get(path.as_str()).copied()
+            });
+            if let Some(i) = found {
+                let key = dir_key(dir);
+                exact.entry(key.clone()).or_insert_with(|| {
+                    route(RouteKind::Exact, key, 200, Target::File(i), Origin::Index)
+                });
+            }
+        }
+    }
+
+    if opts.strip {
+        for suffix in STRIP_SUFFIXES {
+            for (i, f) in files.iter().enumerate() {
+                let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+                let Some(stem) = name.strip_suffix(suffix) else {
+                    continue;
+                };
+                if stem.is_empty() || stem == "index" {
+                    continue;
+                }
+                let key = format!("/{}", &f.path[..f.path.len() - suffix.len()]).into_bytes();
+                exact.entry(key.clone()).or_insert_with(|| {
+                    route(
+                        RouteKind::Exact,
+                        key,
+                        200,
+                        Target::File(i),
+                        Origin::Stripped,
+                    )
+                });
+            }
+        }
+    }
+
+    let mut wildcards: BTreeMap<Vec<u8>, PlannedRoute> = BTreeMap::new();
+    if opts.wildcard {
+        // Several `_wildcard.*` in one directory: the extension order of the
+        // index list decides (html first), then the name; the rest warn.
+        let rank = |name: &str| {
+            let ext = &name[WILDCARD_PREFIX.len()..];
+            INDEX_NAMES
+                .iter()
+                .position(|n| n.strip_prefix("index.") == Some(ext))
+                .unwrap_or(INDEX_NAMES.len())
+        };
+        let mut candidates: BTreeMap<Vec<u8>, Vec<(usize, &str, usize)>> = BTreeMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let (dir, name) = f.path.rsplit_once('/').unwrap_or(("", &f.path));
+            if name.starts_with(WILDCARD_PREFIX) {
+                candidates
+                    .entry(dir_key(dir))
+                    .or_default()
+                    .push((rank(name), &f.path, i));
+            }
+        }
+        for (key, mut found) in candidates {
+            found.sort();
+            let (_, chosen, i) = found[0];
+            for (_, other, _) in &found[1..] {
+                plan.warnings.push(format!(
+                    "{other}: ignored, {chosen} is already the wildcard of {}",
+                    String::from_utf8_lossy(&key)
+                ));
+            }
+            wildcards.insert(
+                key.clone(),
+                route(
+                    RouteKind::Wildcard,
+                    key,
+                    200,
+                    Target::File(i),
+                    Origin::Wildcard,
+                ),
+            );
+        }
+    }
+
+    if opts.dir_redirect {
+        for dir in dirs.iter().filter(|d| !d.is_empty()) {
+            let slash = dir_key(dir);
+            if !exact.contains_key(&slash) && !wildcards.contains_key(&slash) {
+                continue;
+            }
+            let key = format!("/{dir}").into_bytes();
+            let location = percent_encode_path(&slash);
+            exact.entry(key.clone()).or_insert_with(|| {
+                route(
+                    RouteKind::Exact,
+                    key,
+                    301,
+                    Target::Redirect(location),
+                    Origin::DirRedirect,
+                )
+            });
+        }
+    }
+
+    for rule in redirects {
+        let line = rule.line;
+        if has_pattern(&rule.from) {
+            plan.rules.push(rule.clone());
+            continue;
+        }
+        let key = rule.from.clone();
+        match exact.get(&key).map(|r| r.origin) {
+            Some(Origin::Rule(first)) => {
+                plan.warnings.push(format!(
+                    "{redirects_file}:{line}: skipped, line {first} already handles {}",
+                    String::from_utf8_lossy(&key)
+                ));
+                continue;
+            }
+            Some(Origin::File | Origin::Index | Origin::Stripped) if !rule.force => {
+                plan.shadowed.push(line);
+                continue;
+            }
+            _ => {}
+        }
+        let planned = match rule.status {
+            200 | 404 => {
+                if rule.to.contains("://") {
+                    bail!(
+                        "{redirects_file}:{line}: a {} rule must target a path in the site, not a URL",
+                        rule.status
+                    );
+                }
+                let target_path = rule.to.split(['?', '#']).next().unwrap_or("");
+                let target_key = percent_decode(target_path);
+                let target = match exact.get(&target_key) {
+                    Some(PlannedRoute {
+                        target: Target::File(i),
+                        status: 200,
+                        ..
+                    }) => Target::File(*i),
+                    _ => bail!(
+                        "{redirects_file}:{line}: target {} is not a file served by this site",
+                        rule.to
+                    ),
+                };
+                route(
+                    RouteKind::Exact,
+                    key.clone(),
+                    rule.status,
+                    target,
+                    Origin::Rule(line),
+                )
+            }
+            status => route(
+                RouteKind::Exact,
+                key.clone(),
+                status,
+                Target::Redirect(rule.to.clone()),
+                Origin::Rule(line),
+            ),
+        };
+        exact.insert(key, planned);
+    }
+
+    plan.routes.extend(exact.into_values());
+    plan.routes.extend(wildcards.into_values());
+    if opts.not_found
+        && let Some(&i) = by_path.get(NOT_FOUND_FILE)
+    {
+        plan.routes.push(route(
+            RouteKind::NotFound,
+            Vec::new(),
+            404,
+            Target::File(i),
+            Origin::NotFound,
+        ));
+    }
+    Ok(plan)
+}

@@ -1,0 +1,51 @@
+//! Reads a site's source — a directory or a tar archive — into a list of
+//! files sorted by path, with ignored names already left out. Everything is
+//! read into memory: simple, and fine for sites that fit in RAM.
+
+pub mod dir;
+pub mod ignore;
+pub mod tar;
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+/// One file of the site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Relative '/'-separated UTF-8 path without `.`, `..` or empty
+    /// components; the route key is `/` + this.
+    pub path: String,
+    /// The whole content.
+    pub bytes: Vec<u8>,
+    /// Modification time, unix seconds; becomes `Last-Modified`.
+    pub mtime: i64,
+}
+
+/// What was read, plus the problems that were skipped rather than fatal.
+#[derive(Debug, Default)]
+pub struct Source {
+    /// Sorted by `path`, no duplicates.
+    pub files: Vec<SourceFile>,
+    /// One line each, for the user (loops, skipped links, special files).
+    pub warnings: Vec<String>,
+}
+
+/// Reads `path`: a directory is walked, a regular file is read as a tar
+/// archive (plain, gzip or zstd, detected by magic bytes).
+pub fn read_source(path: &Path) -> anyhow::Result<Source> {
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("{}: cannot read source", path.display()))?;
+    let mut source = if meta.is_dir() {
+        dir::read_dir_source(path)?
+    } else if meta.is_file() {
+        tar::read_tar_source(path)?
+    } else {
+        bail!(
+            "{}: source is neither a directory nor a tar file",
+            path.display()
+        );
+    };
+    source.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(source)
+}

@@ -1,0 +1,268 @@
+//! Reads a site from a tar archive (plain, gzip or zstd, detected by magic
+//! bytes) that may be hostile. Nothing outside the archive is ever read and
+//! no input makes it panic. The rules:
+//! - absolute names and `..` components are refused (the archive is not
+//!   unpacked anywhere, but a name that tries to climb out is a sign of a
+//!   broken or malicious archive); `.` and empty components are dropped;
+//! - names that are not UTF-8, longer than 4096 bytes or with a component
+//!   longer than 255 bytes are refused;
+//! - a second entry for the same file is refused (no silent last-wins);
+//! - symbolic and hard links are resolved inside the archive only, to a
+//!   regular file; a link that points outside the root, at a directory, or
+//!   at nothing is skipped with a warning;
+//! - a truncated archive, or an entry whose header claims more bytes than
+//!   follow, is an error; an entry above `MAX_ENTRY_BYTES` is refused before
+//!   anything is allocated for it;
+//! - devices, fifos and other special entries are skipped with a warning;
+//! - PAX and GNU long names are supported (through the `tar` crate).
+//!
+//! Every refusal is one line naming the archive and the entry.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use anyhow::{Context, anyhow};
+use tar::EntryType;
+
+use super::ignore::is_ignored_path;
+use super::{Source, SourceFile};
+
+/// Largest single entry read into memory (1 GiB).
+pub const MAX_ENTRY_BYTES: u64 = 1 << 30;
+/// Longest accepted entry name, in bytes.
+const MAX_NAME_BYTES: usize = 4096;
+/// Longest accepted name component, in bytes.
+const MAX_COMPONENT_BYTES: usize = 255;
+/// Links followed in a chain before giving up.
+const MAX_LINK_HOPS: usize = 40;
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// A link entry, resolved once the whole archive has been read.
+struct Link {
+    /// Where the link sits (normalised).
+    path: String,
+    /// Normalised archive path of the target; `Err` says why it cannot be.
+    target: Result<String, String>,
+    mtime: i64,
+}
+
+/// Reads the archive at `archive`.
+pub fn read_tar_source(archive: &Path) -> anyhow::Result<Source> {
+    let file =
+        File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
+    let mut reader = BufReader::new(file);
+    let head = reader
+        .fill_buf()
+        .with_context(|| format!("{}: cannot read", archive.display()))?;
+    let input: Box<dyn Read> = if head.starts_with(&GZIP_MAGIC) {
+        Box::new(flate2::bufread::MultiGzDecoder::new(reader))
+    } else if head.starts_with(&ZSTD_MAGIC) {
+        Box::new(
+            zstd::stream::read::Decoder::with_buffer(reader)
+                .with_context(|| format!("{}: cannot start zstd decoder", archive.display()))?,
+        )
+    } else {
+        Box::new(reader)
+    };
+    read_entries(input).map_err(|e| anyhow!("{}: {e:#}", archive.display()))
+}
+
+/// Reads every entry of a decompressed tar stream.
+fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
+    let mut source = Source::default();
+    let mut archive = tar::Archive::new(input);
+    let mut index: HashMap<String, Option<usize>> = HashMap::new();
+    let mut links = Vec::new();
+    let entries = archive.entries().context("not a tar archive")?;
+    for entry in entries {
+        let mut entry = entry.context("truncated or corrupt tar archive")?;
+        let raw_name = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw_name).into_owned();
+        let fail = |problem: &str| anyhow!("entry {shown:?}: {problem}");
+        let name = std::str::from_utf8(&raw_name).map_err(|_| fail("name is not UTF-8"))?;
+        let kind = entry.header().entry_type();
+        if kind.is_pax_global_extensions() {
+            continue;
+        }
+        let Some(path) = normalise(name).map_err(|p| fail(&p))? else {
+            continue;
+        };
+        if kind.is_dir() || is_ignored_path(&path) {
+            continue;
+        }
+        let mtime = entry.header().mtime().map_or(0, |t| t as i64);
+        if kind.is_file() || kind == EntryType::Continuous {
+            claim(&mut index, &path).map_err(|p| fail(&p))?;
+            let size = entry.size();
+            if size > MAX_ENTRY_BYTES {
+                return Err(fail(&format!(
+                    "{size} bytes is more than the {MAX_ENTRY_BYTES}-byte limit per file"
+                )));
+            }
+            let mut bytes = Vec::with_capacity(size.min(1 << 20) as usize);
+            (&mut entry)
+                .take(size)
+                .read_to_end(&mut bytes)
+                .map_err(|e| fail(&format!("cannot read data: {e}")))?;
+            if (bytes.len() as u64) < size {
+                return Err(fail(&format!(
+                    "truncated archive: header says {size} bytes, only {} follow",
+                    bytes.len()
+                )));
+            }
+            index.insert(path.clone(), Some(source.files.len()));
+            source.files.push(SourceFile { path, bytes, mtime });
+        } else if kind.is_symlink() || kind.is_hard_link() {
+            claim(&mut index, &path).map_err(|p| fail(&p))?;
+            let target = match entry.link_name_bytes() {
+                None => Err("link without a target".to_owned()),
+                Some(t) => match std::str::from_utf8(&t) {
+                    Err(_) => Err("link target is not UTF-8".to_owned()),
+                    Ok(t) if kind.is_hard_link() => {
+                        normalise(t).and_then(|p| p.ok_or_else(|| "links to the root".into()))
+                    }
+                    Ok(t) => resolve_symlink(&path, t),
+                },
+            };
+            links.push(Link {
+                path,
+                target,
+                mtime,
+            });
+        } else {
+            source.warnings.push(format!(
+                "entry {shown:?}: skipped, not a regular file, directory or link ({kind:?})"
+            ));
+        }
+    }
+    let by_path: HashMap<&str, &Result<String, String>> =
+        links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
+    let mut resolved = Vec::new();
+    for link in &links {
+        match follow(&link.target, &index, &by_path) {
+            Ok(i) => {
+                let bytes = source.files[i].bytes.clone();
+                resolved.push(SourceFile {
+                    path: link.path.clone(),
+                    bytes,
+                    mtime: link.mtime,
+                });
+            }
+            Err(why) => source
+                .warnings
+                .push(format!("entry {:?}: link skipped, {why}", link.path)),
+        }
+    }
+    source.files.extend(resolved);
+    Ok(source)
+}
+
+/// Registers `path` as taken; a second entry for it is an error.
+fn claim(index: &mut HashMap<String, Option<usize>>, path: &str) -> Result<(), String> {
+    if index.insert(path.to_owned(), None).is_some() {
+        return Err("duplicate entry (the archive holds this name twice)".into());
+    }
+    Ok(())
+}
+
+/// Follows a chain of links to a regular file; the index of that file.
+fn follow(
+    start: &Result<String, String>,
+    index: &HashMap<String, Option<usize>>,
+    links: &HashMap<&str, &Result<String, String>>,
+) -> Result<usize, String> {
+    let mut target = start.clone()?;
+    for _ in 0..MAX_LINK_HOPS {
+        match index.get(&target) {
+            Some(Some(i)) => return Ok(*i),
+            Some(None) => match links.get(target.as_str()) {
+                Some(next) => target = (*next).clone()?,
+                None => return Err(format!("target {target:?} is not a regular file")),
+            },
+            None => return Err(format!("target {target:?} is not a file in the archive")),
+        }
+    }
+    Err("too many levels of links".into())
+}
+
+/// Normalises an entry name: `.` and empty components are dropped; `None`
+/// for the root itself.
+fn normalise(name: &str) -> Result<Option<String>, String> {
+    if name.starts_with('/') {
+        return Err("absolute path refused".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!("name longer than {MAX_NAME_BYTES} bytes"));
+    }
+    let mut parts = Vec::new();
+    for part in name.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err("'..' component refused".into()),
+            p if p.len() > MAX_COMPONENT_BYTES => {
+                return Err(format!(
+                    "name component longer than {MAX_COMPONENT_BYTES} bytes"
+                ));
+            }
+            p if p.contains('\0') => return Err("NUL byte in name".into()),
+            p => parts.push(p),
+        }
+    }
+    Ok((!parts.is_empty()).then(|| parts.join("/")))
+}
+
+/// The archive path a symbolic link at `link` with target `target` names,
+/// or why it points outside the archive.
+fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
+    if target.starts_with('/') {
+        return Err(format!(
+            "absolute target {target:?} points outside the archive"
+        ));
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(format!("target {target:?} points outside the archive"));
+                }
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err("links to the root directory".into());
+    }
+    Ok(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_normalised_or_refused() {
+        assert_eq!(normalise("./a//b/./c.html"), Ok(Some("a/b/c.html".into())));
+        assert_eq!(normalise("./"), Ok(None));
+        assert!(normalise("/etc/passwd").is_err());
+        assert!(normalise("a/../../b").is_err());
+        assert!(normalise(&"x".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn symlink_targets_stay_inside() {
+        assert_eq!(
+            resolve_symlink("a/b/link", "../c.txt"),
+            Ok("a/c.txt".into())
+        );
+        assert_eq!(resolve_symlink("link", "./x/y"), Ok("x/y".into()));
+        assert!(resolve_symlink("a/link", "../../etc/passwd").is_err());
+        assert!(resolve_symlink("link", "/etc/passwd").is_err());
+    }
+}

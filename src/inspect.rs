@@ -1,0 +1,192 @@
+//! `kiln inspect`: lists a pack's routes — key, kind, status, the stored
+//! variants with their sizes, optionally the identity header block — and a
+//! summary; `--json` gives the same as one JSON document.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::pack::format::{ENCODINGS, Section};
+use crate::pack::{Encoding, Pack, Route};
+
+/// `kiln inspect SITE.pack`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The pack file.
+    pub pack: PathBuf,
+    /// Also print the prepared header block of each route's identity variant.
+    #[arg(long)]
+    pub headers: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Short names used in the table.
+fn short(e: Encoding) -> &'static str {
+    match e {
+        Encoding::Identity => "id",
+        Encoding::Br => "br",
+        Encoding::Zstd => "zstd",
+        Encoding::Gzip => "gz",
+    }
+}
+
+fn key_text(route: &Route<'_>) -> String {
+    String::from_utf8_lossy(route.key().unwrap_or(b"?")).into_owned()
+}
+
+fn kind_name(route: &Route<'_>) -> &'static str {
+    route.kind().map_or("?", |k| k.name())
+}
+
+/// The whole pack as a JSON value (also the source of the summary).
+pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
+    let mut routes = Vec::new();
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    for route in pack.routes() {
+        *by_kind
+            .entry(format!("{} {}", kind_name(&route), route.status()))
+            .or_default() += 1;
+        let variants: Vec<Value> = route
+            .variants()
+            .map(|v| json!({"encoding": v.encoding.token(), "bytes": v.body.len()}))
+            .collect();
+        let mut r = json!({
+            "key": key_text(&route),
+            "kind": kind_name(&route),
+            "status": route.status(),
+            "validators": route.has_validators(),
+            "last_modified": route.last_modified(),
+            "variants": variants,
+        });
+        if with_headers && let Some(v) = route.variant(Encoding::Identity) {
+            r["headers"] = Value::String(String::from_utf8_lossy(v.head).into_owned());
+        }
+        routes.push(r);
+    }
+    let rules: Vec<Value> = pack
+        .rules()
+        .map(|r| {
+            json!({
+                "from": String::from_utf8_lossy(r.from),
+                "to": String::from_utf8_lossy(r.to),
+                "status": r.status,
+                "force": r.force,
+            })
+        })
+        .collect();
+    let mut per_encoding = serde_json::Map::new();
+    let bodies = body_totals(pack);
+    for e in ENCODINGS {
+        let (count, bytes) = bodies[e as usize];
+        per_encoding.insert(e.token().into(), json!({"bodies": count, "bytes": bytes}));
+    }
+    json!({
+        "pack": pack.path().display().to_string(),
+        "pack_bytes": pack.bytes().len(),
+        "routes": routes,
+        "rules": rules,
+        "summary": {
+            "routes": pack.route_count(),
+            "routes_by_kind_status": by_kind,
+            "variants": pack.variant_count(),
+            "rules": pack.rule_count(),
+            "body_section_bytes": pack.section(Section::Bodies).1,
+            "bodies_by_encoding": per_encoding,
+        },
+    })
+}
+
+/// Distinct bodies and their bytes per encoding (a body shared by several
+/// variants counts once).
+fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
+    let mut seen = std::collections::HashSet::new();
+    let mut totals = [(0u64, 0u64); 4];
+    for route in pack.routes() {
+        for v in route.variants() {
+            if seen.insert(v.body_off) {
+                let t = &mut totals[v.encoding as usize];
+                t.0 += 1;
+                t.1 += v.body.len() as u64;
+            }
+        }
+    }
+    totals
+}
+
+/// Prints the table.
+fn print_table(pack: &Pack, with_headers: bool) {
+    let keys: Vec<String> = pack.routes().map(|r| key_text(&r)).collect();
+    let width = keys
+        .iter()
+        .map(|k| k.chars().count())
+        .max()
+        .unwrap_or(3)
+        .clamp(3, 60);
+    println!(
+        "{:<width$}  {:<9}  {:>6}  variants",
+        "key", "kind", "status"
+    );
+    for (route, key) in pack.routes().zip(&keys) {
+        let shown = if key.is_empty() { "(not found)" } else { key };
+        let variants: Vec<String> = route
+            .variants()
+            .map(|v| format!("{} {}", short(v.encoding), v.body.len()))
+            .collect();
+        println!(
+            "{shown:<width$}  {:<9}  {:>6}  {}",
+            kind_name(&route),
+            route.status(),
+            variants.join(" ")
+        );
+        if with_headers && let Some(v) = route.variant(Encoding::Identity) {
+            for line in String::from_utf8_lossy(v.head)
+                .split("\r\n")
+                .filter(|l| !l.is_empty())
+            {
+                println!("    {line}");
+            }
+        }
+    }
+    for rule in pack.rules() {
+        println!(
+            "rule  {} -> {}  {}{}",
+            String::from_utf8_lossy(rule.from),
+            String::from_utf8_lossy(rule.to),
+            rule.status,
+            if rule.force { "!" } else { "" }
+        );
+    }
+    let summary = to_json(pack, false)["summary"].clone();
+    println!();
+    println!("routes    {}", pack.route_count());
+    if let Some(kinds) = summary["routes_by_kind_status"].as_object() {
+        for (k, n) in kinds {
+            println!("  {k:<16} {n}");
+        }
+    }
+    println!("variants  {}", pack.variant_count());
+    println!("rules     {}", pack.rule_count());
+    for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
+        println!("{:<9} {count} bodies, {bytes} bytes", e.token());
+    }
+    println!("pack      {} bytes", pack.bytes().len());
+}
+
+/// `kiln inspect`.
+pub fn run(args: InspectArgs) -> anyhow::Result<()> {
+    let pack =
+        Pack::open(&args.pack).map_err(|e| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&pack, args.headers))?
+        );
+    } else {
+        print_table(&pack, args.headers);
+    }
+    Ok(())
+}

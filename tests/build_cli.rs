@@ -1,0 +1,265 @@
+//! The real `kiln` binary: `build` errors are one line naming the file and
+//! exit non-zero, the summary is printed, and `verify` and `inspect`
+//! (table and `--json`) read what `build` wrote.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("run kiln")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts a failed run printed exactly one error line containing `needle`.
+fn assert_one_line_error(o: &Output, needle: &str) {
+    assert!(!o.status.success(), "should fail");
+    let err = stderr(o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("kiln: error: "), "{err}");
+    assert!(err.contains(needle), "{err} should contain {needle}");
+}
+
+fn site(root: &Path) {
+    for (path, content) in [
+        ("index.html", "<h1>home</h1>\n".repeat(30)),
+        ("docs/index.html", "docs".to_owned()),
+        ("style.css", "body { color: red; }\n".repeat(20)),
+        ("404.html", "missing".to_owned()),
+        ("_redirects", "/old / 301\n/a/* /b/:splat 302\n".to_owned()),
+    ] {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn build_prints_a_summary_and_the_pack_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("site.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for word in [
+        "files",
+        "routes",
+        "identity",
+        "br",
+        "zstd",
+        "gzip",
+        "dedup saved",
+        "pack",
+        "time",
+    ] {
+        assert!(out.contains(word), "summary lacks {word}: {out}");
+    }
+    assert!(
+        out.contains(&format!(
+            "{} bytes",
+            std::fs::metadata(&pack).unwrap().len()
+        )),
+        "{out}"
+    );
+
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&pack).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644, "world-readable like any site file");
+
+    let o = kiln(&["verify", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(": ok ("));
+
+    let o = kiln(&["inspect", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("/docs/ ") && l.contains("exact") && l.contains("200")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("/old ") && l.contains("301")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("/ ") && l.contains(" br ") && l.contains("id 420")),
+        "{table}"
+    );
+    assert!(table.contains("rule  /a/* -> /b/:splat  302"), "{table}");
+    assert!(table.contains("not-found"), "{table}");
+
+    let o = kiln(&["inspect", "--headers", p(&pack)]);
+    assert!(stdout(&o).contains("    Content-Type: text/html; charset=utf-8"));
+
+    let o = kiln(&["inspect", "--json", "--headers", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let routes = v["routes"].as_array().unwrap();
+    let root = routes.iter().find(|r| r["key"] == "/").unwrap();
+    assert_eq!(root["status"], 200);
+    assert_eq!(root["kind"], "exact");
+    assert_eq!(root["variants"][0]["encoding"], "identity");
+    assert_eq!(root["variants"][0]["bytes"], 420);
+    assert!(root["headers"].as_str().unwrap().contains("ETag: "));
+    assert_eq!(v["summary"]["rules"], 1);
+    assert_eq!(v["rules"][0]["from"], "/a/*");
+    assert_eq!(v["pack_bytes"], std::fs::metadata(&pack).unwrap().len());
+}
+
+#[test]
+fn quiet_prints_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let o = kiln(&["build", "-q", p(&src), "-o", p(&dir.path().join("q.pack"))]);
+    assert!(o.status.success());
+    assert!(o.stdout.is_empty() && o.stderr.is_empty());
+}
+
+#[test]
+fn missing_source_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let out = dir.path().join("x.pack");
+    let o = kiln(&["build", p(&missing), "-o", p(&out)]);
+    assert_one_line_error(&o, p(&missing));
+    assert!(!out.exists());
+}
+
+#[test]
+fn unreadable_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    // A fifo cannot be read as a file (and would block a naive reader); it
+    // works as "unreadable" even for root, unlike chmod 000.
+    let fifo = src.join("docs/pipe.html");
+    let c = std::ffi::CString::new(p(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let out = dir.path().join("x.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&out)]);
+    assert_one_line_error(&o, p(&fifo));
+    assert!(!out.exists());
+    std::fs::remove_file(&fifo).unwrap();
+
+    // Without root, a file without read permission is another case.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = src.join("locked.html");
+        std::fs::write(&locked, "x").unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let o = kiln(&["build", p(&src), "-o", p(&out)]);
+        assert_one_line_error(&o, p(&locked));
+    }
+}
+
+#[test]
+fn unwritable_output_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let out = dir.path().join("no/such/dir/site.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&out)]);
+    assert_one_line_error(&o, p(&out));
+    // A directory in the way of the output.
+    let o = kiln(&["build", p(&src), "-o", p(&src)]);
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).lines().count(), 1);
+    assert!(src.join("index.html").exists());
+}
+
+#[test]
+fn failed_build_keeps_the_old_pack_and_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("site.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&out)])
+            .status
+            .success()
+    );
+    let before = std::fs::read(&out).unwrap();
+    std::fs::write(src.join("_redirects"), "/x /missing 200\n").unwrap();
+    let o = kiln(&["build", p(&src), "-o", p(&out)]);
+    assert_one_line_error(&o, "_redirects:1");
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+    assert_eq!(
+        std::fs::read_dir(&out_dir).unwrap().count(),
+        1,
+        "no temp file left"
+    );
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let out = dir.path().join("x.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&out), "--compress", "br,lzma"]);
+    assert_one_line_error(&o, "lzma");
+    let o = kiln(&[
+        "build",
+        p(&src),
+        "-o",
+        p(&out),
+        "--compress",
+        "zstd",
+        "--gzip",
+        "zopfli",
+        "--brotli-quality",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = kiln(&["inspect", "--json", p(&out)]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let encodings = &v["summary"]["bodies_by_encoding"];
+    assert!(encodings["zstd"]["bodies"].as_u64().unwrap() > 0);
+    assert_eq!(encodings["br"]["bodies"], 0);
+}
+
+#[test]
+fn inspect_refuses_a_non_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("junk.pack");
+    std::fs::write(&f, vec![7u8; 1000]).unwrap();
+    assert_one_line_error(&kiln(&["inspect", p(&f)]), p(&f));
+}
+
+#[test]
+fn warnings_go_to_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    std::fs::write(src.join("_redirects"), "/x /y 302 Country=us\n").unwrap();
+    let o = kiln(&["build", p(&src), "-o", p(&dir.path().join("w.pack"))]);
+    assert!(o.status.success());
+    assert!(stderr(&o).starts_with("kiln: warning: "), "{}", stderr(&o));
+    assert!(stderr(&o).contains("_redirects:1: conditions"));
+}

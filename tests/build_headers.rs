@@ -1,0 +1,282 @@
+//! The header blocks `kiln build` prepares: byte-exact for a fixture, `Vary`
+//! only on multi-variant resources, one ETag per variant, charsets, caching
+//! policy, `_headers` overrides, redirect and not-found heads.
+
+use std::fs::File;
+use std::time::{Duration, UNIX_EPOCH};
+
+use kiln::build::compress::CompressOptions;
+use kiln::build::headers::CachePolicy;
+use kiln::build::{BuildOptions, build_pack};
+use kiln::pack::{Encoding, Pack, RouteKind, Variant};
+
+/// 2023-11-14 22:13:20 UTC.
+const MTIME: u64 = 1_700_000_000;
+const HTTP_MTIME: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
+
+fn page() -> String {
+    "<p>The same paragraph, again and again, compresses well.</p>\n".repeat(40)
+}
+
+/// Builds a fixture site and returns the open pack (kept alive by the dir).
+fn build(extra: &[(&str, &[u8])], opts: &BuildOptions) -> (tempfile::TempDir, Pack) {
+    let dir = tempfile::tempdir().unwrap();
+    let page = page();
+    let mut files: Vec<(&str, &[u8])> = vec![
+        ("page.html", page.as_bytes()),
+        ("tiny.txt", b"tiny"),
+        ("data.json", b"{\"a\": 1}"),
+        ("app.0123abcd.js", b"export const a = 1;"),
+        ("logo.svg", b"<svg xmlns=\"http://www.w3.org/2000/svg\"/>"),
+        ("docs/index.html", b"docs"),
+        ("404.html", page.as_bytes()),
+    ];
+    files.extend_from_slice(extra);
+    for (path, content) in files {
+        let p = dir.path().join("src").join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(UNIX_EPOCH + Duration::from_secs(MTIME))
+            .unwrap();
+    }
+    let out = dir.path().join("site.pack");
+    build_pack(&dir.path().join("src"), &out, opts).unwrap();
+    let pack = Pack::open(&out).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    (dir, pack)
+}
+
+fn variant<'p>(pack: &'p Pack, key: &str, e: Encoding) -> Variant<'p> {
+    pack.lookup(RouteKind::Exact, key.as_bytes())
+        .unwrap()
+        .variant(e)
+        .unwrap_or_else(|| panic!("{key} has no {} variant", e.token()))
+}
+
+fn head(v: &Variant<'_>) -> String {
+    String::from_utf8(v.head.to_vec()).unwrap()
+}
+
+fn etag_of(body: &[u8]) -> String {
+    let hash = blake3::hash(body);
+    let hex: String = hash.as_bytes()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("\"{hex}\"")
+}
+
+#[test]
+fn header_blocks_are_byte_exact() {
+    let (_dir, pack) = build(&[], &BuildOptions::default());
+    let id = variant(&pack, "/page.html", Encoding::Identity);
+    let expected = format!(
+        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nContent-Type: text/html; charset=utf-8\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
+        etag_of(page().as_bytes()),
+        page().len()
+    );
+    assert_eq!(head(&id), expected);
+    assert_eq!(
+        &id.head[..id.repr_at],
+        expected.split("Content-Type").next().unwrap().as_bytes()
+    );
+    assert_eq!(
+        &id.head[id.length_at..],
+        format!("Content-Length: {}\r\n", page().len()).as_bytes()
+    );
+    assert_eq!(id.etag, etag_of(page().as_bytes()).as_bytes());
+
+    let br = variant(&pack, "/page.html", Encoding::Br);
+    let expected_br = format!(
+        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nContent-Type: text/html; charset=utf-8\r\nContent-Encoding: br\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
+        etag_of(br.body),
+        br.body.len()
+    );
+    assert_eq!(head(&br), expected_br);
+}
+
+#[test]
+fn each_variant_has_its_own_etag_and_vary() {
+    let opts = BuildOptions {
+        compress: CompressOptions {
+            encodings: vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip],
+            ..CompressOptions::default()
+        },
+        ..BuildOptions::default()
+    };
+    let (_dir, pack) = build(&[], &opts);
+    let route = pack.lookup(RouteKind::Exact, b"/page.html").unwrap();
+    let variants: Vec<_> = route.variants().collect();
+    assert_eq!(variants.len(), 4);
+    let mut etags: Vec<&[u8]> = variants.iter().map(|v| v.etag).collect();
+    for v in &variants {
+        assert_eq!(v.etag, etag_of(v.body).as_bytes());
+        assert!(
+            head(v).contains("Vary: Accept-Encoding\r\n"),
+            "{}",
+            v.encoding.token()
+        );
+        if v.encoding != Encoding::Identity {
+            assert!(head(v).contains(&format!("Content-Encoding: {}\r\n", v.encoding.token())));
+        }
+    }
+    etags.sort();
+    etags.dedup();
+    assert_eq!(etags.len(), 4);
+
+    let tiny = variant(&pack, "/tiny.txt", Encoding::Identity);
+    assert!(
+        !head(&tiny).contains("Vary"),
+        "a single variant needs no Vary"
+    );
+    assert!(!head(&tiny).contains("Content-Encoding"));
+}
+
+#[test]
+fn no_compression_keeps_identity_only() {
+    let opts = BuildOptions {
+        compress: CompressOptions {
+            encodings: Vec::new(),
+            ..CompressOptions::default()
+        },
+        ..BuildOptions::default()
+    };
+    let (_dir, pack) = build(&[], &opts);
+    let route = pack.lookup(RouteKind::Exact, b"/page.html").unwrap();
+    assert_eq!(route.encodings(), Encoding::Identity.bit());
+}
+
+#[test]
+fn content_types_and_charsets() {
+    let (_dir, pack) = build(&[("noise.png", &[0x89; 2000])], &BuildOptions::default());
+    for (key, ct) in [
+        ("/page.html", "text/html; charset=utf-8"),
+        ("/tiny.txt", "text/plain; charset=utf-8"),
+        ("/data.json", "application/json"),
+        ("/app.0123abcd.js", "text/javascript; charset=utf-8"),
+        ("/logo.svg", "image/svg+xml"),
+        ("/noise.png", "image/png"),
+    ] {
+        let h = head(&variant(&pack, key, Encoding::Identity));
+        assert!(
+            h.contains(&format!("\r\nContent-Type: {ct}\r\n")),
+            "{key}: {h}"
+        );
+    }
+    let png = pack.lookup(RouteKind::Exact, b"/noise.png").unwrap();
+    assert_eq!(
+        png.encodings(),
+        Encoding::Identity.bit(),
+        "png is not compressed"
+    );
+}
+
+#[test]
+fn cache_control_policy_and_flags() {
+    let (_dir, pack) = build(&[], &BuildOptions::default());
+    let cc = |pack: &Pack, key: &str| {
+        head(&variant(pack, key, Encoding::Identity))
+            .lines()
+            .find_map(|l| l.strip_prefix("Cache-Control: ").map(str::to_owned))
+            .unwrap()
+    };
+    assert_eq!(
+        cc(&pack, "/app.0123abcd.js"),
+        "public, max-age=31536000, immutable"
+    );
+    assert_eq!(
+        cc(&pack, "/page.html"),
+        "public, max-age=0, must-revalidate"
+    );
+    assert_eq!(cc(&pack, "/docs/"), "public, max-age=0, must-revalidate");
+    assert_eq!(cc(&pack, "/data.json"), "public, max-age=3600");
+
+    let opts = BuildOptions {
+        cache: CachePolicy {
+            override_default: Some("no-cache".into()),
+            override_immutable: Some("public, max-age=600".into()),
+        },
+        ..BuildOptions::default()
+    };
+    let (_dir, pack) = build(&[], &opts);
+    assert_eq!(cc(&pack, "/app.0123abcd.js"), "public, max-age=600");
+    assert_eq!(cc(&pack, "/page.html"), "no-cache");
+    assert_eq!(cc(&pack, "/data.json"), "no-cache");
+}
+
+#[test]
+fn headers_file_adds_and_replaces() {
+    let rules = b"/*\n  X-Frame-Options: DENY\n/page.html\n  Content-Type: text/x-special\n  cache-control: private\n  Link: </a.css>; rel=preload\n/data.json\n  Vary: Origin\n";
+    let (_dir, pack) = build(&[("_headers", rules)], &BuildOptions::default());
+    let h = head(&variant(&pack, "/page.html", Encoding::Br));
+    assert_eq!(h.matches("Content-Type:").count(), 1, "{h}");
+    assert_eq!(
+        h.to_ascii_lowercase().matches("cache-control:").count(),
+        1,
+        "{h}"
+    );
+    assert!(h.contains("\r\nCache-Control: private\r\n"), "{h}");
+    assert!(h.contains("\r\nContent-Type: text/x-special\r\n"), "{h}");
+    assert!(h.contains("\r\nX-Frame-Options: DENY\r\n"), "{h}");
+    let v = variant(&pack, "/page.html", Encoding::Br);
+    let validators = String::from_utf8_lossy(&v.head[..v.repr_at]).into_owned();
+    assert!(
+        validators.contains("Link: </a.css>; rel=preload\r\n"),
+        "custom headers precede the representation"
+    );
+    let json = head(&variant(&pack, "/data.json", Encoding::Identity));
+    assert!(
+        json.contains("\r\nVary: Origin\r\n") && json.matches("Vary").count() == 1,
+        "{json}"
+    );
+    // Stripped route `/page` matches no `/page.html` block: only the `/*` one.
+    let stripped = head(&variant(&pack, "/page", Encoding::Identity));
+    assert!(stripped.contains("X-Frame-Options: DENY") && !stripped.contains("x-special"));
+}
+
+#[test]
+fn reserved_headers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("_headers"), "/*\n  Content-Length: 3\n").unwrap();
+    let err = build_pack(
+        dir.path(),
+        &dir.path().join("x.pack"),
+        &BuildOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("_headers:2: Content-Length is set by kiln"),
+        "{err}"
+    );
+}
+
+#[test]
+fn not_found_and_redirect_heads_carry_no_validators() {
+    let (_dir, pack) = build(&[], &BuildOptions::default());
+    let nf = pack.not_found().unwrap();
+    for v in nf.variants() {
+        let h = head(&v);
+        assert!(
+            !h.contains("ETag") && !h.contains("Last-Modified") && !h.contains("Accept-Ranges"),
+            "{h}"
+        );
+        assert!(v.etag.is_empty());
+    }
+    assert!(nf.variant(Encoding::Br).is_some());
+    let redirect = variant(&pack, "/docs", Encoding::Identity);
+    assert_eq!(
+        head(&redirect),
+        format!(
+            "Location: /docs/\r\nCache-Control: public, max-age=3600\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n",
+            redirect.body.len()
+        )
+    );
+    // The same file served as a 200 page keeps its validators.
+    let page = head(&variant(&pack, "/404.html", Encoding::Identity));
+    assert!(page.starts_with("ETag: "));
+}

@@ -1,0 +1,92 @@
+//! The same source gives a byte-identical pack: twice in a row, and from a
+//! copy of the tree whose files were created in the opposite order.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use kiln::build::compress::CompressOptions;
+use kiln::build::{BuildOptions, build_pack};
+use kiln::pack::Encoding;
+
+fn files() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for i in 0..40 {
+        let text = format!(
+            "<h1>page {i}</h1>\n{}",
+            "<p>lorem ipsum dolor sit amet</p>\n".repeat(i * 3 + 1)
+        );
+        out.push((format!("dir{}/page{i}.html", i % 5), text.into_bytes()));
+        out.push((
+            format!("assets/s{i}.css"),
+            format!("body{{margin:{i}px}}\n").repeat(30).into_bytes(),
+        ));
+    }
+    out.push(("index.html".into(), b"home".to_vec()));
+    out.push(("dup-a.txt".into(), b"same content".repeat(20)));
+    out.push(("dup-b.txt".into(), b"same content".repeat(20)));
+    out.push(("app/_wildcard.html".into(), b"shell".to_vec()));
+    out.push(("404.html".into(), b"missing".repeat(50)));
+    out.push(("_headers".into(), b"/*\n  X-A: b\n".to_vec()));
+    out.push((
+        "_redirects".into(),
+        b"/old /index.html 301\n/x/* /y/:splat 302\n".to_vec(),
+    ));
+    out
+}
+
+fn write_tree(root: &Path, files: &[(String, Vec<u8>)]) {
+    for (i, (path, content)) in files.iter().enumerate() {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        let t = UNIX_EPOCH + Duration::from_secs(1_600_000_000 + i as u64 * 7);
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+}
+
+#[test]
+fn builds_are_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files();
+    write_tree(&dir.path().join("a"), &files);
+    // Same files and mtimes, created in the reverse order (different
+    // directory order on disk, different inode numbers).
+    let reversed: Vec<_> = files.iter().cloned().enumerate().rev().collect();
+    for (i, (path, content)) in reversed {
+        let p = dir.path().join("b").join(&path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &content).unwrap();
+        let t = UNIX_EPOCH + Duration::from_secs(1_600_000_000 + i as u64 * 7);
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    let opts = BuildOptions {
+        compress: CompressOptions {
+            encodings: vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip],
+            ..CompressOptions::default()
+        },
+        ..BuildOptions::default()
+    };
+    let mut packs = Vec::new();
+    for (src, name) in [("a", "1.pack"), ("a", "2.pack"), ("b", "3.pack")] {
+        let out = dir.path().join(name);
+        let report = build_pack(&dir.path().join(src), &out, &opts).unwrap();
+        assert!(report.dedup_saved > 0, "the duplicate files share a body");
+        packs.push(std::fs::read(&out).unwrap());
+    }
+    assert!(packs[0] == packs[1], "two builds of the same tree differ");
+    assert!(
+        packs[0] == packs[2],
+        "a copy created in another order differs"
+    );
+}

@@ -1,0 +1,129 @@
+//! Reading a source directory: ignore rules, `.well-known`, symbolic links
+//! (followed, also outside the tree; loops skipped with a warning), names
+//! that are not UTF-8.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use kiln::build::source::read_source;
+use kiln::build::{BuildOptions, build_pack, build_preview};
+use kiln::pack::{Encoding, RouteKind};
+
+fn write(root: &Path, path: &str, content: &str) {
+    let p = root.join(path);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+fn paths(root: &Path) -> Vec<String> {
+    read_source(root)
+        .unwrap()
+        .files
+        .into_iter()
+        .map(|f| f.path)
+        .collect()
+}
+
+#[test]
+fn ignore_rules_and_well_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for p in [
+        "index.html",
+        ".env",
+        ".git/config",
+        "#draft.html",
+        "notes#1.txt",
+        "page.html~",
+        "debug.log",
+        "x.tmp",
+        "x.temp",
+        "yarn.lock",
+        "Thumbs.db",
+        "sub/.DS_Store",
+        "sub/.cache/a.html",
+        "sub/ok.html",
+        ".well-known/security.txt",
+        ".well-known/.hidden/x.txt",
+        "sub/.well-known/no.txt",
+    ] {
+        write(root, p, "x");
+    }
+    assert_eq!(
+        paths(root),
+        [
+            ".well-known/.hidden/x.txt",
+            ".well-known/security.txt",
+            "index.html",
+            "sub/ok.html"
+        ]
+    );
+}
+
+#[test]
+fn symlinks_are_followed_and_loops_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    write(&root, "index.html", "home");
+    write(&root, "sub/page.html", "page");
+    write(dir.path(), "outside/shared.css", "shared");
+    symlink("index.html", root.join("alias.html")).unwrap();
+    symlink(dir.path().join("outside"), root.join("ext")).unwrap();
+    symlink("..", root.join("sub/loop")).unwrap();
+    symlink("missing.html", root.join("dangling.html")).unwrap();
+    let source = read_source(&root).unwrap();
+    let paths: Vec<&str> = source.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "alias.html",
+            "ext/shared.css",
+            "index.html",
+            "sub/page.html"
+        ]
+    );
+    let warnings = source.warnings.join("\n");
+    assert!(
+        warnings.contains("sub/loop") && warnings.contains("loop"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("dangling.html"), "{warnings}");
+}
+
+#[test]
+fn non_utf8_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.html");
+    std::fs::write(dir.path().join(name), "x").unwrap();
+    let err = format!("{:#}", read_source(dir.path()).unwrap_err());
+    assert!(err.contains("not UTF-8") && err.contains("caf"), "{err}");
+}
+
+#[test]
+fn an_empty_directory_builds_an_empty_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    let out = dir.path().join("e.pack");
+    let report = build_pack(&dir.path().join("src"), &out, &BuildOptions::default()).unwrap();
+    assert_eq!((report.files, report.routes), (0, 0));
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+}
+
+#[test]
+fn preview_pack_is_open_and_its_file_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "index.html", &"<p>preview</p>\n".repeat(50));
+    let pack = build_preview(dir.path()).unwrap();
+    assert!(!pack.path().exists(), "the temporary file is deleted");
+    assert!(pack.path().starts_with(std::env::temp_dir()));
+    let route = pack.lookup(RouteKind::Exact, b"/").unwrap();
+    assert_eq!(
+        route.variant(Encoding::Identity).unwrap().body,
+        "<p>preview</p>\n".repeat(50).as_bytes()
+    );
+    assert!(route.variant(Encoding::Br).is_some());
+    assert!(route.variant(Encoding::Zstd).is_none());
+    kiln::pack::verify::verify(&pack).unwrap();
+}

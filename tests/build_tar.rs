@@ -1,0 +1,327 @@
+//! `kiln build` from tar archives, including hostile ones: every bad entry
+//! is refused with a one-line error naming it, or skipped with a warning,
+//! and nothing outside the archive is ever read.
+
+use std::path::{Path, PathBuf};
+
+use kiln::build::{BuildOptions, BuildReport, build_pack};
+use kiln::pack::{Encoding, Pack, RouteKind};
+
+/// A ustar header block for `name` (≤ 100 bytes) with a correct checksum.
+fn header(name: &[u8], typeflag: u8, size: u64, link: &[u8]) -> [u8; 512] {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name);
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    h[136..148].copy_from_slice(b"14524770400\0");
+    h[156] = typeflag;
+    h[157..157 + link.len()].copy_from_slice(link);
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| b as u32).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// A regular-file entry: header, data, padding.
+fn file_entry(name: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = header(name, b'0', data.len() as u64, b"").to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+fn link_entry(name: &[u8], typeflag: u8, target: &[u8]) -> Vec<u8> {
+    header(name, typeflag, 0, target).to_vec()
+}
+
+/// Entries followed by the two zero blocks that end an archive.
+fn archive(entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut out: Vec<u8> = entries.concat();
+    out.extend_from_slice(&[0u8; 1024]);
+    out
+}
+
+struct Built {
+    _dir: tempfile::TempDir,
+    pack: PathBuf,
+    report: BuildReport,
+}
+
+fn build_bytes(bytes: &[u8], file_name: &str) -> anyhow::Result<Built> {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join(file_name);
+    std::fs::write(&src, bytes).unwrap();
+    let pack = dir.path().join("site.pack");
+    let report = build_pack(&src, &pack, &BuildOptions::default())?;
+    Ok(Built {
+        _dir: dir,
+        pack,
+        report,
+    })
+}
+
+fn refused(bytes: &[u8]) -> String {
+    let err = match build_bytes(bytes, "site.tar") {
+        Ok(_) => panic!("the archive was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.contains("site.tar"), "names the archive: {err}");
+    err
+}
+
+fn open(path: &Path) -> Pack {
+    let pack = Pack::open(path).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    pack
+}
+
+fn body(pack: &Pack, key: &str) -> Option<Vec<u8>> {
+    let route = pack.lookup(RouteKind::Exact, key.as_bytes())?;
+    Some(route.variant(Encoding::Identity)?.body.to_vec())
+}
+
+#[test]
+fn plain_archive_with_links_builds() {
+    let bytes = archive(&[
+        header(b"./", b'5', 0, b"").to_vec(),
+        file_entry(b"./index.html", b"<h1>home</h1>"),
+        header(b"./sub/", b'5', 0, b"").to_vec(),
+        file_entry(b"./sub//a.css", b"body{}"),
+        link_entry(b"./alias.html", b'2', b"index.html"),
+        link_entry(b"./sub/up.html", b'2', b"../index.html"),
+        link_entry(b"./chain.html", b'2', b"alias.html"),
+        link_entry(b"./hard.css", b'1', b"./sub/a.css"),
+        file_entry(b"./.hidden", b"secret"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, "/").unwrap(), b"<h1>home</h1>");
+    assert_eq!(body(&pack, "/sub/a.css").unwrap(), b"body{}");
+    assert_eq!(body(&pack, "/alias.html").unwrap(), b"<h1>home</h1>");
+    assert_eq!(body(&pack, "/sub/up.html").unwrap(), b"<h1>home</h1>");
+    assert_eq!(body(&pack, "/chain.html").unwrap(), b"<h1>home</h1>");
+    assert_eq!(body(&pack, "/hard.css").unwrap(), b"body{}");
+    assert_eq!(
+        body(&pack, "/.hidden"),
+        None,
+        "ignore rules apply to archives"
+    );
+    assert_eq!(built.report.files, 6);
+    let route = pack.lookup(RouteKind::Exact, b"/index.html").unwrap();
+    assert_eq!(route.last_modified(), 0o14524770400);
+}
+
+#[test]
+fn absolute_names_are_refused() {
+    let err = refused(&archive(&[file_entry(b"/etc/passwd", b"x")]));
+    assert!(
+        err.contains("\"/etc/passwd\"") && err.contains("absolute"),
+        "{err}"
+    );
+}
+
+#[test]
+fn dot_dot_components_are_refused() {
+    let err = refused(&archive(&[file_entry(b"a/../../evil.html", b"x")]));
+    assert!(
+        err.contains("a/../../evil.html") && err.contains("'..'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn links_pointing_outside_are_skipped_with_a_warning() {
+    let bytes = archive(&[
+        file_entry(b"index.html", b"home"),
+        link_entry(b"up.html", b'2', b"../outside.html"),
+        link_entry(b"abs.html", b'2', b"/etc/passwd"),
+        link_entry(b"hard.html", b'1', b"../outside.html"),
+        link_entry(b"dangling.html", b'2', b"missing.html"),
+        link_entry(b"loop-a", b'2', b"loop-b"),
+        link_entry(b"loop-b", b'2', b"loop-a"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let pack = open(&built.pack);
+    for key in [
+        "/up.html",
+        "/abs.html",
+        "/hard.html",
+        "/dangling.html",
+        "/loop-a",
+    ] {
+        assert_eq!(body(&pack, key), None, "{key}");
+    }
+    let warnings = built.report.warnings.join("\n");
+    assert!(
+        warnings.contains("\"up.html\"") && warnings.contains("outside"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("\"abs.html\""), "{warnings}");
+    assert!(warnings.contains("\"hard.html\""), "{warnings}");
+    assert!(warnings.contains("\"dangling.html\""), "{warnings}");
+    assert!(warnings.contains("too many levels of links"), "{warnings}");
+}
+
+#[test]
+fn duplicate_entries_are_refused() {
+    let err = refused(&archive(&[
+        file_entry(b"./a.html", b"one"),
+        file_entry(b"a.html", b"two"),
+    ]));
+    assert!(err.contains("a.html") && err.contains("duplicate"), "{err}");
+}
+
+#[test]
+fn non_utf8_names_are_refused() {
+    let err = refused(&archive(&[file_entry(b"caf\xe9.html", b"x")]));
+    assert!(err.contains("not UTF-8"), "{err}");
+}
+
+#[test]
+fn truncated_archives_are_errors() {
+    let full = archive(&[file_entry(b"a.html", &[b'a'; 3000])]);
+    let err = refused(&full[..512 + 1000]);
+    assert!(err.contains("truncated"), "{err}");
+    let err = refused(&full[..300]);
+    assert!(err.contains("truncated or corrupt"), "{err}");
+}
+
+#[test]
+fn sizes_that_lie_are_errors() {
+    let mut bytes = header(b"big.html", b'0', 100_000, b"").to_vec();
+    bytes.extend_from_slice(&[b'x'; 10]);
+    let err = refused(&bytes);
+    assert!(
+        err.contains("big.html") && err.contains("truncated"),
+        "{err}"
+    );
+
+    let huge = header(b"huge.bin", b'0', 0o77777777777, b"").to_vec();
+    let err = refused(&huge);
+    assert!(err.contains("huge.bin") && err.contains("limit"), "{err}");
+}
+
+#[test]
+fn special_entries_are_skipped_with_a_warning() {
+    let bytes = archive(&[
+        file_entry(b"index.html", b"home"),
+        header(b"fifo", b'6', 0, b"").to_vec(),
+        header(b"dev", b'3', 0, b"").to_vec(),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    assert_eq!(built.report.files, 1);
+    let warnings = built.report.warnings.join("\n");
+    assert!(
+        warnings.contains("\"fifo\"") && warnings.contains("\"dev\""),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn not_a_tar_is_an_error() {
+    let err = refused(&[b'z'; 2000]);
+    assert!(
+        err.contains("corrupt") || err.contains("not a tar"),
+        "{err}"
+    );
+}
+
+fn long_name() -> String {
+    format!("{}/page.html", "deep".repeat(40))
+}
+
+#[test]
+fn gnu_long_names_are_supported() {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5);
+    h.set_mode(0o644);
+    b.append_data(&mut h, long_name(), &b"hello"[..]).unwrap();
+    let bytes = b.into_inner().unwrap();
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    assert_eq!(
+        body(&open(&built.pack), &format!("/{}", long_name())).unwrap(),
+        b"hello"
+    );
+}
+
+#[test]
+fn pax_long_names_are_supported() {
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_pax_extensions([("path", long_name().as_bytes())])
+        .unwrap();
+    let mut h = tar::Header::new_ustar();
+    h.set_size(5);
+    h.set_mode(0o644);
+    h.as_old_mut().name[..5].copy_from_slice(b"short");
+    h.set_cksum();
+    b.append(&h, &b"hello"[..]).unwrap();
+    let bytes = b.into_inner().unwrap();
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, &format!("/{}", long_name())).unwrap(), b"hello");
+    assert_eq!(body(&pack, "/short"), None);
+}
+
+#[test]
+fn overlong_names_are_refused() {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(1);
+    b.append_data(&mut h, "x/".repeat(2100), &b"x"[..]).unwrap();
+    let err = refused(&b.into_inner().unwrap());
+    assert!(err.contains("longer than 4096"), "{err}");
+}
+
+fn sample_tar() -> Vec<u8> {
+    archive(&[
+        file_entry(
+            b"index.html",
+            "<p>compressed archive</p>\n".repeat(50).as_bytes(),
+        ),
+        file_entry(b"a.txt", b"text"),
+    ])
+}
+
+#[test]
+fn gzip_and_zstd_archives_are_detected_by_magic() {
+    use std::io::Write;
+    let tar = sample_tar();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tar).unwrap();
+    let gz = gz.finish().unwrap();
+    let zst = zstd::encode_all(&tar[..], 3).unwrap();
+    // Misleading or missing extensions: detection is by content.
+    for (bytes, name) in [
+        (gz, "site.bin"),
+        (zst, "site.tar.gz"),
+        (tar.clone(), "site.tar.zst"),
+    ] {
+        let built = build_bytes(&bytes, name).unwrap();
+        let pack = open(&built.pack);
+        assert_eq!(body(&pack, "/a.txt").unwrap(), b"text", "{name}");
+        assert_eq!(built.report.files, 2);
+    }
+}
+
+#[test]
+fn truncated_compressed_archives_are_errors() {
+    use std::io::Write;
+    let tar = sample_tar();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tar).unwrap();
+    let gz = gz.finish().unwrap();
+    let zst = zstd::encode_all(&tar[..], 3).unwrap();
+    for cut in [&gz[..gz.len() / 2], &zst[..zst.len() / 2]] {
+        let err = refused(cut);
+        assert!(
+            err.contains("truncated") || err.contains("corrupt"),
+            "{err}"
+        );
+    }
+}
