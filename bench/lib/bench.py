@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""kiln's benchmark: kiln against nginx and h2o, each on one core, wrk on the other.
+
+Entry point of bench/run and bench/report. Prepares the machine and the corpora, then
+runs every case on every server, interleaved (kiln, nginx, h2o, kiln, ...) for several
+rounds, saving each run to a JSON file as it goes, and finally writes the report.
+"""
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import checks
+import corpora
+import measure
+import prepare
+import report
+import servers
+
+BENCH_DIR = Path(__file__).resolve().parent.parent
+REPO = BENCH_DIR.parent
+WORK = BENCH_DIR / "work"
+# Seed of the random-path order in paths.lua (same order for every server).
+PATHS_SEED = 42
+# Share of idle CPU over 1 s that counts as a quiet machine before a run.
+QUIET_IDLE_SHARE = 0.9
+# Server order inside a round: the peers run right after kiln, in the same conditions.
+SERVER_ORDER = ["kiln", "kiln-dummy", "nginx", "h2o"]
+# Servers whose syscalls per request are counted (kiln --dummy is not a real server).
+STRACED_SERVERS = ["kiln", "nginx", "h2o"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One load shape on one corpus."""
+
+    # Name in results and in the report.
+    name: str
+    # Corpus served (see corpora.py).
+    corpus: str
+    # Concurrent wrk connections.
+    connections: int
+    # Fixed request path, or "" for random paths drawn from the corpus's list.
+    path: str = "/index.txt"
+    # Accept-Encoding sent by wrk (None: no header).
+    accept_encoding: str | None = None
+    # Requests sent per write (HTTP/1.1 pipelining); 1 means none.
+    pipeline: int = 1
+    # Idle keep-alive connections held open during the run.
+    idle: int = 0
+    # Part of the --quick subset.
+    quick: bool = False
+
+
+CASES = [
+    Case("hello-c16", "hello", 16),
+    Case("hello-c128", "hello", 128, quick=True),
+    Case("hello-c512", "hello", 512),
+    Case("hello-c2048", "hello", 2048),
+    Case("hello-pipelined16-c128", "hello", 128, pipeline=16, quick=True),
+    Case("answer-c10", "answer", 10, path="/answer"),
+    Case("answer-c100", "answer", 100, path="/answer", quick=True),
+    Case("answer-c800", "answer", 800, path="/answer"),
+    Case("pydocs-identity-c128", "pydocs", 128, path=""),
+    Case("pydocs-gzip-c128", "pydocs", 128, path="", accept_encoding="gzip", quick=True),
+    Case("pydocs-br-c128", "pydocs", 128, path="", accept_encoding="br, gzip"),
+    Case("tiles-c128", "tiles", 128, path="", quick=True),
+    Case("tiles-c2048", "tiles", 2048, path=""),
+    Case("hello-c128-idle10k", "hello", 128, idle=10_000, quick=True),
+]
+# The syscall count runs this case, shorter, with strace attached.
+STRACE_CASE = next(c for c in CASES if c.name == "hello-c128")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Durations and repetitions of one invocation."""
+
+    # Interleaved rounds over all cases and servers.
+    rounds: int
+    # Seconds of unmeasured load before each measured run (wrk takes whole seconds).
+    warmup_s: int
+    # Seconds of each measured run.
+    duration_s: int
+    # Longest wait for a quiet machine before a run.
+    quiet_wait_s: float
+    # Seconds of load while strace counts syscalls.
+    strace_s: int
+
+
+FULL = Settings(rounds=3, warmup_s=2, duration_s=8, quiet_wait_s=10, strace_s=5)
+QUICK = Settings(rounds=1, warmup_s=1, duration_s=2, quiet_wait_s=1, strace_s=2)
+
+
+def output_paths(quick: bool) -> tuple[Path, Path, Path]:
+    """(results.json, RESULTS.md, results.png): quick runs never overwrite the real report."""
+    if quick:
+        quick_dir = WORK / "quick"
+        return quick_dir / "results.json", quick_dir / "RESULTS.md", quick_dir / "results.png"
+    return WORK / "results.json", BENCH_DIR / "RESULTS.md", BENCH_DIR / "results.png"
+
+
+def wrk_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int) -> list[str]:
+    """The wrk command line for `case` against `port`."""
+    base = f"http://127.0.0.1:{port}"
+    headers = {"Accept-Encoding": case.accept_encoding} if case.accept_encoding else {}
+    if case.pipeline > 1:
+        return measure.wrk_argv(base, case.connections, duration_s, "pipeline.lua",
+                                [case.path, str(case.pipeline)], headers)
+    if not case.path:
+        return measure.wrk_argv(base, case.connections, duration_s, "paths.lua",
+                                [str(corpus.paths_file), str(PATHS_SEED)], headers)
+    return measure.wrk_argv(base + case.path, case.connections, duration_s, "report.lua",
+                            [], headers)
+
+
+def runs(entry: servers.ServerEntry, case: Case) -> bool:
+    """Whether `entry` takes part in `case` (kiln --dummy: plain hello cases only)."""
+    return not entry.ceiling_only or (case.corpus == "hello" and not case.idle)
+
+
+class Bench:
+    """One invocation: the prepared corpora and packs, the settings, the results so far."""
+
+    def __init__(self, settings: Settings, prepared: dict, packs: dict, results: dict,
+                 results_path: Path):
+        # Durations and rounds.
+        self.settings = settings
+        # Corpus name -> corpora.Corpus.
+        self.corpora = prepared
+        # Corpus name -> kiln pack (empty when kiln does not run).
+        self.packs = packs
+        # Everything recorded, saved after each run so an interruption loses little.
+        self.results = results
+        # Where `results` is saved.
+        self.results_path = results_path
+
+    def save(self) -> None:
+        self.results_path.parent.mkdir(parents=True, exist_ok=True)
+        self.results_path.write_text(json.dumps(self.results, indent=1) + "\n")
+
+    def start(self, entry: servers.ServerEntry, case: Case) -> servers.RunningServer:
+        return servers.start(entry, self.corpora[case.corpus], self.packs,
+                             WORK / "run" / entry.name)
+
+    def run_case(self, entry: servers.ServerEntry, case: Case, round_no: int) -> dict:
+        """Check, warm up and measure one case on one server; return the run's record."""
+        record = {"case": case.name, "server": entry.name, "round": round_no,
+                  "quiet": measure.wait_for_quiet(QUIET_IDLE_SHARE, self.settings.quiet_wait_s)}
+        try:
+            server = self.start(entry, case)
+        except servers.ServerError as err:
+            record["error"] = str(err)
+            return record
+        holder = None
+        try:
+            corpus = self.corpora[case.corpus]
+            record.update(server_argv=server.argv, port=server.port)
+            record["check"] = checks.check(case, corpus, server.port)
+            pids = measure.process_tree(server.process.pid)
+            if case.idle:
+                record["idle"] = {"requested": case.idle, "rss_before_kib": measure.rss_kib(pids)}
+                holder = measure.IdleHolder(server.port, case.idle, case.path,
+                                            timeout_s=self.settings.duration_s * 4 + 120)
+                record["idle"]["opened"] = holder.wait_open()
+                record["idle"]["rss_after_open_kib"] = measure.rss_kib(pids)
+            measure.run_wrk(wrk_command(case, corpus, server.port, self.settings.warmup_s),
+                            self.settings.warmup_s, pids)
+            argv = wrk_command(case, corpus, server.port, self.settings.duration_s)
+            cpu_before = measure.cpu_seconds(pids)
+            wrk = measure.run_wrk(argv, self.settings.duration_s, pids)
+            server_cpu = measure.cpu_seconds(pids) - cpu_before
+            if case.pipeline > 1:
+                # wrk times a pipelined batch as one sample but corrects its histogram as
+                # if each response were one, which corrupts the percentiles: drop them.
+                wrk.update(dict.fromkeys(measure.LATENCY_KEYS))
+            record.update(wrk_argv=argv, wrk=wrk, server_cpu_s=round(server_cpu, 2),
+                          requests_per_cpu_s=round(wrk["requests"] / server_cpu)
+                          if server_cpu > 0 else None)
+            if holder is not None:
+                record["idle"]["still_open"] = holder.finish()
+            if server.process.poll() is not None:
+                record["error"] = f"{entry.name} exited during the run"
+        except (checks.CheckError, measure.MeasureError) as err:
+            record["error"] = str(err)
+        finally:
+            if holder is not None and holder.process.poll() is None:
+                holder.process.kill()
+                holder.process.wait()
+            server.stop()
+        return record
+
+    def count_syscalls(self, entry: servers.ServerEntry) -> dict:
+        """strace -c over a bounded hello run; syscalls divided by requests served."""
+        case = STRACE_CASE
+        record = {"server": entry.name, "case": case.name}
+        try:
+            server = self.start(entry, case)
+        except servers.ServerError as err:
+            record["error"] = str(err)
+            return record
+        try:
+            corpus = self.corpora[case.corpus]
+            checks.check(case, corpus, server.port)
+            pids = measure.process_tree(server.process.pid)
+            measure.run_wrk(wrk_command(case, corpus, server.port, self.settings.warmup_s),
+                            self.settings.warmup_s, pids)
+            output = WORK / "run" / entry.name / "strace.txt"
+            tracer = measure.start_strace(pids, output)
+            argv = wrk_command(case, corpus, server.port, self.settings.strace_s)
+            wrk = measure.run_wrk(argv, self.settings.strace_s, pids)
+            calls = measure.stop_strace(tracer, output)
+            top = sorted((c for c in calls.items() if c[0] != "total"), key=lambda c: -c[1])
+            record.update(wrk_argv=argv, requests=wrk["requests"], total_calls=calls["total"],
+                          per_request=round(calls["total"] / max(1, wrk["requests"]), 3),
+                          top={name: round(n / max(1, wrk["requests"]), 3)
+                               for name, n in top[:8]})
+        except (checks.CheckError, measure.MeasureError) as err:
+            record["error"] = str(err)
+        finally:
+            server.stop()
+        return record
+
+
+def describe(record: dict) -> str:
+    """One console line for a finished run."""
+    head = f"[r{record['round']}] {record['case']:<24} {record['server']:<10}"
+    if "error" in record:
+        return f"{head} ERROR: {record['error'].splitlines()[0]}"
+    wrk = record["wrk"]
+    latency = "  (no latency: pipelined)  " if wrk["p50_us"] is None else \
+        f"  p50 {wrk['p50_us'] / 1000:6.2f} ms  p99 {wrk['p99_us'] / 1000:6.2f} ms  "
+    line = (f"{head} {wrk['rps']:>11,.0f} req/s{latency}"
+            f"{record['requests_per_cpu_s'] or 0:>9,} req/cpu-s"
+            f"  wrk {wrk['wrk_core_share']:.0%}  sock-err {wrk['socket_errors']}"
+            f"  non2xx {wrk['non2xx']}")
+    if "idle" in record:
+        idle = record["idle"]
+        line += f"  idle {idle['opened']} open, {idle.get('still_open')} kept"
+    if not record["quiet"]["quiet"]:
+        line += f"  (busy machine: {record['quiet']['idle_share']:.0%} idle)"
+    return line
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench/run", description="Benchmark kiln against nginx and h2o on one core.")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 1 round, short runs, a subset of cases (< 2 min)")
+    parser.add_argument("--servers", default=",".join(SERVER_ORDER),
+                        help=f"comma-separated subset of {','.join(SERVER_ORDER)}")
+    parser.add_argument("--cases", help="comma-separated case names (default: all, or the "
+                        "quick subset); known: " + ",".join(c.name for c in CASES))
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite the report from the saved results")
+    return parser.parse_args()
+
+
+def select_cases(args: argparse.Namespace) -> list[Case]:
+    if args.cases is None:
+        return [c for c in CASES if c.quick or not args.quick]
+    wanted = args.cases.split(",")
+    unknown = set(wanted) - {c.name for c in CASES}
+    if unknown:
+        sys.exit(f"bench: error: unknown case(s) {', '.join(sorted(unknown))}")
+    return [c for c in CASES if c.name in wanted]
+
+
+def prepare_servers(names: list[str], cases: list[Case]):
+    """Build kiln (when asked for), the corpora and the packs.
+
+    Returns (kiln binary or None, corpora, packs, runnable entries, {skipped: why}).
+    """
+    kiln, kiln_unavailable = None, ""
+    if {"kiln", "kiln-dummy"} & set(names):
+        kiln, kiln_unavailable = prepare.build_kiln(REPO, WORK / "logs" / "cargo.log")
+    prepared = corpora.prepare(WORK, {c.corpus for c in cases} | {STRACE_CASE.corpus})
+    packs = {}
+    if kiln is not None:
+        try:
+            packs = corpora.build_packs(kiln, WORK, prepared)
+        except subprocess.CalledProcessError as err:
+            kiln_unavailable = f"`{shlex.join(err.cmd)}` failed (exit status {err.returncode})"
+            kiln = None
+    entries = servers.entries(kiln, kiln_unavailable)
+    skipped = {n: entries[n].unavailable for n in names if entries[n].unavailable}
+    for name, why in skipped.items():
+        print(f"bench: {name} skipped: {why}", flush=True)
+    active = [entries[n] for n in SERVER_ORDER if n in names and n not in skipped]
+    return kiln, prepared, packs, active, skipped
+
+
+def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntry]) -> None:
+    """The interleaved rounds, then the syscall counts; every record saved as it comes."""
+    # The harness itself (checks, RSS sampling) stays off the server's core from here on;
+    # not before, so that corpus generation and `kiln build` may use every core.
+    os.sched_setaffinity(0, {int(measure.CLIENT_CORE)})
+    for round_no in range(1, bench.settings.rounds + 1):
+        for case in cases:
+            for entry in active:
+                if runs(entry, case):
+                    record = bench.run_case(entry, case, round_no)
+                    print(describe(record), flush=True)
+                    bench.results["runs"].append(record)
+                    bench.save()
+    for entry in active:
+        if entry.name in STRACED_SERVERS:
+            record = bench.count_syscalls(entry)
+            shown = record.get("error", "").split("\n")[0] or f"{record['per_request']} per request"
+            print(f"syscalls {entry.name:<10} {shown}", flush=True)
+            bench.results["syscalls"].append(record)
+            bench.save()
+
+
+def main() -> int:
+    args = parse_args()
+    results_path, report_md, report_png = output_paths(args.quick)
+    if args.report_only:
+        if not results_path.exists():
+            print(f"bench: error: {results_path}: no saved results; run bench/run first",
+                  file=sys.stderr)
+            return 1
+        report.write(json.loads(results_path.read_text()), report_md, report_png)
+        return 0
+    names = args.servers.split(",")
+    unknown = set(names) - set(SERVER_ORDER)
+    if unknown:
+        print(f"bench: error: unknown server(s) {', '.join(sorted(unknown))}; "
+              f"known: {', '.join(SERVER_ORDER)}", file=sys.stderr)
+        return 1
+    cases = select_cases(args)
+    settings = QUICK if args.quick else FULL
+    try:
+        prepare.install_tools()
+    except prepare.SetupError as err:
+        print(f"bench: error: {err}", file=sys.stderr)
+        return 1
+    # Every server and client here needs more than the default 1024 descriptors.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    kiln, prepared, packs, active, skipped = prepare_servers(names, cases)
+    if not active:
+        print("bench: error: no server left to measure", file=sys.stderr)
+        return 1
+    results = {
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "settings": asdict(settings),
+        "machine": prepare.machine(),
+        "versions": prepare.versions(kiln, REPO),
+        "servers": [e.name for e in active],
+        "skipped": skipped,
+        "cases": [asdict(c) for c in cases],
+        "runs": [],
+        "syscalls": [],
+    }
+    bench = Bench(settings, prepared, packs, results, results_path)
+    bench.save()
+    measure_all(bench, cases, active)
+    results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    bench.save()
+    report.write(results, report_md, report_png)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Servers were stopped on the way out; the runs so far are in the JSON file.
+        print("bench: interrupted; `bench/report` reports the runs saved so far",
+              file=sys.stderr)
+        sys.exit(130)

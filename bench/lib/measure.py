@@ -1,0 +1,214 @@
+"""Measuring one run: the load (wrk), the server's CPU and memory, the machine's quiet.
+
+Server figures come from /proc, summed over the server's process tree (nginx runs a
+master and a worker). wrk's CPU time comes from the kernel's accounting of reaped
+children, so the harness can tell when the client, not the server, was the limit.
+"""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+# The core wrk (and the idle-connection holder) runs on; the server has core 0.
+CLIENT_CORE = "1"
+# Clock ticks per second, the unit of utime/stime in /proc/PID/stat.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Share of wrk's core above which the client, not the server, limited the run.
+CLIENT_BOUND_SHARE = 0.95
+# wrk's per-request timeout; slower responses are counted as timeouts.
+WRK_TIMEOUT = "2s"
+# Marker of the JSON line printed by bench/lua/report.lua.
+RESULT_MARKER = "BENCH_RESULT "
+# Interval between samples of the server's RSS during a run.
+RSS_SAMPLE_S = 0.25
+# Latency figures in report.lua's line.
+LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us"]
+
+
+class MeasureError(Exception):
+    """A measuring tool failed; the message says what it printed."""
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and all its descendants, found through the parent ids in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rpartition(")")[2].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending.extend(children.get(pid, []))
+    return tree
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes (all their threads included)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # Fields 14 (utime) and 15 (stime) of proc(5); field 3 is fields[0].
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICKS
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Resident memory (VmRSS) of the processes, summed, in KiB."""
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all cores, from the first line of /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    # idle and iowait are columns 4 and 5; guest time is already inside user.
+    return values[3] + values[4], sum(values[:8])
+
+
+def wait_for_quiet(min_idle: float, max_wait_s: float) -> dict:
+    """Sample the machine's idle share over 1 s until it reaches `min_idle` or time is up."""
+    started = time.monotonic()
+    while True:
+        idle_before, total_before = _cpu_times()
+        time.sleep(1.0)
+        idle_after, total_after = _cpu_times()
+        idle = (idle_after - idle_before) / max(1, total_after - total_before)
+        waited = time.monotonic() - started
+        if idle >= min_idle or waited >= max_wait_s:
+            return {"quiet": idle >= min_idle, "idle_share": round(idle, 3),
+                    "waited_s": round(waited, 1)}
+
+
+def wrk_argv(url: str, connections: int, duration_s: int, script: str,
+             script_args: list[str], headers: dict[str, str]) -> list[str]:
+    """The wrk command line (one thread, on the client core)."""
+    argv = ["taskset", "-c", CLIENT_CORE, "wrk", "-t1", f"-c{connections}",
+            f"-d{duration_s}s", "--timeout", WRK_TIMEOUT, "-s", str(LUA_DIR / script)]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    argv.append(url)
+    if script_args:
+        argv += ["--", *script_args]
+    return argv
+
+
+def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
+    """Run wrk; return its summary (from report.lua), the CPU time wrk used and the
+    server's peak RSS, sampled while the load runs."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + duration_s + 60
+    peak_rss = 0
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise MeasureError(f"wrk did not finish within {duration_s + 60} s")
+        peak_rss = max(peak_rss, rss_kib(server_pids))
+        time.sleep(RSS_SAMPLE_S)
+    stdout, stderr = process.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    if process.returncode != 0 or not lines:
+        output = (stdout + stderr).strip()[-600:]
+        raise MeasureError(f"wrk failed (status {process.returncode}): {output}")
+    result = json.loads(lines[0][len(RESULT_MARKER):])
+    wrk_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    seconds = result["duration_us"] / 1e6
+    result["rps"] = result["requests"] / seconds
+    result["wrk_cpu_s"] = round(wrk_cpu, 3)
+    result["wrk_core_share"] = round(wrk_cpu / seconds, 3)
+    result["client_bound"] = wrk_cpu / seconds >= CLIENT_BOUND_SHARE
+    result["socket_errors"] = sum(result[k] for k in
+                                  ("connect_errors", "read_errors", "write_errors", "timeouts"))
+    result["server_rss_peak_kib"] = peak_rss
+    return result
+
+
+class IdleHolder:
+    """bench/lib/idle_conns.py on the client core, holding idle keep-alive connections."""
+
+    def __init__(self, port: int, count: int, path: str, timeout_s: float):
+        script = Path(__file__).with_name("idle_conns.py")
+        self.process = subprocess.Popen(
+            ["taskset", "-c", CLIENT_CORE, sys.executable, str(script), "127.0.0.1",
+             str(port), str(count), "--path", path, "--timeout", str(timeout_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+
+    def _expect(self, word: str) -> int:
+        line = self.process.stdout.readline().split()
+        if len(line) != 2 or line[0] != word:
+            self.process.kill()
+            self.process.wait()
+            raise MeasureError(f"idle_conns.py: expected {word}, got {' '.join(line) or 'EOF'}")
+        return int(line[1])
+
+    def wait_open(self) -> int:
+        """Block until the holder has opened its connections; return how many it holds."""
+        return self._expect("OPEN")
+
+    def finish(self) -> int:
+        """Ask the holder how many connections the server kept open, then let it exit."""
+        self.process.stdin.write("check\n")
+        self.process.stdin.flush()
+        still_open = self._expect("STILL_OPEN")
+        self.process.wait(timeout=60)
+        return still_open
+
+
+def start_strace(pids: list[int], output: Path) -> subprocess.Popen:
+    """Attach `strace -c -f` to the server's processes (counts only, no per-call log)."""
+    argv = ["strace", "-c", "-f", "-o", str(output)]
+    for pid in pids:
+        argv += ["-p", str(pid)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    # strace announces each attached process on stderr; wait for all of them.
+    attached = 0
+    while attached < len(pids):
+        line = process.stderr.readline()
+        if not line:
+            raise MeasureError(f"strace exited with status {process.wait()} before attaching")
+        attached += "attached" in line
+    return process
+
+
+def stop_strace(process: subprocess.Popen, output: Path) -> dict[str, int]:
+    """Detach strace and parse its summary table into {syscall: calls, "total": calls}."""
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=30)
+    process.stderr.close()
+    calls = {}
+    for line in output.read_text().splitlines():
+        parts = line.split()
+        # Table rows: % time, seconds, usecs/call, calls, [errors], syscall.
+        if len(parts) >= 5 and parts[3].isdigit():
+            calls[parts[-1]] = int(parts[3])
+    if "total" not in calls:
+        raise MeasureError(f"no summary table in strace output {output}")
+    return calls

@@ -1,0 +1,124 @@
+"""Get a fresh machine ready: install the tools, build kiln, describe the machine."""
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from corpora import PYDOCS_SOURCE
+
+# Debian packages needed, each with the file whose presence shows it is installed.
+APT_PACKAGES = {
+    "wrk": "/usr/bin/wrk",
+    "nginx": "/usr/sbin/nginx",
+    "h2o": "/usr/bin/h2o",
+    "python3.11-doc": str(PYDOCS_SOURCE),
+}
+# Python modules installed with pip when missing: (module, pip package, required).
+# brotli decodes the `br` responses checked before the pydocs runs; matplotlib draws the
+# chart, which the report skips (saying so) if it cannot be installed.
+PIP_MODULES = [("brotli", "Brotli", True), ("matplotlib", "matplotlib", False)]
+# Other commands the harness runs; they come with the base system.
+REQUIRED_COMMANDS = ["taskset", "strace"]
+
+
+class SetupError(Exception):
+    """A tool cannot be installed or found; the message says which and why."""
+
+
+def _run_quiet(command: list[str], what: str) -> None:
+    """Run `command`, showing its output only if it fails."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"{what} failed ({' '.join(command)}):\n{tail}")
+
+
+def install_tools() -> None:
+    """apt-get install the missing packages, pip install the missing modules."""
+    missing = [name for name, marker in APT_PACKAGES.items() if not os.path.exists(marker)]
+    if missing:
+        if os.geteuid() != 0:
+            raise SetupError(f"missing packages {', '.join(missing)}; run bench/run as root")
+        print(f"bench: apt-get install {' '.join(missing)}", flush=True)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+    for command in REQUIRED_COMMANDS:
+        if shutil.which(command) is None:
+            raise SetupError(f"`{command}` not found (Debian: apt-get install {command})")
+    for module, package, required in PIP_MODULES:
+        try:
+            __import__(module)
+        except ImportError:
+            print(f"bench: pip install {package}", flush=True)
+            try:
+                _run_quiet([sys.executable, "-m", "pip", "install", "-q", package],
+                           "pip install")
+            except SetupError as err:
+                if required:
+                    raise
+                print(f"bench: warning: {err}", flush=True)
+
+
+def build_kiln(repo: Path, log: Path) -> tuple[Path | None, str]:
+    """`cargo build --release`; return (binary, "") or (None, why kiln cannot run)."""
+    if shutil.which("cargo") is None:
+        return None, "cargo not found"
+    print(f"bench: cargo build --release (log: {log})", flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        built = subprocess.run(
+            ["cargo", "build", "--release"], cwd=repo, stdout=out, stderr=subprocess.STDOUT
+        )
+    if built.returncode != 0:
+        errors = [line for line in log.read_text().splitlines() if line.startswith("error")]
+        first = errors[0] if errors else f"exit status {built.returncode}"
+        return None, f"cargo build --release failed: {first} (see {log})"
+    binary = repo / "target" / "release" / "kiln"
+    for subcommand in ("build", "serve"):
+        probe = subprocess.run([str(binary), subcommand, "--help"], capture_output=True)
+        if probe.returncode != 0:
+            return None, f"{binary} has no `{subcommand}` subcommand yet"
+    return binary, ""
+
+
+def _first_line(command: list[str]) -> str:
+    """First non-empty output line of a version command (nginx prints to stderr)."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except OSError as err:
+        return f"unavailable ({err.strerror})"
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return lines[0].strip() if lines else "unknown"
+
+
+def versions(kiln: Path | None, repo: Path) -> dict[str, str]:
+    """Version strings of the client and of every server that can run."""
+    found = {
+        "wrk": _first_line(["wrk", "--version"]),
+        "nginx": _first_line(["nginx", "-v"]),
+        "h2o": _first_line(["h2o", "--version"]),
+    }
+    if kiln is not None:
+        commit = _first_line(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"])
+        found["kiln"] = f"{_first_line([str(kiln), '--version'])} (commit {commit})"
+    return found
+
+
+def machine() -> dict[str, str | int]:
+    """What the numbers were measured on."""
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    return {
+        "nproc": os.cpu_count() or 0,
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "memory_mib": mem_kib // 1024,
+    }

@@ -1,0 +1,158 @@
+"""The servers under test: one entry per server, each started alone on core 0.
+
+An entry knows how to write its configuration and its command line for one corpus. To
+add a server, add an entry to `entries()`; the rest of the harness only sees the entry.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from corpora import Corpus
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# The core the server runs on; wrk and the idle-connection holder get the other one.
+SERVER_CORE = "0"
+# How long a server may take to accept connections after it is started.
+START_TIMEOUT_S = 15.0
+
+
+class ServerError(Exception):
+    """A server did not start; the message carries the tail of its log."""
+
+
+@dataclass
+class ServerEntry:
+    """How to run one server."""
+
+    # Name used by --servers, in results and in the report.
+    name: str
+    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs).
+    command: Callable[[Corpus, int, Path, dict], list[str]]
+    # kiln --dummy: it answers `Hello World!` to anything, so it only measures the
+    # core's ceiling on the plain hello cases.
+    ceiling_only: bool = False
+    # Why the entry cannot run on this machine, or "" when it can.
+    unavailable: str = ""
+
+
+def _render(template: str, target: Path, values: dict[str, str]) -> Path:
+    """Fill the `@KEY@` placeholders of bench/conf/`template` into `target`."""
+    text = (CONF_DIR / template).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    target.write_text(text)
+    return target
+
+
+def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
+    conf = _render("nginx.conf", run_dir / "nginx.conf",
+                   {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root)})
+    # -e: the log used before the configuration is read (default: /var/log/nginx).
+    return ["nginx", "-p", str(run_dir), "-e", str(run_dir / "error.log"), "-c", str(conf)]
+
+
+def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
+    conf = _render("h2o.conf", run_dir / "h2o.conf",
+                   {"PORT": str(port), "ROOT": str(corpus.root)})
+    return ["h2o", "-c", str(conf)]
+
+
+def _kiln_command(kiln: Path, dummy: bool):
+    """kiln serve on one thread; security headers off as nginx and h2o send none."""
+
+    def command(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
+        argv = [str(kiln), "serve", str(packs[corpus.name]), "--listen",
+                f"127.0.0.1:{port}", "--threads", "1", "--no-security-headers"]
+        return argv + ["--dummy"] if dummy else argv
+
+    return command
+
+
+def entries(kiln: Path | None, kiln_unavailable: str) -> dict[str, ServerEntry]:
+    """Every known server entry, by name; kiln's are marked unavailable without a binary."""
+    kiln_path = kiln or Path("kiln")
+    return {
+        "kiln": ServerEntry("kiln", _kiln_command(kiln_path, False),
+                            unavailable=kiln_unavailable),
+        "kiln-dummy": ServerEntry("kiln-dummy", _kiln_command(kiln_path, True),
+                                  ceiling_only=True, unavailable=kiln_unavailable),
+        "nginx": ServerEntry("nginx", _nginx),
+        "h2o": ServerEntry("h2o", _h2o),
+    }
+
+
+def free_port() -> int:
+    """A loopback port free right now (a new one per run keeps TIME_WAIT tuples apart)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    """A started server process (the root of its process tree)."""
+
+    # The entry it was started from.
+    entry: ServerEntry
+    # The root process (nginx's master; kiln and h2o have one process).
+    process: subprocess.Popen
+    # Loopback port it listens on.
+    port: int
+    # Exact command line, for the report.
+    argv: list[str]
+    # Its stdout/stderr log, shown when it fails.
+    log: Path
+    # Open handle of `log`, closed on stop.
+    log_file: TextIO = field(repr=False)
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group, SIGKILL it if it lingers."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log_file.close()
+
+
+def _log_tail(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return "\n".join(lines[-10:]) or "(no output)"
+
+
+def start(entry: ServerEntry, corpus: Corpus, packs: dict, run_dir: Path) -> RunningServer:
+    """Start `entry` on core 0 for `corpus`; return once it accepts connections."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = entry.command(corpus, port, run_dir, packs)
+    log = run_dir / "server.log"
+    log_file = log.open("w")
+    process = subprocess.Popen(
+        ["taskset", "-c", SERVER_CORE, *argv],
+        stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = RunningServer(entry, process, port, argv, log, log_file)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log_file.close()
+            raise ServerError(f"{entry.name} exited with status {process.returncode}:\n"
+                              f"{_log_tail(log)}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            time.sleep(0.05)
+    server.stop()
+    raise ServerError(f"{entry.name} did not accept connections within {START_TIMEOUT_S} s:\n"
+                      f"{_log_tail(log)}")
