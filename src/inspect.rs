@@ -38,6 +38,14 @@ fn key_text(route: &Route<'_>) -> String {
     String::from_utf8_lossy(route.key().unwrap_or(b"?")).into_owned()
 }
 
+/// The `Location` of a redirect route, read from its prepared header block.
+fn location(route: &Route<'_>) -> Option<String> {
+    let head = route.variant(Encoding::Identity)?.head;
+    String::from_utf8_lossy(head)
+        .split("\r\n")
+        .find_map(|l| l.strip_prefix("Location: ").map(str::to_owned))
+}
+
 fn kind_name(route: &Route<'_>) -> &'static str {
     route.kind().map_or("?", |k| k.name())
 }
@@ -62,6 +70,9 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
             "last_modified": route.last_modified(),
             "variants": variants,
         });
+        if let Some(to) = location(&route) {
+            r["location"] = Value::String(to);
+        }
         if with_headers && let Some(v) = route.variant(Encoding::Identity) {
             r["headers"] = Value::String(String::from_utf8_lossy(v.head).into_owned());
         }
@@ -136,8 +147,11 @@ fn print_table(pack: &Pack, with_headers: bool) {
             .variants()
             .map(|v| format!("{} {}", short(v.encoding), v.body.len()))
             .collect();
+        let to = location(&route)
+            .map(|l| format!("  -> {l}"))
+            .unwrap_or_default();
         println!(
-            "{shown:<width$}  {:<9}  {:>6}  {}",
+            "{shown:<width$}  {:<9}  {:>6}  {}{to}",
             kind_name(&route),
             route.status(),
             variants.join(" ")

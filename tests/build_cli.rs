@@ -123,6 +123,11 @@ fn build_prints_a_summary_and_the_pack_verifies() {
     assert_eq!(root["variants"][0]["bytes"], 420);
     assert!(root["headers"].as_str().unwrap().contains("ETag: "));
     assert_eq!(v["summary"]["rules"], 1);
+    let old = routes.iter().find(|r| r["key"] == "/old").unwrap();
+    assert_eq!(
+        (old["status"].as_u64(), old["location"].as_str()),
+        (Some(301), Some("/"))
+    );
     assert_eq!(v["rules"][0]["from"], "/a/*");
     assert_eq!(v["pack_bytes"], std::fs::metadata(&pack).unwrap().len());
 }

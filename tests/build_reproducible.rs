@@ -1,5 +1,6 @@
 //! The same source gives a byte-identical pack: twice in a row, and from a
-//! copy of the tree whose files were created in the opposite order.
+//! copy of the tree whose files were created in the opposite order, and
+//! from a tar archive of the tree.
 
 use std::fs::File;
 use std::path::Path;
@@ -89,4 +90,21 @@ fn builds_are_byte_identical() {
         packs[0] == packs[2],
         "a copy created in another order differs"
     );
+}
+
+#[test]
+fn a_tar_of_the_tree_gives_the_same_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    write_tree(&tree, &files());
+    let tar_path = dir.path().join("tree.tar");
+    let mut builder = tar::Builder::new(File::create(&tar_path).unwrap());
+    builder.append_dir_all(".", &tree).unwrap();
+    builder.into_inner().unwrap();
+    let opts = BuildOptions::default();
+    build_pack(&tree, &dir.path().join("dir.pack"), &opts).unwrap();
+    build_pack(&tar_path, &dir.path().join("tar.pack"), &opts).unwrap();
+    let from_dir = std::fs::read(dir.path().join("dir.pack")).unwrap();
+    let from_tar = std::fs::read(dir.path().join("tar.pack")).unwrap();
+    assert!(from_dir == from_tar, "directory and tar builds differ");
 }

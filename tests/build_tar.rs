@@ -96,6 +96,8 @@ fn plain_archive_with_links_builds() {
         link_entry(b"./sub/up.html", b'2', b"../index.html"),
         link_entry(b"./chain.html", b'2', b"alias.html"),
         link_entry(b"./hard.css", b'1', b"./sub/a.css"),
+        link_entry(b"./mirror", b'2', b"sub"),
+        link_entry(b"./sub/loop", b'2', b"."),
         file_entry(b"./.hidden", b"secret"),
     ]);
     let built = build_bytes(&bytes, "site.tar").unwrap();
@@ -111,7 +113,17 @@ fn plain_archive_with_links_builds() {
         None,
         "ignore rules apply to archives"
     );
-    assert_eq!(built.report.files, 6);
+    assert_eq!(
+        body(&pack, "/mirror/a.css").unwrap(),
+        b"body{}",
+        "directory link"
+    );
+    assert_eq!(built.report.files, 7);
+    let warnings = built.report.warnings.join("\n");
+    assert!(
+        warnings.contains("\"sub/loop\"") && warnings.contains("loop"),
+        "{warnings}"
+    );
     let route = pack.lookup(RouteKind::Exact, b"/index.html").unwrap();
     assert_eq!(route.last_modified(), 0o14524770400);
 }

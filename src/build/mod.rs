@@ -56,7 +56,8 @@ pub struct BuildArgs {
     #[arg(short, long, value_name = "SITE.pack")]
     pub output: PathBuf,
     /// Encodings to store besides identity, for compressible types only:
-    /// a comma-separated subset of br, zstd, gzip, or "none".
+    /// a comma-separated subset of br, zstd, gzip, or "none". An encoded
+    /// variant is kept only if it saves at least 10 % and 100 bytes.
     #[arg(long, value_name = "LIST", default_value = "br,gzip")]
     pub compress: String,
     /// gzip encoder.
@@ -94,10 +95,10 @@ pub struct BuildArgs {
     /// Do not redirect `/dir` to `/dir/`.
     #[arg(long)]
     pub no_dir_redirect: bool,
-    /// Ignore the root `_headers` file.
+    /// Ignore the root `_headers` file (it is still not served).
     #[arg(long)]
     pub no_headers_file: bool,
-    /// Ignore the root `_redirects` file.
+    /// Ignore the root `_redirects` file (it is still not served).
     #[arg(long)]
     pub no_redirects_file: bool,
     /// No progress bar and no summary (warnings and errors still go to stderr).

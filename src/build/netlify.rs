@@ -141,7 +141,11 @@ pub fn parse_redirects(text: &str, file: &str) -> anyhow::Result<(Vec<RedirectRu
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let fields: Vec<&str> = trimmed.split_whitespace().collect();
+        // A field starting with '#' opens a trailing comment.
+        let fields: Vec<&str> = trimmed
+            .split_whitespace()
+            .take_while(|f| !f.starts_with('#'))
+            .collect();
         let from = fields[0];
         if from.contains("://") {
             warnings.push(format!(
@@ -319,7 +323,7 @@ mod tests {
 
     #[test]
     fn redirects_parse() {
-        let text = "/old /new\n/a%20b /c 302\n/force /x 200!\n/news/* /blog/:splat 301\n\n# c\n/x /y 302 Country=us\n/q id=:id /z 301\nhttps://a.example/* https://b.example/:splat 301!\n";
+        let text = "/old /new # moved in 2024\n/a%20b /c 302\n/force /x 200!\n/news/* /blog/:splat 301\n\n# c\n/x /y 302 Country=us\n/q id=:id /z 301\nhttps://a.example/* https://b.example/:splat 301!\n";
         let (rules, warnings) = parse_redirects(text, "_redirects").unwrap();
         assert_eq!(rules.len(), 4);
         assert_eq!((rules[0].status, rules[0].force), (301, false));

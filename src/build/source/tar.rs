@@ -7,9 +7,11 @@
 //! - names that are not UTF-8, longer than 4096 bytes or with a component
 //!   longer than 255 bytes are refused;
 //! - a second entry for the same file is refused (no silent last-wins);
-//! - symbolic and hard links are resolved inside the archive only, to a
-//!   regular file; a link that points outside the root, at a directory, or
-//!   at nothing is skipped with a warning;
+//! - symbolic and hard links are resolved inside the archive only: to a
+//!   regular file, or (symbolic links) to a directory, whose files then also
+//!   appear under the link's name; a link that points outside the root, at
+//!   nothing, into its own target (a loop) or onto a name already taken is
+//!   skipped with a warning;
 //! - a truncated archive, or an entry whose header claims more bytes than
 //!   follow, is an error; an entry above `MAX_ENTRY_BYTES` is refused before
 //!   anything is allocated for it;
@@ -18,7 +20,7 @@
 //!
 //! Every refusal is one line naming the archive and the entry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -47,6 +49,9 @@ struct Link {
     path: String,
     /// Normalised archive path of the target; `Err` says why it cannot be.
     target: Result<String, String>,
+    /// A symbolic link (may name a directory) rather than a hard link.
+    symbolic: bool,
+    /// The link entry's own mtime, given to the files it yields.
     mtime: i64,
 }
 
@@ -131,6 +136,7 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
             links.push(Link {
                 path,
                 target,
+                symbolic: kind.is_symlink(),
                 mtime,
             });
         } else {
@@ -141,16 +147,33 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
     }
     let by_path: HashMap<&str, &Result<String, String>> =
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
+    let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
     let mut resolved = Vec::new();
     for link in &links {
-        match follow(&link.target, &index, &by_path) {
-            Ok(i) => {
-                let bytes = source.files[i].bytes.clone();
-                resolved.push(SourceFile {
-                    path: link.path.clone(),
-                    bytes,
-                    mtime: link.mtime,
-                });
+        let copies = match follow(&link.target, &index, &by_path) {
+            Ok(i) => Ok(vec![(link.path.clone(), i)]),
+            Err(why) => match (&link.target, link.symbolic) {
+                (Ok(dir), true) => expand_dir_link(&link.path, dir, &source.files).ok_or(why),
+                _ => Err(why),
+            }
+            .and_then(|c| c),
+        };
+        match copies {
+            Ok(copies) => {
+                for (path, i) in copies {
+                    if !taken.insert(path.clone()) {
+                        source.warnings.push(format!(
+                            "entry {:?}: link skipped, {path:?} is already in the archive",
+                            link.path
+                        ));
+                        continue;
+                    }
+                    resolved.push(SourceFile {
+                        path,
+                        bytes: source.files[i].bytes.clone(),
+                        mtime: link.mtime,
+                    });
+                }
             }
             Err(why) => source
                 .warnings
@@ -159,6 +182,33 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
     }
     source.files.extend(resolved);
     Ok(source)
+}
+
+/// A symbolic link to a directory of the archive: the files under `dir`
+/// again under `link` (one level: links inside `dir` are not re-expanded).
+/// `None` if `dir` holds no file; an error for a link into its own target
+/// (a loop, skipped as the directory walk does).
+fn expand_dir_link(
+    link: &str,
+    dir: &str,
+    files: &[SourceFile],
+) -> Option<Result<Vec<(String, usize)>, String>> {
+    let prefix = format!("{dir}/");
+    let copies: Vec<(String, usize)> = files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| {
+            let rest = f.path.strip_prefix(&prefix)?;
+            Some((format!("{link}/{rest}"), i))
+        })
+        .collect();
+    if copies.is_empty() {
+        return None;
+    }
+    if format!("{link}/").starts_with(&prefix) {
+        return Some(Err(format!("symbolic link loop into {dir:?}")));
+    }
+    Some(Ok(copies))
 }
 
 /// Registers `path` as taken; a second entry for it is an error.
