@@ -4,7 +4,6 @@
 //! Output order never depends on thread scheduling.
 
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -169,10 +168,6 @@ pub fn assemble(
         });
     }
     result.stats = writer.finish().with_context(write_err)?;
-    // The writer's temporary file is created 0600; a pack is public content
-    // that a server running as another user must be able to read.
-    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o644))
-        .with_context(|| format!("{}: cannot set permissions", out.display()))?;
     Ok(result)
 }
 

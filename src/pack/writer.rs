@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
@@ -202,9 +203,12 @@ impl PackWriter {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "pack".into());
+        // A pack is public content: a server running as another user must
+        // be able to read it from the moment it is renamed into place.
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{name}."))
             .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(0o644))
             .tempfile_in(&dir)?;
         let mut out = BufWriter::with_capacity(1 << 20, tmp.reopen()?);
         out.write_all(&[0u8; HEADER_LEN])?;
