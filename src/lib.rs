@@ -10,3 +10,4 @@
 //!   that maps a request to prepared pack bytes.
 
 pub mod pack;
+pub mod serve;

@@ -23,10 +23,13 @@ enum Command {
         /// The pack file.
         pack: PathBuf,
     },
+    /// Serve a pack over HTTP/1.1.
+    Serve(kiln::serve::ServeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve(args) => kiln::serve::run(args),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;

@@ -1,0 +1,85 @@
+//! Responses queued for one `writev`: header bytes written into a per-thread
+//! buffer, bodies as references into the pack (mapped slices for small ones,
+//! file ranges for `sendfile` above a threshold). Nothing of a body is copied.
+
+/// One piece of output, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seg {
+    /// `bytes[start..end]` of the owning buffer.
+    Own { start: usize, end: usize },
+    /// `len` bytes at `off` in the pack mapping.
+    Mapped { off: usize, len: usize },
+    /// `len` bytes at `off` in the pack file, sent with `sendfile`.
+    File { off: u64, len: u64 },
+}
+
+/// Bodies of at least this many bytes go out with `sendfile` after their
+/// headers; smaller ones ride in the same `writev` as the headers. Below
+/// 64 KiB the extra syscall of `sendfile` costs more than the copy the
+/// kernel does for `writev` from the mapping anyway.
+pub const SENDFILE_MIN: u64 = 64 * 1024;
+
+/// The output of one batch of requests on one connection.
+#[derive(Default)]
+pub struct Output {
+    /// Header bytes (and built-in bodies) of every response in the batch.
+    pub bytes: Vec<u8>,
+    /// What to send, in order.
+    pub segs: Vec<Seg>,
+    /// `bytes[..sealed]` is already covered by `segs`.
+    sealed: usize,
+}
+
+impl Output {
+    pub fn with_capacity(bytes: usize) -> Output {
+        Output {
+            bytes: Vec::with_capacity(bytes),
+            segs: Vec::with_capacity(256),
+            sealed: 0,
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.segs.clear();
+        self.sealed = 0;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segs.is_empty() && self.sealed == self.bytes.len()
+    }
+
+    /// Covers the bytes written since the last seal with an `Own` segment,
+    /// merged with the previous one when adjacent (so several bodiless
+    /// responses stay one iovec).
+    pub fn seal(&mut self) {
+        let (start, end) = (self.sealed, self.bytes.len());
+        if start == end {
+            return;
+        }
+        self.sealed = end;
+        if let Some(Seg::Own { end: prev_end, .. }) = self.segs.last_mut()
+            && *prev_end == start
+        {
+            *prev_end = end;
+            return;
+        }
+        self.segs.push(Seg::Own { start, end });
+    }
+
+    /// Appends a pack body after sealing the headers before it.
+    pub fn pack_body(&mut self, off: u64, len: u64) {
+        self.seal();
+        if len == 0 {
+            return;
+        }
+        if len >= SENDFILE_MIN {
+            self.segs.push(Seg::File { off, len });
+        } else {
+            self.segs.push(Seg::Mapped {
+                off: off as usize,
+                len: len as usize,
+            });
+        }
+    }
+}
