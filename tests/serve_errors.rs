@@ -15,7 +15,10 @@ fn server() -> (tempfile::TempDir, Server) {
 }
 
 fn status_of(response: &str) -> u16 {
-    response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{response:?}"))
+    response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{response:?}"))
 }
 
 #[test]
@@ -43,7 +46,11 @@ fn malformed_requests_get_400_and_close() {
 #[test]
 fn versions_limits_and_bodies() {
     let (_dir, s) = server();
-    for raw in ["GET / HTTP/2.0\r\nHost: t\r\n\r\n", "GET / HTTP/3.0\r\nHost: t\r\n\r\n", "GET / HTTP/1.2\r\nHost: t\r\n\r\n"] {
+    for raw in [
+        "GET / HTTP/2.0\r\nHost: t\r\n\r\n",
+        "GET / HTTP/3.0\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.2\r\nHost: t\r\n\r\n",
+    ] {
         assert_eq!(status_of(&s.raw(raw)), 505, "{raw:?}");
     }
     let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
@@ -55,10 +62,17 @@ fn versions_limits_and_bodies() {
     let _ = c.read_to_string(&mut out);
     assert_eq!(status_of(&out), 414);
     let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
-    assert_eq!(status_of(&s.raw(&format!("GET / HTTP/1.1\r\nHost: t\r\n{many}\r\n"))), 431);
-    let big = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(17_000));
+    assert_eq!(
+        status_of(&s.raw(&format!("GET / HTTP/1.1\r\nHost: t\r\n{many}\r\n"))),
+        431
+    );
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(17_000)
+    );
     assert_eq!(status_of(&s.raw(&big)), 431);
-    let chunked = "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    let chunked =
+        "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
     assert_eq!(status_of(&s.raw(chunked)), 501);
     let chunked_get = "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
     assert_eq!(status_of(&s.raw(chunked_get)), 501);
@@ -96,10 +110,15 @@ fn traversal_never_leaves_the_site() {
         "/site.pack",
     ];
     for path in attempts {
-        let r = s.raw(&format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"));
+        let r = s.raw(&format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        ));
         let status = status_of(&r);
         assert!(matches!(status, 400 | 404), "{path} → {status}");
-        assert!(!r.contains("TOP SECRET") && !r.contains("root:"), "{path} leaked: {r}");
+        assert!(
+            !r.contains("TOP SECRET") && !r.contains("root:"),
+            "{path} leaked: {r}"
+        );
     }
 }
 

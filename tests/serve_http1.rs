@@ -47,14 +47,18 @@ fn methods() {
         mask_date(&options),
         common_lines("HTTP/1.1 204 No Content", true) + "Allow: GET, HEAD, OPTIONS\r\n\r\n"
     );
-    let options_path = server.raw("OPTIONS /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let options_path =
+        server.raw("OPTIONS /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert!(options_path.starts_with("HTTP/1.1 204 No Content\r\n"));
     assert!(!options_path.contains("Content-Length"));
     for method in ["POST", "PUT", "DELETE", "PATCH", "TRACE"] {
         let r = server.raw(&format!(
             "{method} /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc"
         ));
-        assert!(r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{method}: {r}");
+        assert!(
+            r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{method}: {r}"
+        );
         assert!(r.contains("\r\nAllow: GET, HEAD, OPTIONS\r\n"), "{r}");
         assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
     }
@@ -69,23 +73,33 @@ fn keep_alive_and_close() {
     let (_dir, server) = server();
     let mut s = server.connect();
     for _ in 0..3 {
-        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
         let r = read_response(&mut s, false).unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.header("Connection"), None);
         assert_eq!(r.body, HELLO);
     }
-    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut s, false).unwrap();
     assert_eq!(r.header("Connection").as_deref(), Some("close"));
     let mut rest = Vec::new();
-    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "closed after Connection: close");
+    assert_eq!(
+        s.read_to_end(&mut rest).unwrap(),
+        0,
+        "closed after Connection: close"
+    );
 
     // HTTP/1.0 closes by default and keeps alive when asked.
     let r = server.raw("GET /hello.txt HTTP/1.0\r\n\r\n");
-    assert!(r.contains("\r\nConnection: close\r\n") && r.ends_with("Hello World!"), "{r}");
+    assert!(
+        r.contains("\r\nConnection: close\r\n") && r.ends_with("Hello World!"),
+        "{r}"
+    );
     let mut s = server.connect();
-    s.write_all(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut s, false).unwrap();
     assert_eq!(r.header("Connection").as_deref(), Some("keep-alive"));
     s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n").unwrap();
@@ -101,7 +115,10 @@ fn pipelined_requests_are_answered_in_order() {
     let mut batch = String::new();
     for i in 0..16 {
         let method = if i % 5 == 4 { "HEAD" } else { "GET" };
-        batch += &format!("{method} {} HTTP/1.1\r\nHost: t\r\n\r\n", paths[i % paths.len()]);
+        batch += &format!(
+            "{method} {} HTTP/1.1\r\nHost: t\r\n\r\n",
+            paths[i % paths.len()]
+        );
     }
     s.write_all(batch.as_bytes()).unwrap();
     for i in 0..16 {
@@ -130,8 +147,10 @@ fn large_bodies_arrive_whole() {
     let (_dir, server) = server();
     let mut s = server.connect();
     for _ in 0..2 {
-        s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-            .unwrap();
+        s.write_all(
+            b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
         let r = read_response(&mut s, false).unwrap();
         assert_eq!(r.status, 200);
         assert!(r.body == big_body(), "big body differs");
@@ -157,7 +176,13 @@ fn request_bodies_are_skipped_not_parsed() {
 
 #[test]
 fn dummy_mode_and_flags() {
-    let server = Server::start(&["--dummy", "--threads", "1", "--no-security-headers", "--hsts"]);
+    let server = Server::start(&[
+        "--dummy",
+        "--threads",
+        "1",
+        "--no-security-headers",
+        "--hsts",
+    ]);
     let r = server.raw("GET /anything HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert_eq!(
         mask_date(&r),
@@ -173,15 +198,30 @@ fn access_log_in_combined_format() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
     let log = dir.path().join("access.log");
-    let mut server = Server::start(&[pack.to_str().unwrap(), "--threads", "1", "--access-log", log.to_str().unwrap()]);
-    server.get("/hello.txt", "Referer: http://r/\r\nUser-Agent: test \"agent\"\r\n");
+    let mut server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    server.get(
+        "/hello.txt",
+        "Referer: http://r/\r\nUser-Agent: test \"agent\"\r\n",
+    );
     server.signal(libc::SIGTERM);
-    assert!(server.wait_exit(std::time::Duration::from_secs(15)).is_some());
+    assert!(
+        server
+            .wait_exit(std::time::Duration::from_secs(15))
+            .is_some()
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     let line = text.lines().next().expect("one line");
     assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
     assert!(
-        line.ends_with("+0000] \"GET /hello.txt HTTP/1.1\" 200 12 \"http://r/\" \"test \\x22agent\\x22\""),
+        line.ends_with(
+            "+0000] \"GET /hello.txt HTTP/1.1\" 200 12 \"http://r/\" \"test \\x22agent\\x22\""
+        ),
         "{line}"
     );
 }
@@ -190,7 +230,12 @@ fn access_log_in_combined_format() {
 fn bad_site_argument_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["serve", dir.path().to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            dir.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -30,7 +30,10 @@ fn lookup_order_and_rules() {
     assert_eq!((r.status, r.body.as_slice()), (200, &b"docs fallback"[..]));
     let r = s.get("/nope", "");
     assert_eq!((r.status, r.body.as_slice()), (404, &b"custom 404\n"[..]));
-    assert_eq!(r.header("Content-Type").as_deref(), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        r.header("Content-Type").as_deref(),
+        Some("text/html; charset=utf-8")
+    );
     // A stored redirect route.
     let r = s.get("/dir", "");
     assert_eq!(r.status, 301);
@@ -47,7 +50,10 @@ fn lookup_order_and_rules() {
     assert_eq!((r.status, r.body.as_slice()), (404, HELLO));
     let r = s.get("/ext/a/b", "");
     assert_eq!(r.status, 302);
-    assert_eq!(r.header("Location").as_deref(), Some("https://example.com/a/b"));
+    assert_eq!(
+        r.header("Location").as_deref(),
+        Some("https://example.com/a/b")
+    );
     let r = s.get("/forced/a", "");
     assert_eq!((r.status, r.body.as_slice()), (200, HELLO));
     // Dotfiles are hidden, /.well-known/ is served.
@@ -68,7 +74,10 @@ fn content_negotiation() {
     };
     assert_eq!(pick("gzip"), (Some("gzip".into()), HOME_GZ.to_vec()));
     assert_eq!(pick("gzip, br"), (Some("br".into()), HOME_BR.to_vec()));
-    assert_eq!(pick("gzip, br;q=0.5"), (Some("gzip".into()), HOME_GZ.to_vec()));
+    assert_eq!(
+        pick("gzip, br;q=0.5"),
+        (Some("gzip".into()), HOME_GZ.to_vec())
+    );
     assert_eq!(pick("*"), (Some("br".into()), HOME_BR.to_vec()));
     assert_eq!(pick("*;q=0, identity"), (None, HOME.to_vec()));
     assert_eq!(pick("zstd"), (None, HOME.to_vec()));
@@ -92,7 +101,10 @@ Cache-Control: public, max-age=60\r\nVary: Accept-Encoding";
         assert_eq!(r.head, want);
     }
     // The gzip variant has its own ETag.
-    let r = s.get("/", "Accept-Encoding: gzip\r\nIf-None-Match: \"home-gz\"\r\n");
+    let r = s.get(
+        "/",
+        "Accept-Encoding: gzip\r\nIf-None-Match: \"home-gz\"\r\n",
+    );
     assert_eq!(r.status, 304);
     assert_eq!(r.header("ETag").as_deref(), Some("\"home-gz\""));
     let r = s.get("/", "If-None-Match: \"other\"\r\n");
@@ -106,7 +118,10 @@ Cache-Control: public, max-age=60\r\nVary: Accept-Encoding";
         let r = s.get("/hello.txt", &format!("If-Modified-Since: {ims}\r\n"));
         assert_eq!(r.status, 304, "{ims}");
     }
-    let r = s.get("/hello.txt", "If-Modified-Since: Tue, 14 Nov 2023 22:13:19 GMT\r\n");
+    let r = s.get(
+        "/hello.txt",
+        "If-Modified-Since: Tue, 14 Nov 2023 22:13:19 GMT\r\n",
+    );
     assert_eq!(r.status, 200);
     let r = s.get("/hello.txt", "If-Modified-Since: garbage\r\n");
     assert_eq!(r.status, 200);
@@ -145,7 +160,10 @@ Accept-Ranges: bytes\r\nContent-Range: bytes 0-4/12\r\nContent-Length: 5";
     // If-Range: strong ETag match or exact date applies the range.
     let r = s.get("/hello.txt", "Range: bytes=0-4\r\nIf-Range: \"hello\"\r\n");
     assert_eq!(r.status, 206);
-    let r = s.get("/hello.txt", &format!("Range: bytes=0-4\r\nIf-Range: {LAST_MODIFIED_HTTP}\r\n"));
+    let r = s.get(
+        "/hello.txt",
+        &format!("Range: bytes=0-4\r\nIf-Range: {LAST_MODIFIED_HTTP}\r\n"),
+    );
     assert_eq!(r.status, 206);
     let r = s.get("/hello.txt", "Range: bytes=0-4\r\nIf-Range: \"old\"\r\n");
     assert_eq!((r.status, r.body.as_slice()), (200, HELLO));
@@ -160,7 +178,8 @@ Accept-Ranges: bytes\r\nContent-Range: bytes 0-4/12\r\nContent-Length: 5";
     assert_eq!(r.body, &big_body()[1_000_000..1_000_100]);
     // HEAD ignores Range.
     let mut c = s.connect();
-    c.write_all(b"HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\n\r\n").unwrap();
+    c.write_all(b"HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\n\r\n")
+        .unwrap();
     let r = read_response(&mut c, true).unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Content-Length").as_deref(), Some("12"));

@@ -151,7 +151,8 @@ pub fn run(signals: OwnedFd, pack: Option<PathBuf>, shared: Arc<Shared>, wakers:
         {
             // SAFETY: reads into our buffer.
             let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n > 0 && event_names(&buf[..n as usize]).iter().any(|n| n == name)
+            if n > 0
+                && event_names(&buf[..n as usize]).iter().any(|n| n == name)
                 && let Some(p) = pack.as_deref()
             {
                 reload(p, &shared);

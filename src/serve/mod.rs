@@ -109,7 +109,8 @@ fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net
     } else {
         args.listen.clone()
     };
-    let mut per_thread: Vec<Vec<std::net::TcpListener>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut per_thread: Vec<Vec<std::net::TcpListener>> =
+        (0..threads).map(|_| Vec::new()).collect();
     for addr in addrs {
         let first = match net::bind(addr) {
             Ok(l) => l,

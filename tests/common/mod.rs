@@ -19,7 +19,13 @@ pub const LAST_MODIFIED: i64 = 1_700_000_000;
 pub const LAST_MODIFIED_HTTP: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
 
 /// A resource's head block as `kiln build` prepares it.
-pub fn head(etag: &str, content_type: &str, encoding: Option<&str>, vary: bool, len: u64) -> HeadBlock {
+pub fn head(
+    etag: &str,
+    content_type: &str,
+    encoding: Option<&str>,
+    vary: bool,
+    len: u64,
+) -> HeadBlock {
     let mut b = HeadBlockBuilder::new();
     b.line("ETag", etag)
         .line("Last-Modified", LAST_MODIFIED_HTTP)
@@ -36,7 +42,14 @@ pub fn head(etag: &str, content_type: &str, encoding: Option<&str>, vary: bool, 
 }
 
 /// Adds an identity-only resource under `keys`.
-pub fn add_plain(w: &mut PackWriter, keys: &[(RouteKind, &str)], etag: &str, ct: &str, body: &[u8], status: u16) {
+pub fn add_plain(
+    w: &mut PackWriter,
+    keys: &[(RouteKind, &str)],
+    etag: &str,
+    ct: &str,
+    body: &[u8],
+    status: u16,
+) {
     let b = w.add_body(body).unwrap();
     let h = head(etag, ct, None, false, b.len);
     let set = w
@@ -61,7 +74,9 @@ pub fn add_plain(w: &mut PackWriter, keys: &[(RouteKind, &str)], etag: &str, ct:
 
 /// The 1 MiB body of `/big.bin` (above the sendfile threshold).
 pub fn big_body() -> Vec<u8> {
-    (0..1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect()
+    (0..1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
 }
 
 pub const HOME: &[u8] = b"<h1>home</h1>\n";
@@ -78,13 +93,37 @@ pub fn sample_pack(dir: &Path) -> PathBuf {
     let gz = w.add_body(HOME_GZ).unwrap();
     let br = w.add_body(HOME_BR).unwrap();
     let h_id = head("\"home\"", "text/html; charset=utf-8", None, true, id.len);
-    let h_gz = head("\"home-gz\"", "text/html; charset=utf-8", Some("gzip"), true, gz.len);
-    let h_br = head("\"home-br\"", "text/html; charset=utf-8", Some("br"), true, br.len);
+    let h_gz = head(
+        "\"home-gz\"",
+        "text/html; charset=utf-8",
+        Some("gzip"),
+        true,
+        gz.len,
+    );
+    let h_br = head(
+        "\"home-br\"",
+        "text/html; charset=utf-8",
+        Some("br"),
+        true,
+        br.len,
+    );
     let set = w
         .add_variant_set(&[
-            VariantIn { encoding: Encoding::Identity, head: &h_id, body: id },
-            VariantIn { encoding: Encoding::Gzip, head: &h_gz, body: gz },
-            VariantIn { encoding: Encoding::Br, head: &h_br, body: br },
+            VariantIn {
+                encoding: Encoding::Identity,
+                head: &h_id,
+                body: id,
+            },
+            VariantIn {
+                encoding: Encoding::Gzip,
+                head: &h_gz,
+                body: gz,
+            },
+            VariantIn {
+                encoding: Encoding::Br,
+                head: &h_br,
+                body: br,
+            },
         ])
         .unwrap();
     for key in ["/", "/index.html"] {
@@ -98,10 +137,38 @@ pub fn sample_pack(dir: &Path) -> PathBuf {
         })
         .unwrap();
     }
-    add_plain(&mut w, &[(RouteKind::Exact, "/hello.txt")], "\"hello\"", "text/plain; charset=utf-8", HELLO, 200);
-    add_plain(&mut w, &[(RouteKind::Exact, "/big.bin")], "\"big\"", "application/octet-stream", &big_body(), 200);
-    add_plain(&mut w, &[(RouteKind::Wildcard, "/docs/")], "\"docs\"", "text/plain; charset=utf-8", b"docs fallback", 200);
-    add_plain(&mut w, &[(RouteKind::Exact, "/forced/a")], "\"fa\"", "text/plain; charset=utf-8", b"shadowed", 200);
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/hello.txt")],
+        "\"hello\"",
+        "text/plain; charset=utf-8",
+        HELLO,
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/big.bin")],
+        "\"big\"",
+        "application/octet-stream",
+        &big_body(),
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Wildcard, "/docs/")],
+        "\"docs\"",
+        "text/plain; charset=utf-8",
+        b"docs fallback",
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/forced/a")],
+        "\"fa\"",
+        "text/plain; charset=utf-8",
+        b"shadowed",
+        200,
+    );
     add_plain(
         &mut w,
         &[(RouteKind::Exact, "/.well-known/security.txt")],
@@ -110,14 +177,25 @@ pub fn sample_pack(dir: &Path) -> PathBuf {
         b"Contact: mailto:x@example.com\n",
         200,
     );
-    add_plain(&mut w, &[(RouteKind::NotFound, "")], "\"nf\"", "text/html; charset=utf-8", b"custom 404\n", 404);
+    add_plain(
+        &mut w,
+        &[(RouteKind::NotFound, "")],
+        "\"nf\"",
+        "text/html; charset=utf-8",
+        b"custom 404\n",
+        404,
+    );
     // A directory redirect route: `/dir` → `/dir/`.
     let empty = w.add_body(b"").unwrap();
     let mut rb = HeadBlockBuilder::new();
     rb.line("Location", "/dir/");
     let rh = rb.finish(0);
     let rset = w
-        .add_variant_set(&[VariantIn { encoding: Encoding::Identity, head: &rh, body: empty }])
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &rh,
+            body: empty,
+        }])
         .unwrap();
     w.add_route(RouteIn {
         kind: RouteKind::Exact,
@@ -135,7 +213,12 @@ pub fn sample_pack(dir: &Path) -> PathBuf {
         ("/gone/*", "/hello.txt", 404, false),
         ("/ext/*", "https://example.com/:splat", 302, false),
     ] {
-        w.add_rule(RuleIn { from: from.as_bytes(), to: to.as_bytes(), status, force });
+        w.add_rule(RuleIn {
+            from: from.as_bytes(),
+            to: to.as_bytes(),
+            status,
+            force,
+        });
     }
     w.finish().unwrap();
     path
@@ -145,7 +228,14 @@ pub fn sample_pack(dir: &Path) -> PathBuf {
 pub fn version_pack(path: &Path, version: &str) {
     let mut w = PackWriter::create(path).unwrap();
     let etag = format!("\"{version}\"");
-    add_plain(&mut w, &[(RouteKind::Exact, "/version.txt")], &etag, "text/plain", version.as_bytes(), 200);
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/version.txt")],
+        &etag,
+        "text/plain",
+        version.as_bytes(),
+        200,
+    );
     w.finish().unwrap();
 }
 
@@ -193,8 +283,18 @@ impl Server {
             .nth(1)
             .and_then(|rest| rest.split('/').next())
             .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in start-up line {startup:?}; stderr: {}", stderr.lock().unwrap()));
-        Server { child, port, stderr, startup }
+            .unwrap_or_else(|| {
+                panic!(
+                    "no port in start-up line {startup:?}; stderr: {}",
+                    stderr.lock().unwrap()
+                )
+            });
+        Server {
+            child,
+            port,
+            stderr,
+            startup,
+        }
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -291,8 +391,14 @@ pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Response> 
     }
     let text = String::from_utf8_lossy(&head[..head.len() - 4]).into_owned();
     let status = text.get(9..12)?.parse().ok()?;
-    let mut resp = Response { status, head: mask_date(&text), body: Vec::new() };
-    let len: usize = resp.header("Content-Length").map_or(0, |v| v.parse().unwrap());
+    let mut resp = Response {
+        status,
+        head: mask_date(&text),
+        body: Vec::new(),
+    };
+    let len: usize = resp
+        .header("Content-Length")
+        .map_or(0, |v| v.parse().unwrap());
     if !head_request && status != 304 && status != 204 {
         resp.body = vec![0; len];
         s.read_exact(&mut resp.body).ok()?;

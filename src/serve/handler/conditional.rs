@@ -133,8 +133,18 @@ mod tests {
         assert!(!none_match(b"\"a\"", b"\"b\""));
         assert!(if_range_holds(b"\"b\"", b"\"b\"", 0));
         assert!(!if_range_holds(b"W/\"b\"", b"\"b\"", 0));
-        assert!(if_range_holds(b"Sun, 06 Nov 1994 08:49:37 GMT", b"", 784_111_777));
-        assert!(not_modified_since(b"Sun, 06 Nov 1994 08:49:37 GMT", 784_111_777));
-        assert!(!not_modified_since(b"Sun, 06 Nov 1994 08:49:36 GMT", 784_111_777));
+        assert!(if_range_holds(
+            b"Sun, 06 Nov 1994 08:49:37 GMT",
+            b"",
+            784_111_777
+        ));
+        assert!(not_modified_since(
+            b"Sun, 06 Nov 1994 08:49:37 GMT",
+            784_111_777
+        ));
+        assert!(!not_modified_since(
+            b"Sun, 06 Nov 1994 08:49:36 GMT",
+            784_111_777
+        ));
     }
 }

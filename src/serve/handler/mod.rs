@@ -77,7 +77,10 @@ pub enum Body {
     /// A built-in message.
     Static(&'static [u8]),
     /// `len` bytes at `off` in the pack file (equal to the mapping offset).
-    Pack { off: u64, len: u64 },
+    Pack {
+        off: u64,
+        len: u64,
+    },
 }
 
 impl Body {
@@ -151,7 +154,8 @@ impl Default for Scratch {
 
 const TEXT: &[u8] = b"Content-Type: text/plain; charset=utf-8\r\n";
 const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
-const ALLOW_TEXT: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\nContent-Type: text/plain; charset=utf-8\r\n";
+const ALLOW_TEXT: &[u8] =
+    b"Allow: GET, HEAD, OPTIONS\r\nContent-Type: text/plain; charset=utf-8\r\n";
 
 /// A built-in plain-text response.
 pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {

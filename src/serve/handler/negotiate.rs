@@ -48,7 +48,10 @@ fn weights(accept: Option<&[u8]>) -> [u16; 4] {
         let token = token.trim_ascii();
         if token == b"*" {
             star = Some(qvalue(params));
-        } else if let Some(e) = std::str::from_utf8(token).ok().and_then(Encoding::from_token) {
+        } else if let Some(e) = std::str::from_utf8(token)
+            .ok()
+            .and_then(Encoding::from_token)
+        {
             explicit[e as usize] = Some(qvalue(params));
         }
     }

@@ -208,13 +208,25 @@ mod tests {
     #[test]
     fn placeholders_and_splat() {
         let r = rule("/blog/:year/:slug", "/posts/:slug-:year.html");
-        assert_eq!(apply(&r, "/blog/2020/hi").as_deref(), Some("/posts/hi-2020.html"));
-        assert_eq!(apply(&r, "/blog/2020/hi/").as_deref(), Some("/posts/hi-2020.html"));
+        assert_eq!(
+            apply(&r, "/blog/2020/hi").as_deref(),
+            Some("/posts/hi-2020.html")
+        );
+        assert_eq!(
+            apply(&r, "/blog/2020/hi/").as_deref(),
+            Some("/posts/hi-2020.html")
+        );
         assert_eq!(apply(&r, "/blog/2020"), None);
         assert_eq!(apply(&r, "/blog/2020/hi/x"), None);
         let s = rule("/old/*", "https://example.com/new/:splat");
-        assert_eq!(apply(&s, "/old/a/b.html").as_deref(), Some("https://example.com/new/a/b.html"));
-        assert_eq!(apply(&s, "/old").as_deref(), Some("https://example.com/new/"));
+        assert_eq!(
+            apply(&s, "/old/a/b.html").as_deref(),
+            Some("https://example.com/new/a/b.html")
+        );
+        assert_eq!(
+            apply(&s, "/old").as_deref(),
+            Some("https://example.com/new/")
+        );
         assert_eq!(apply(&s, "/older/x"), None);
         let u = rule("/x", "/y?a=:unknown");
         assert_eq!(apply(&u, "/x").as_deref(), Some("/y?a=:unknown"));

@@ -176,9 +176,15 @@ mod tests {
         assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), None);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n"), Some(0));
         assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), Some(400));
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), Some(400));
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            Some(400)
+        );
         assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), Some(505));
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nbad\r\n\r\n"), Some(400));
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a\r\nbad\r\n\r\n"),
+            Some(400)
+        );
         assert_eq!(
             status("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n"),
             Some(400)
@@ -188,14 +194,19 @@ mod tests {
             Some(400)
         );
         assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            status(
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            ),
             Some(400)
         );
         assert_eq!(
             status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"),
             Some(501)
         );
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n"), Some(400));
+        assert_eq!(
+            status("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n"),
+            Some(400)
+        );
     }
 
     #[test]
@@ -205,7 +216,9 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(ka("GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!ka("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+        assert!(!ka(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        ));
         assert!(!ka("GET / HTTP/1.0\r\n\r\n"));
         assert!(ka("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
     }

@@ -168,7 +168,11 @@ pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize)
 
 /// Sends a freshly assembled batch; what the socket does not take is moved
 /// into a `Pending` (the header bytes copied, the body references kept).
-pub fn send_output(fd: RawFd, site: &Arc<Site>, out: &mut Output) -> Result<Option<Box<Pending>>, ()> {
+pub fn send_output(
+    fd: RawFd,
+    site: &Arc<Site>,
+    out: &mut Output,
+) -> Result<Option<Box<Pending>>, ()> {
     match send(fd, site, &out.bytes, &mut out.segs, 0) {
         Flush::Done => Ok(None),
         Flush::Failed => Err(()),

@@ -280,9 +280,7 @@ impl Worker {
                     Some(libc::EAGAIN) => return,
                     Some(libc::EINTR | libc::ECONNABORTED) => continue,
                     Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        tracing::warn!(
-                            "accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms"
-                        );
+                        tracing::warn!("accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms");
                         self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
                         return;
                     }
