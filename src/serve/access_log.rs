@@ -43,7 +43,7 @@ pub struct Entry<'a> {
 
 fn push_escaped(buf: &mut Vec<u8>, value: &[u8]) {
     for &c in value {
-        if c < 0x20 || c >= 0x7f || c == b'"' || c == b'\\' {
+        if !(0x20..0x7f).contains(&c) || c == b'"' || c == b'\\' {
             let hex = b"0123456789abcdef";
             buf.extend_from_slice(&[b'\\', b'x', hex[(c >> 4) as usize], hex[(c & 15) as usize]]);
         } else {

@@ -147,7 +147,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         bail!("--max-connections must be at least 1");
     }
     let (site, pack_path, routes) = if args.dummy {
-        (Arc::new(Site::Dummy), None, 0)
+        (Site::dummy(), None, 0)
     } else {
         let path = args.site.clone().context("SITE is required")?;
         let pack = open_site(&path)?;

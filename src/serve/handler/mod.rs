@@ -108,29 +108,33 @@ pub struct Response<'a> {
     pub body: Body,
 }
 
-/// What is being served: a pack with its compiled rules, or the dummy
-/// answer that measures the server core alone.
-pub enum Site {
-    Pack {
-        /// The mapping every response points into.
-        pack: Pack,
-        /// The pack's pattern rules, compiled at load.
-        rules: Rules,
-    },
-    Dummy,
+/// What is being served: a pack with its compiled rules, or (without a
+/// pack) the dummy answer that measures the server core alone.
+pub struct Site {
+    /// The mapping every response points into; `None` in dummy mode.
+    pack: Option<Pack>,
+    /// The pack's pattern rules, compiled at load.
+    rules: Rules,
 }
 
 impl Site {
     pub fn from_pack(pack: Pack) -> Arc<Site> {
         let rules = Rules::compile(&pack);
-        Arc::new(Site::Pack { pack, rules })
+        Arc::new(Site {
+            pack: Some(pack),
+            rules,
+        })
+    }
+
+    pub fn dummy() -> Arc<Site> {
+        Arc::new(Site {
+            pack: None,
+            rules: Rules::default(),
+        })
     }
 
     pub fn pack(&self) -> Option<&Pack> {
-        match self {
-            Site::Pack { pack, .. } => Some(pack),
-            Site::Dummy => None,
-        }
+        self.pack.as_ref()
     }
 }
 
@@ -200,10 +204,10 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
         }
         Method::Unknown => return builtin(501, b"501 Not Implemented\n"),
     }
-    let (pack, rules) = match site {
-        Site::Dummy => return builtin(200, b"Hello World!"),
-        Site::Pack { pack, rules } => (pack, rules),
+    let Some(pack) = &site.pack else {
+        return builtin(200, b"Hello World!");
     };
+    let rules = &site.rules;
     let Scratch { path, expanded } = scratch;
     match normalize(req.target, path) {
         Ok(()) => {}

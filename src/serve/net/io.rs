@@ -166,22 +166,26 @@ pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize)
     Flush::Done
 }
 
+/// What became of a freshly assembled batch.
+pub enum Sent {
+    All,
+    /// The socket took part of it; the rest waits for `EPOLLOUT`.
+    Partly(Box<Pending>),
+    Failed,
+}
+
 /// Sends a freshly assembled batch; what the socket does not take is moved
 /// into a `Pending` (the header bytes copied, the body references kept).
-pub fn send_output(
-    fd: RawFd,
-    site: &Arc<Site>,
-    out: &mut Output,
-) -> Result<Option<Box<Pending>>, ()> {
+pub fn send_output(fd: RawFd, site: &Arc<Site>, out: &mut Output) -> Sent {
     match send(fd, site, &out.bytes, &mut out.segs, 0) {
-        Flush::Done => Ok(None),
-        Flush::Failed => Err(()),
-        Flush::Blocked(next) => Ok(Some(Box::new(Pending {
+        Flush::Done => Sent::All,
+        Flush::Failed => Sent::Failed,
+        Flush::Blocked(next) => Sent::Partly(Box::new(Pending {
             site: Arc::clone(site),
             bytes: out.bytes.clone(),
             segs: out.segs[next..].to_vec(),
             next: 0,
-        }))),
+        })),
     }
 }
 

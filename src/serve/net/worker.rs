@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::io::{self, Flush, Io, Pending};
+use super::io::{self, Flush, Io, Pending, Sent};
 use super::poller::{Event, Poller};
 use super::{Shared, Waker};
 use crate::serve::access_log::{AccessLog, Sink};
@@ -419,17 +419,17 @@ impl Worker {
         }
         if !self.out.is_empty() {
             match io::send_output(conn.fd, &self.site, &mut self.out) {
-                Err(()) => {
+                Sent::Failed => {
                     self.close(idx);
                     return;
                 }
-                Ok(Some(pending)) => {
+                Sent::Partly(pending) => {
                     conn.pending = Some(pending);
                     conn.phase = Phase::Sending;
                     conn.deadline = self.now + self.config.send_timeout_ms;
                     return;
                 }
-                Ok(None) => {}
+                Sent::All => {}
             }
         }
         if self.conns[idx].close_after {
@@ -545,8 +545,8 @@ impl Worker {
         http1::write_error(&mut self.out, &mut ctx, 408);
         self.out.seal();
         match io::send_output(conn.fd, &self.site, &mut self.out) {
-            Ok(None) => self.start_linger(idx),
-            Ok(Some(_)) | Err(()) => self.close(idx),
+            Sent::All => self.start_linger(idx),
+            Sent::Partly(_) | Sent::Failed => self.close(idx),
         }
     }
 }
