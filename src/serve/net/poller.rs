@@ -11,6 +11,8 @@ pub struct Event {
     pub token: u64,
     pub readable: bool,
     pub writable: bool,
+    /// The peer shut down its side: read until end of file.
+    pub peer_closed: bool,
     /// Error or hang-up: the descriptor is finished.
     pub failed: bool,
 }
@@ -92,6 +94,7 @@ impl Poller {
                 token: ev.u64,
                 readable: bits & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0,
                 writable: bits & libc::EPOLLOUT != 0,
+                peer_closed: bits & libc::EPOLLRDHUP != 0,
                 failed: bits & (libc::EPOLLERR | libc::EPOLLHUP) != 0,
             });
         }

@@ -246,7 +246,7 @@ impl Worker {
             self.on_writable(idx);
         }
         if ev.readable || ev.failed {
-            self.on_readable(idx);
+            self.on_readable(idx, ev.peer_closed || ev.failed);
         }
     }
 
@@ -343,7 +343,10 @@ impl Worker {
         self.shared.live.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn on_readable(&mut self, idx: usize) {
+    /// Reads and answers until the socket is empty. `to_eof`: the peer
+    /// closed its side, so read on to the end of file even after a short
+    /// read.
+    fn on_readable(&mut self, idx: usize, to_eof: bool) {
         loop {
             let conn = &self.conns[idx];
             if conn.fd < 0 || conn.pending.is_some() {
@@ -365,7 +368,7 @@ impl Worker {
             self.process(idx, n);
             // A short read emptied the socket; epoll reports new data as a
             // new edge, so no read is wasted on EAGAIN.
-            if n < self.read_buf.len() {
+            if n < self.read_buf.len() && !to_eof {
                 return;
             }
         }
@@ -460,7 +463,7 @@ impl Worker {
                 }
                 // Data that arrived while we were not reading raised its
                 // edge already: read now.
-                self.on_readable(idx);
+                self.on_readable(idx, true);
             }
         }
     }
