@@ -242,3 +242,38 @@ fn bad_site_argument_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a pack"), "{err}");
 }
+
+#[test]
+fn startup_line_and_ipv6_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let mut args = vec![pack.to_str().unwrap(), "--threads", "2"];
+    if ipv6 {
+        args.extend(["--listen", "[::1]:0"]);
+    }
+    let server = Server::start(&args);
+    assert!(
+        server.startup.contains("site.pack (9 routes)"),
+        "{}",
+        server.startup
+    );
+    assert!(
+        server.startup.contains("with 2 threads"),
+        "{}",
+        server.startup
+    );
+    if ipv6 {
+        let port: u16 = server
+            .startup
+            .split("http://[::1]:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("the IPv6 URL in the start-up line");
+        let mut c = std::net::TcpStream::connect(("::1", port)).unwrap();
+        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
+    }
+}

@@ -133,6 +133,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
     let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;

@@ -320,9 +320,16 @@ impl Worker {
             self.free.push(idx);
             return;
         }
+        // A new connection gets the shorter of the two deadlines for its
+        // first request: a client that connects and says nothing is not
+        // owed a whole keep-alive period.
+        let first_deadline = self
+            .config
+            .header_timeout_ms
+            .min(self.config.keepalive_timeout_ms);
         self.conns[idx] = Conn {
             fd,
-            deadline: self.now + self.config.keepalive_timeout_ms,
+            deadline: self.now + first_deadline,
             peer,
             ..Conn::free()
         };
