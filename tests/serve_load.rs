@@ -82,3 +82,33 @@ fn max_connections_pauses_accepting() {
     let r = read_response(&mut extra, false).expect("served once a slot is free");
     assert_eq!(r.body, HELLO);
 }
+
+#[test]
+fn descriptor_exhaustion_pauses_accepting() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start_with_fd_limit(&[pack.to_str().unwrap(), "--threads", "1"], Some(32));
+    let conns: Vec<TcpStream> = (0..40)
+        .map(|_| {
+            let mut c = server.connect();
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    while !server.stderr_text().contains("pausing accepts") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each connection is answered once earlier ones go away.
+    for mut c in conns {
+        let r = read_response(&mut c, false).expect("answered eventually");
+        assert_eq!(r.body, HELLO);
+    }
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+}

@@ -252,7 +252,29 @@ impl Server {
     /// Starts `kiln serve ARGS --listen 127.0.0.1:0` and waits for its
     /// start-up line.
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        Server::start_with_fd_limit(args, None)
+    }
+
+    /// `start` with RLIMIT_NOFILE set to `fd_limit` in the server.
+    pub fn start_with_fd_limit(args: &[&str], fd_limit: Option<u64>) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        if let Some(limit) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                command.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+            };
+        }
+        let mut child = command
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])

@@ -150,6 +150,9 @@ pub struct Worker {
     accept_paused_until: u64,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
+    /// An accept failure was logged and no accept succeeded since: keeps
+    /// a descriptor shortage from filling the log every pause.
+    accept_error_logged: bool,
 }
 
 impl Worker {
@@ -187,6 +190,7 @@ impl Worker {
             last_log_flush: 0,
             accept_paused_until: 0,
             drain_deadline: None,
+            accept_error_logged: false,
         })
     }
 
@@ -290,6 +294,7 @@ impl Worker {
                     }
                 }
             }
+            self.accept_error_logged = false;
             self.register(fd, peer_ip(&addr));
         }
     }
