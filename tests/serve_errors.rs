@@ -50,6 +50,7 @@ fn versions_limits_and_bodies() {
         "GET / HTTP/2.0\r\nHost: t\r\n\r\n",
         "GET / HTTP/3.0\r\nHost: t\r\n\r\n",
         "GET / HTTP/1.2\r\nHost: t\r\n\r\n",
+        "GET / HTTP/0.9\r\n\r\n",
     ] {
         assert_eq!(status_of(&s.raw(raw)), 505, "{raw:?}");
     }
