@@ -14,7 +14,9 @@ const FLUSH_AT: usize = 32 * 1024;
 
 /// Where the lines go; shared by every thread (each write is one append).
 pub enum Sink {
+    /// `--access-log -`.
     Stdout,
+    /// An append-mode file.
     File(File),
 }
 
@@ -32,12 +34,17 @@ pub struct AccessLog {
 
 /// The request fields one line records.
 pub struct Entry<'a> {
+    /// The client address (`-` when unknown).
     pub peer: Option<IpAddr>,
     /// `GET /path HTTP/1.1`, or `None` for an unparsable request (`"-"`).
     pub request: Option<(&'a [u8], &'a [u8], u8)>,
+    /// The status sent.
     pub status: u16,
+    /// Body bytes sent.
     pub bytes: u64,
+    /// The `Referer` header.
     pub referer: Option<&'a [u8]>,
+    /// The `User-Agent` header.
     pub user_agent: Option<&'a [u8]>,
 }
 

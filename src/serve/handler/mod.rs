@@ -45,13 +45,19 @@ impl Method {
 /// What the handler needs of a request, whatever the protocol.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'r> {
+    /// Decides between answering, 204, 405 and 501.
     pub method: Method,
     /// The raw request target (origin-form, absolute-form or `*`).
     pub target: &'r [u8],
+    /// Selects the stored variant.
     pub accept_encoding: Option<&'r [u8]>,
+    /// Conditional GET: 304 when a tag matches.
     pub if_none_match: Option<&'r [u8]>,
+    /// Conditional GET by date, when `If-None-Match` is absent.
     pub if_modified_since: Option<&'r [u8]>,
+    /// A byte range of the selected variant.
     pub range: Option<&'r [u8]>,
+    /// Applies `range` only if the resource is unchanged.
     pub if_range: Option<&'r [u8]>,
 }
 
@@ -100,11 +106,14 @@ impl Body {
 /// A response description; nothing here is copied from the pack.
 #[derive(Clone, Copy, Debug)]
 pub struct Response<'a> {
+    /// The status code; the protocol adds the reason phrase.
     pub status: u16,
     /// Header lines (`Name: value\r\n`): a slice of a pack head or a
     /// built-in block.
     pub head: &'a [u8],
+    /// Lines computed per request, written after `head`.
     pub extra: Extra<'a>,
+    /// What follows the header block (left out for HEAD).
     pub body: Body,
 }
 

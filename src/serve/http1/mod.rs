@@ -31,12 +31,17 @@ pub struct Batch {
 
 /// Everything a batch needs besides the bytes; borrowed from the thread.
 pub struct Context<'w> {
+    /// What requests are answered from.
     pub site: &'w Site,
+    /// The handler's reusable buffers.
     pub scratch: &'w mut Scratch,
+    /// This second's `Date` line.
     pub date: &'w DateCache,
     /// Prepared security header lines (empty with `--no-security-headers`).
     pub security: &'w [u8],
+    /// This thread's access log, when enabled.
     pub log: Option<&'w mut AccessLog>,
+    /// The client address, for the access log.
     pub peer: Option<IpAddr>,
     /// The server is shutting down: answer what was asked, then close.
     pub draining: bool,

@@ -17,8 +17,11 @@ pub const MAX_HEAD: usize = 16 * 1024;
 /// A parsed request head; every slice borrows the read buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestHead<'b> {
+    /// The method as the handler tells methods apart.
     pub method: Method,
+    /// The method as sent, for the access log.
     pub method_token: &'b [u8],
+    /// The raw request target.
     pub target: &'b [u8],
     /// `1` for HTTP/1.1, `0` for HTTP/1.0.
     pub minor_version: u8,
@@ -28,10 +31,15 @@ pub struct RequestHead<'b> {
     pub content_length: u64,
     /// Bytes of the head, blank line included.
     pub head_len: usize,
+    /// Header values passed on to the handler (see `handler::Request`).
     pub accept_encoding: Option<&'b [u8]>,
+    /// See `handler::Request::if_none_match`.
     pub if_none_match: Option<&'b [u8]>,
+    /// See `handler::Request::if_modified_since`.
     pub if_modified_since: Option<&'b [u8]>,
+    /// See `handler::Request::range`.
     pub range: Option<&'b [u8]>,
+    /// See `handler::Request::if_range`.
     pub if_range: Option<&'b [u8]>,
     /// For the access log.
     pub referer: Option<&'b [u8]>,

@@ -8,8 +8,11 @@ use std::os::fd::RawFd;
 /// What became ready on one registered descriptor.
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
+    /// The token the descriptor was registered with.
     pub token: u64,
+    /// Data (or end of file) to read.
     pub readable: bool,
+    /// Room to write.
     pub writable: bool,
     /// The peer shut down its side: read until end of file.
     pub peer_closed: bool,

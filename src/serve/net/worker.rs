@@ -37,9 +37,13 @@ const TOKEN_LISTENER: u64 = 1 << 62;
 
 /// Settings every loop shares.
 pub struct LoopConfig {
+    /// Time allowed for a whole request head (and any body to skip).
     pub header_timeout_ms: u64,
+    /// Time an idle keep-alive connection is kept.
     pub keepalive_timeout_ms: u64,
+    /// Time a client may take without reading any of its response.
     pub send_timeout_ms: u64,
+    /// Accepting pauses at this many open connections (all threads).
     pub max_connections: usize,
     /// Security header lines added to every response.
     pub security: Vec<u8>,
@@ -65,6 +69,7 @@ enum Phase {
 struct Conn {
     /// The socket; -1 when the slot is free.
     fd: RawFd,
+    /// Which deadline applies and what a timeout does.
     phase: Phase,
     /// Close once `pending` is sent.
     close_after: bool,
@@ -118,6 +123,7 @@ fn unix_seconds() -> i64 {
 
 /// One thread's loop and everything it owns.
 pub struct Worker {
+    /// Readiness of every descriptor this thread owns.
     poller: Poller,
     /// This thread's listeners, one per address; dropped at shutdown.
     listeners: Vec<TcpListener>,
@@ -135,16 +141,23 @@ pub struct Worker {
     out: Output,
     /// The handler's reusable buffers.
     scratch: Scratch,
+    /// The `Date` line, reformatted once a second.
     date: DateCache,
-    /// The site this thread answers from and its generation.
+    /// The site this thread answers from.
     site: Arc<Site>,
+    /// The `Shared::generation` `site` was taken at.
     generation: u64,
+    /// Reload and shutdown state from the control thread.
     shared: Arc<Shared>,
+    /// Timeouts, limits and prepared header lines.
     config: Arc<LoopConfig>,
+    /// This thread's access log buffer, when enabled.
     log: Option<AccessLog>,
     /// Monotonic milliseconds, read once per iteration.
     now: u64,
+    /// When deadlines were last checked.
     last_sweep: u64,
+    /// When the access log was last flushed.
     last_log_flush: u64,
     /// Accepting is paused until then (0: not paused).
     accept_paused_until: u64,
