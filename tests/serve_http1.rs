@@ -277,3 +277,16 @@ fn startup_line_and_ipv6_listener() {
         assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
     }
 }
+
+#[test]
+fn a_port_in_use_is_an_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--dummy", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}

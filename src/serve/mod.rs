@@ -112,7 +112,7 @@ fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net
     let mut per_thread: Vec<Vec<std::net::TcpListener>> =
         (0..threads).map(|_| Vec::new()).collect();
     for addr in addrs {
-        let first = match net::bind(addr) {
+        let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
             Ok(l) => l,
             Err(e) if defaults && addr.is_ipv6() => {
                 tracing::info!("not listening on {addr}: {e}");

@@ -16,6 +16,21 @@ use socket2::{Domain, Socket, Type};
 
 use super::handler::Site;
 
+/// Fails if another process listens on `addr` already: with
+/// `SO_REUSEPORT`, a second server of the same user would otherwise share
+/// the port silently and take half the connections.
+pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 /// Opens a listener on `addr` that other threads can bind too, so that the
 /// kernel spreads connections over the threads' own accept queues.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
