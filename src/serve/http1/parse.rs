@@ -230,4 +230,41 @@ mod tests {
         assert!(!ka("GET / HTTP/1.0\r\n\r\n"));
         assert!(ka("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
     }
+
+    /// Mutated and random inputs never panic and never report a head
+    /// longer than the input.
+    #[test]
+    fn arbitrary_bytes_are_handled() {
+        let seeds: [&[u8]; 3] = [
+            b"GET /a/b?c=d HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nContent-Length: 3\r\n\r\nabc",
+            b"OPTIONS * HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+            b"HEAD http://h/%2e%2e/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut path = Vec::new();
+        for i in 0..30_000 {
+            let mut buf = seeds[i % seeds.len()].to_vec();
+            for _ in 0..(next() % 6) {
+                let at = (next() as usize) % (buf.len() + 1);
+                match next() % 3 {
+                    0 if at < buf.len() => buf[at] = next() as u8,
+                    1 => buf.insert(at, next() as u8),
+                    _ => buf.truncate(at),
+                }
+            }
+            if i % 7 == 0 {
+                buf = (0..next() % 64).map(|_| next() as u8).collect();
+            }
+            if let Parsed::Complete(head) = parse_request(&buf) {
+                assert!(head.head_len <= buf.len());
+                let _ = crate::serve::handler::normalize(head.target, &mut path);
+            }
+        }
+    }
 }
