@@ -37,8 +37,17 @@ pub fn block_signals() -> io::Result<OwnedFd> {
     }
 }
 
-/// Watches `pack`'s directory for the pack being replaced.
-fn watch(pack: &Path) -> io::Result<(OwnedFd, OsString)> {
+/// An inotify watch on the pack's directory and the pack's file name.
+pub struct Watch {
+    /// The inotify descriptor.
+    fd: OwnedFd,
+    /// Events for other names in the directory are ignored.
+    name: OsString,
+}
+
+/// Watches `pack`'s directory for the pack being replaced. Set up before
+/// the server announces itself, so no replacement after start-up is missed.
+pub fn watch(pack: &Path) -> io::Result<Watch> {
     let dir = match pack.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -61,7 +70,7 @@ fn watch(pack: &Path) -> io::Result<(OwnedFd, OsString)> {
     if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) } < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((fd, name))
+    Ok(Watch { fd, name })
 }
 
 /// Opens, verifies and publishes the pack at `path`.
@@ -98,16 +107,15 @@ fn event_names(buf: &[u8]) -> Vec<OsString> {
     names
 }
 
-/// Runs the control loop until shutdown; `pack` is `None` in dummy mode.
-pub fn run(signals: OwnedFd, pack: Option<PathBuf>, shared: Arc<Shared>, wakers: Vec<Arc<Waker>>) {
-    let watched = match pack.as_deref().map(watch) {
-        Some(Ok(w)) => Some(w),
-        Some(Err(e)) => {
-            tracing::warn!("cannot watch the pack for replacement ({e}); reload with SIGHUP");
-            None
-        }
-        None => None,
-    };
+/// Runs the control loop until the process exits; `pack` is `None` in
+/// dummy mode, `watched` when the pack's directory could be watched.
+pub fn run(
+    signals: OwnedFd,
+    pack: Option<PathBuf>,
+    watched: Option<Watch>,
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<Waker>>,
+) {
     let mut buf = vec![0u8; 4096];
     loop {
         let mut fds = [
@@ -117,7 +125,7 @@ pub fn run(signals: OwnedFd, pack: Option<PathBuf>, shared: Arc<Shared>, wakers:
                 revents: 0,
             },
             libc::pollfd {
-                fd: watched.as_ref().map_or(-1, |(fd, _)| fd.as_raw_fd()),
+                fd: watched.as_ref().map_or(-1, |w| w.fd.as_raw_fd()),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -147,7 +155,7 @@ pub fn run(signals: OwnedFd, pack: Option<PathBuf>, shared: Arc<Shared>, wakers:
             }
         }
         if fds[1].revents != 0
-            && let Some((fd, name)) = watched.as_ref()
+            && let Some(Watch { fd, name }) = watched.as_ref()
         {
             // SAFETY: reads into our buffer.
             let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };

@@ -205,12 +205,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .spawn(move || worker.run())?,
         );
     }
+    let watched = match pack_path.as_deref().map(control::watch) {
+        Some(Ok(w)) => Some(w),
+        Some(Err(e)) => {
+            tracing::warn!("cannot watch the pack for replacement ({e}); reload with SIGHUP");
+            None
+        }
+        None => None,
+    };
     {
         let shared = Arc::clone(&shared);
         let pack = pack_path.clone();
         std::thread::Builder::new()
             .name("kiln-control".into())
-            .spawn(move || control::run(signals, pack, shared, wakers))?;
+            .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
     }
     match &pack_path {
         Some(p) => println!(
