@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// Seconds a client may take without reading any of its response.
     #[arg(long, value_name = "S", default_value_t = 30.0)]
     pub send_timeout: f64,
+    /// Bodies of at least this many bytes are sent with sendfile(2) after
+    /// their headers instead of in the headers' writev (a tuning knob for
+    /// measurements).
+    #[arg(long, value_name = "BYTES", default_value_t = output::SENDFILE_MIN, hide = true)]
+    pub sendfile_min: u64,
 }
 
 /// The security headers sent by default (kawipiko's set plus COOP):
@@ -179,6 +184,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         keepalive_timeout_ms,
         send_timeout_ms,
         max_connections: args.max_connections,
+        sendfile_min: args.sendfile_min,
         security: security.into_bytes(),
         access_log,
     });

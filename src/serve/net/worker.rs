@@ -45,6 +45,8 @@ pub struct LoopConfig {
     pub send_timeout_ms: u64,
     /// Accepting pauses at this many open connections (all threads).
     pub max_connections: usize,
+    /// Bodies this long or longer are sent with `sendfile`.
+    pub sendfile_min: u64,
     /// Security header lines added to every response.
     pub security: Vec<u8>,
     /// Where access log lines go, if anywhere.
@@ -190,7 +192,7 @@ impl Worker {
             free: Vec::new(),
             open: 0,
             read_buf: vec![0u8; READ_BUF].into_boxed_slice(),
-            out: Output::with_capacity(64 * 1024),
+            out: Output::new(64 * 1024, config.sendfile_min),
             scratch: Scratch::default(),
             date: DateCache::new(),
             site,
