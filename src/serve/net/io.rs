@@ -16,6 +16,8 @@ const IOV_MAX: usize = 1024;
 pub enum Io {
     Done(usize),
     WouldBlock,
+    /// A signal interrupted the call: retry it.
+    Interrupted,
     /// The peer closed (read of 0) or the socket failed.
     Closed,
 }
@@ -26,7 +28,7 @@ fn classify(n: isize) -> Io {
     }
     match io::Error::last_os_error().raw_os_error() {
         Some(libc::EAGAIN) => Io::WouldBlock,
-        Some(libc::EINTR) => Io::Done(0),
+        Some(libc::EINTR) => Io::Interrupted,
         _ => Io::Closed,
     }
 }
@@ -35,7 +37,7 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> Io {
     // SAFETY: `buf` is valid for `len` bytes.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     match classify(n) {
-        Io::Done(0) if n == 0 => Io::Closed,
+        Io::Done(0) => Io::Closed,
         other => other,
     }
 }
@@ -82,7 +84,8 @@ pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize)
             // SAFETY: both descriptors are open; `offset` is a valid pointer.
             let n = unsafe { libc::sendfile(fd, pack.file().as_raw_fd(), &mut offset, chunk) };
             match classify(n) {
-                Io::Done(0) if len > 0 && n == 0 => return Flush::Failed,
+                Io::Done(0) => return Flush::Failed,
+                Io::Interrupted => {}
                 Io::Done(n) => {
                     let n = n as u64;
                     if n == len {
@@ -128,6 +131,7 @@ pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize)
         let n = unsafe { libc::writev(fd, iov.as_ptr(), count as i32) };
         let mut sent = match classify(n) {
             Io::Done(n) => n,
+            Io::Interrupted => continue,
             Io::WouldBlock => return Flush::Blocked(next),
             Io::Closed => return Flush::Failed,
         };

@@ -384,7 +384,7 @@ impl Worker {
                 return;
             }
             let n = match io::read(conn.fd, &mut self.read_buf) {
-                Io::Done(0) => continue,
+                Io::Interrupted => continue,
                 Io::Done(n) => n,
                 Io::WouldBlock => return,
                 Io::Closed => {
@@ -511,7 +511,7 @@ impl Worker {
     fn drain_lingering(&mut self, idx: usize) {
         for _ in 0..16 {
             match io::read(self.conns[idx].fd, &mut self.read_buf) {
-                Io::Done(_) => {}
+                Io::Done(_) | Io::Interrupted => {}
                 Io::WouldBlock => return,
                 Io::Closed => break,
             }
