@@ -134,6 +134,16 @@ fn pipelined_requests_are_answered_in_order() {
             assert_eq!(r.body, body, "response {i}");
         }
     }
+    // More requests in one write than one batch holds: all answered, in
+    // order, the later ones once the first batch is sent.
+    let many: String = (0..300)
+        .map(|i| format!("GET /hello.txt?{i} HTTP/1.1\r\nHost: t\r\n\r\nGET /missing HTTP/1.1\r\nHost: t\r\n\r\n"))
+        .collect();
+    s.write_all(many.as_bytes()).unwrap();
+    for i in 0..600 {
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, if i % 2 == 0 { 200 } else { 404 }, "response {i}");
+    }
     // A request split over several writes is still answered.
     for part in ["GET /hel", "lo.txt HTTP/1.1\r\nHo", "st: t\r\n", "\r\n"] {
         s.write_all(part.as_bytes()).unwrap();

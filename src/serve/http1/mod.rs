@@ -16,6 +16,11 @@ pub use parse::{Parsed, RequestHead, parse_request};
 /// is legal if pointless); larger ones get 413.
 pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
+/// Most responses assembled from one buffer. Bounds the header bytes a
+/// connection holds while its client is slow to read; requests beyond wait
+/// in the buffer until the batch is sent.
+pub const MAX_BATCH: u32 = 128;
+
 /// What the connection layer must do after a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -27,6 +32,9 @@ pub struct Batch {
     pub discard: u64,
     /// Number of responses written.
     pub responses: u32,
+    /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
+    /// requests, to be served once this batch is sent.
+    pub more: bool,
 }
 
 /// Everything a batch needs besides the bytes; borrowed from the thread.
@@ -212,6 +220,10 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
 pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch {
     let mut batch = Batch::default();
     while batch.consumed < buf.len() {
+        if batch.responses == MAX_BATCH {
+            batch.more = true;
+            break;
+        }
         let head = match parse_request(&buf[batch.consumed..]) {
             Parsed::Partial => break,
             Parsed::Error(status) => {

@@ -79,6 +79,9 @@ struct Conn {
     deadline: u64,
     /// Request body bytes still to arrive and be dropped.
     discard: u64,
+    /// `partial` may hold complete requests left over from a full batch:
+    /// serve them before reading more.
+    backlog: bool,
     /// The start of an incomplete request; empty (unallocated) otherwise.
     partial: Vec<u8>,
     /// Output the socket has not taken yet.
@@ -95,6 +98,7 @@ impl Conn {
             close_after: false,
             deadline: u64::MAX,
             discard: 0,
+            backlog: false,
             partial: Vec::new(),
             pending: None,
             peer: None,
@@ -383,6 +387,11 @@ impl Worker {
                 self.drain_lingering(idx);
                 return;
             }
+            if conn.backlog {
+                self.conns[idx].backlog = false;
+                self.process(idx, 0);
+                continue;
+            }
             let n = match io::read(conn.fd, &mut self.read_buf) {
                 Io::Interrupted => continue,
                 Io::Done(n) => n,
@@ -395,13 +404,14 @@ impl Worker {
             self.process(idx, n);
             // A short read emptied the socket; epoll reports new data as a
             // new edge, so no read is wasted on EAGAIN.
-            if n < self.read_buf.len() && !to_eof {
+            if n < self.read_buf.len() && !to_eof && !self.conns[idx].backlog {
                 return;
             }
         }
     }
 
-    /// Answers what the last read (of `n` bytes) completed.
+    /// Answers what the last read (of `n` bytes, 0 to serve a backlog)
+    /// completed.
     fn process(&mut self, idx: usize, n: usize) {
         let conn = &mut self.conns[idx];
         let mut partial = std::mem::take(&mut conn.partial);
@@ -429,6 +439,7 @@ impl Worker {
         };
         let batch = http1::serve_batch(buf, &mut ctx, &mut self.out);
         conn.discard += batch.discard;
+        conn.backlog = batch.more;
         let rest_len = buf.len() - batch.consumed;
         if batch.close {
             conn.close_after = true;
