@@ -12,6 +12,7 @@ pub mod http1;
 pub mod net;
 pub mod output;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -226,18 +227,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .name("kiln-control".into())
             .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
     }
-    match &pack_path {
-        Some(p) => println!(
+    let announcement = match &pack_path {
+        Some(p) => format!(
             "kiln: serving {} ({routes} routes) on {} with {threads} threads",
             p.display(),
             urls.join(" ")
         ),
-        None => println!(
+        None => format!(
             "kiln: serving dummy answers on {} with {threads} threads",
             urls.join(" ")
         ),
-    }
-    std::io::Write::flush(&mut std::io::stdout())?;
+    };
+    // A closed stdout must not stop the server: the line is informative.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}
