@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::date::format_clf;
+use super::output::push_u64;
 
 /// Flush once this many bytes are buffered.
 const FLUSH_AT: usize = 32 * 1024;
@@ -85,6 +86,14 @@ impl AccessLog {
         }
         let b = &mut self.buf;
         match e.peer {
+            Some(IpAddr::V4(ip)) => {
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        b.push(b'.');
+                    }
+                    push_u64(b, u64::from(octet));
+                }
+            }
             Some(ip) => {
                 let _ = write!(b, "{ip}");
             }
@@ -103,7 +112,11 @@ impl AccessLog {
             }
             None => b.push(b'-'),
         }
-        let _ = write!(b, "\" {} {} ", e.status, e.bytes);
+        b.extend_from_slice(b"\" ");
+        push_u64(b, u64::from(e.status));
+        b.push(b' ');
+        push_u64(b, e.bytes);
+        b.push(b' ');
         push_quoted(b, e.referer);
         b.push(b' ');
         push_quoted(b, e.user_agent);

@@ -2,6 +2,22 @@
 //! buffer, bodies as references into the pack (mapped slices for small ones,
 //! file ranges for `sendfile` above a threshold). Nothing of a body is copied.
 
+/// Appends `v` in decimal without allocating (and without the `fmt`
+/// machinery, which costs more than the rest of a response line).
+pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
 /// One piece of output, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seg {

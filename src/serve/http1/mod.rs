@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
 use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
-use super::output::Output;
+use super::output::{Output, push_u64};
 pub use parse::{Parsed, RequestHead, parse_request};
 
 /// Request bodies up to this size are read and dropped (a GET with a body
@@ -92,21 +92,6 @@ fn reason(status: u16) -> &'static str {
         505 => "HTTP Version Not Supported",
         _ => "",
     }
-}
-
-/// Appends `v` in decimal without allocating.
-pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// Writes the status line and header block of `resp` into `out`, and the
