@@ -12,3 +12,4 @@
 pub mod build;
 pub mod inspect;
 pub mod pack;
+pub mod serve;

@@ -27,12 +27,15 @@ enum Command {
         /// The pack file.
         pack: PathBuf,
     },
+    /// Serve a pack over HTTP/1.1.
+    Serve(kiln::serve::ServeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Build(args) => kiln::build::run(args),
         Command::Inspect(args) => kiln::inspect::run(args),
+        Command::Serve(args) => kiln::serve::run(args),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;

@@ -1,0 +1,367 @@
+//! Maps a parsed request to a response description made of prepared pack
+//! bytes. Protocol-agnostic: HTTP/1.1 writes the description as a status line
+//! and header block; HTTP/2 can write the same description as frames.
+//!
+//! Lookup order: forced pattern rules (only if the pack has any), the exact
+//! route, the other pattern rules, wildcard routes walking up the directories,
+//! the not-found page, a built-in 404.
+
+mod conditional;
+mod negotiate;
+mod path;
+mod rules;
+
+use std::sync::Arc;
+
+use crate::pack::{Pack, RouteKind};
+use conditional::RangeAsk;
+pub use path::{PathError, normalize};
+pub use rules::Rules;
+
+/// The request methods the handler tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Options,
+    /// A standard method this static server does not allow: 405.
+    NotAllowed,
+    /// Anything else: 501.
+    Unknown,
+}
+
+impl Method {
+    pub fn from_token(token: &[u8]) -> Method {
+        match token {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"OPTIONS" => Method::Options,
+            b"POST" | b"PUT" | b"DELETE" | b"PATCH" | b"CONNECT" | b"TRACE" => Method::NotAllowed,
+            _ => Method::Unknown,
+        }
+    }
+}
+
+/// What the handler needs of a request, whatever the protocol.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'r> {
+    /// Decides between answering, 204, 405 and 501.
+    pub method: Method,
+    /// The raw request target (origin-form, absolute-form or `*`).
+    pub target: &'r [u8],
+    /// Selects the stored variant.
+    pub accept_encoding: Option<&'r [u8]>,
+    /// Conditional GET: 304 when a tag matches.
+    pub if_none_match: Option<&'r [u8]>,
+    /// Conditional GET by date, when `If-None-Match` is absent.
+    pub if_modified_since: Option<&'r [u8]>,
+    /// A byte range of the selected variant.
+    pub range: Option<&'r [u8]>,
+    /// Applies `range` only if the resource is unchanged.
+    pub if_range: Option<&'r [u8]>,
+}
+
+/// Header lines the protocol layer writes after `Response::head`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Extra<'a> {
+    /// `head` is complete (it ends with `Content-Length` where one is due).
+    Nothing,
+    /// `Content-Length` of the body.
+    Length,
+    /// 206: `Content-Range: bytes start-end/total` and `Content-Length`.
+    Range { start: u64, end: u64, total: u64 },
+    /// 416: `Content-Range: bytes */total`, `Content-Length: 0`.
+    Unsatisfiable { total: u64 },
+    /// A rule redirect: `Location: <value>`, `Content-Length: 0`.
+    Location(&'a [u8]),
+}
+
+/// Where the body bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body {
+    Empty,
+    /// A built-in message.
+    Static(&'static [u8]),
+    /// `len` bytes at `off` in the pack file (equal to the mapping offset).
+    Pack {
+        off: u64,
+        len: u64,
+    },
+}
+
+impl Body {
+    pub fn len(&self) -> u64 {
+        match self {
+            Body::Empty => 0,
+            Body::Static(b) => b.len() as u64,
+            Body::Pack { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A response description; nothing here is copied from the pack.
+#[derive(Clone, Copy, Debug)]
+pub struct Response<'a> {
+    /// The status code; the protocol adds the reason phrase.
+    pub status: u16,
+    /// Header lines (`Name: value\r\n`): a slice of a pack head or a
+    /// built-in block.
+    pub head: &'a [u8],
+    /// Lines computed per request, written after `head`.
+    pub extra: Extra<'a>,
+    /// What follows the header block (left out for HEAD).
+    pub body: Body,
+}
+
+/// What is being served: a pack with its compiled rules, or (without a
+/// pack) the dummy answer that measures the server core alone.
+pub struct Site {
+    /// The mapping every response points into; `None` in dummy mode.
+    pack: Option<Pack>,
+    /// The pack's pattern rules, compiled at load.
+    rules: Rules,
+}
+
+impl Site {
+    pub fn from_pack(pack: Pack) -> Arc<Site> {
+        let rules = Rules::compile(&pack);
+        Arc::new(Site {
+            pack: Some(pack),
+            rules,
+        })
+    }
+
+    pub fn dummy() -> Arc<Site> {
+        Arc::new(Site {
+            pack: None,
+            rules: Rules::default(),
+        })
+    }
+
+    pub fn pack(&self) -> Option<&Pack> {
+        self.pack.as_ref()
+    }
+}
+
+/// Per-thread buffers reused by every request, so that the handler
+/// allocates nothing.
+pub struct Scratch {
+    /// The decoded, normalised route key.
+    path: Vec<u8>,
+    /// A rule's expanded target.
+    expanded: Vec<u8>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            path: Vec::with_capacity(16 * 1024),
+            expanded: Vec::with_capacity(16 * 1024),
+        }
+    }
+}
+
+const TEXT: &[u8] = b"Content-Type: text/plain; charset=utf-8\r\n";
+const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
+const ALLOW_TEXT: &[u8] =
+    b"Allow: GET, HEAD, OPTIONS\r\nContent-Type: text/plain; charset=utf-8\r\n";
+
+/// A built-in plain-text response.
+pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
+    Response {
+        status,
+        head: TEXT,
+        extra: Extra::Length,
+        body: Body::Static(body),
+    }
+}
+
+fn not_found<'a>(pack: &'a Pack) -> Response<'a> {
+    match pack.not_found() {
+        Some(route) => serve_route(route, 404, None).unwrap_or_else(corrupt),
+        None => builtin(404, b"404 Not Found\n"),
+    }
+}
+
+fn corrupt<'a>() -> Response<'a> {
+    builtin(500, b"500 Internal Server Error\n")
+}
+
+/// Answers `req` from `site`. Allocation-free.
+pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -> Response<'a> {
+    match req.method {
+        Method::Get | Method::Head => {}
+        Method::Options => {
+            return Response {
+                status: 204,
+                head: ALLOW,
+                extra: Extra::Nothing,
+                body: Body::Empty,
+            };
+        }
+        Method::NotAllowed => {
+            return Response {
+                status: 405,
+                head: ALLOW_TEXT,
+                extra: Extra::Length,
+                body: Body::Static(b"405 Method Not Allowed\n"),
+            };
+        }
+        Method::Unknown => return builtin(501, b"501 Not Implemented\n"),
+    }
+    let Some(pack) = &site.pack else {
+        return builtin(200, b"Hello World!");
+    };
+    let rules = &site.rules;
+    let Scratch { path, expanded } = scratch;
+    match normalize(req.target, path) {
+        Ok(()) => {}
+        Err(PathError::BadRequest) => return builtin(400, b"400 Bad Request\n"),
+        Err(PathError::Hidden) => return not_found(pack),
+    }
+    let path: &'a [u8] = path;
+    if pack.has_forced_rules()
+        && let Some(rule) = find_rule(rules, true, path, expanded)
+    {
+        return rule_response(pack, rule, req, expanded);
+    }
+    if let Some(route) = pack.lookup(RouteKind::Exact, path) {
+        return serve_route(route, route.status(), Some(req)).unwrap_or_else(corrupt);
+    }
+    if !rules.list.is_empty()
+        && let Some(rule) = find_rule(rules, false, path, expanded)
+    {
+        return rule_response(pack, rule, req, expanded);
+    }
+    let mut dir_end = path.iter().rposition(|&c| c == b'/').unwrap_or(0) + 1;
+    loop {
+        if let Some(route) = pack.lookup(RouteKind::Wildcard, &path[..dir_end]) {
+            return serve_route(route, route.status(), Some(req)).unwrap_or_else(corrupt);
+        }
+        if dir_end <= 1 {
+            break;
+        }
+        dir_end = path[..dir_end - 1]
+            .iter()
+            .rposition(|&c| c == b'/')
+            .unwrap_or(0)
+            + 1;
+    }
+    not_found(pack)
+}
+
+/// The first rule with `force` as given that matches `path`; its target
+/// is expanded into `expanded`.
+fn find_rule<'a>(
+    rules: &'a Rules,
+    forced: bool,
+    path: &[u8],
+    expanded: &mut Vec<u8>,
+) -> Option<&'a rules::Rule> {
+    let mut caps = rules::Captures::default();
+    let rule = rules
+        .list
+        .iter()
+        .filter(|r| r.force == forced)
+        .find(|r| r.matches(path, &mut caps))?;
+    rule.expand(&caps, expanded);
+    Some(rule)
+}
+
+/// Applies a matched rule whose target is `expanded`.
+fn rule_response<'a>(
+    pack: &'a Pack,
+    rule: &rules::Rule,
+    req: &Request<'_>,
+    expanded: &'a [u8],
+) -> Response<'a> {
+    if (300..400).contains(&rule.status) {
+        return Response {
+            status: rule.status,
+            head: b"",
+            extra: Extra::Location(expanded),
+            body: Body::Empty,
+        };
+    }
+    let key_end = expanded
+        .iter()
+        .position(|&c| c == b'?' || c == b'#')
+        .unwrap_or(expanded.len());
+    let Some(route) = pack.lookup(RouteKind::Exact, &expanded[..key_end]) else {
+        return not_found(pack);
+    };
+    let resp = if rule.status == 200 {
+        serve_route(route, route.status(), Some(req))
+    } else {
+        serve_route(route, rule.status, None)
+    };
+    resp.unwrap_or_else(corrupt)
+}
+
+/// Serves a stored route with `status`. `req` is given when content
+/// negotiation and (for a 200 with validators) conditionals and ranges
+/// apply; `None` serves identity as is (not-found pages, status rewrites).
+fn serve_route<'a>(
+    route: crate::pack::Route<'a>,
+    status: u16,
+    req: Option<&Request<'_>>,
+) -> Option<Response<'a>> {
+    let accept = req.and_then(|r| r.accept_encoding);
+    let variant = negotiate::choose(&route, accept)?;
+    let full = Response {
+        status,
+        head: variant.head,
+        extra: Extra::Nothing,
+        body: Body::Pack {
+            off: variant.body_off,
+            len: variant.body.len() as u64,
+        },
+    };
+    let Some(req) = req.filter(|_| status == 200 && route.has_validators()) else {
+        return Some(full);
+    };
+    let not_modified = match (req.if_none_match, req.if_modified_since) {
+        (Some(inm), _) => conditional::none_match(inm, variant.etag),
+        (None, Some(ims)) => conditional::not_modified_since(ims, route.last_modified()),
+        (None, None) => false,
+    };
+    if not_modified {
+        return Some(Response {
+            status: 304,
+            head: &variant.head[..variant.repr_at],
+            extra: Extra::Nothing,
+            body: Body::Empty,
+        });
+    }
+    let Some(range) = req.range.filter(|_| req.method == Method::Get) else {
+        return Some(full);
+    };
+    if let Some(if_range) = req.if_range
+        && !conditional::if_range_holds(if_range, variant.etag, route.last_modified())
+    {
+        return Some(full);
+    }
+    let total = variant.body.len() as u64;
+    Some(match conditional::parse_range(range, total) {
+        RangeAsk::Full => full,
+        RangeAsk::Part { start, end } => Response {
+            status: 206,
+            head: &variant.head[..variant.length_at],
+            extra: Extra::Range { start, end, total },
+            body: Body::Pack {
+                off: variant.body_off + start,
+                len: end - start + 1,
+            },
+        },
+        RangeAsk::Unsatisfiable => Response {
+            status: 416,
+            head: &variant.head[..variant.repr_at],
+            extra: Extra::Unsatisfiable { total },
+            body: Body::Empty,
+        },
+    })
+}

@@ -1,0 +1,234 @@
+//! `_redirects` pattern rules (Netlify semantics), compiled once per pack load
+//! so that matching and expansion at request time allocate nothing.
+//!
+//! `:name` in `from` captures one path segment, a final `*` captures the rest
+//! as `:splat`; `to` refers to them by the same names.
+
+use crate::pack::Pack;
+
+/// Captures beyond this many placeholders are matched but not kept.
+const MAX_CAPTURES: usize = 16;
+
+/// One element of a `from` pattern.
+#[derive(Debug)]
+enum Pattern {
+    /// A segment that must match byte for byte.
+    Literal(Vec<u8>),
+    /// `:name`: any one non-empty segment, kept as capture number `usize`.
+    Capture(usize),
+    /// `*`: everything that is left, possibly nothing.
+    Splat,
+}
+
+/// One element of a `to` template.
+#[derive(Debug)]
+enum Piece {
+    Literal(Vec<u8>),
+    /// The value of capture number `usize`.
+    Capture(usize),
+    Splat,
+}
+
+/// A compiled rule.
+#[derive(Debug)]
+pub struct Rule {
+    /// The `from` pattern, one element per segment.
+    from: Vec<Pattern>,
+    /// The `to` template.
+    to: Vec<Piece>,
+    /// 200 rewrite, 3xx redirect, 404 (or other) status rewrite.
+    pub status: u16,
+    /// Forced rules apply even when the path exists.
+    pub force: bool,
+}
+
+/// What a matching path binds.
+#[derive(Default)]
+pub struct Captures<'p> {
+    /// Values by capture number.
+    values: [&'p [u8]; MAX_CAPTURES],
+    /// The rest of the path matched by `*`.
+    splat: &'p [u8],
+}
+
+/// All rules of a pack in file order.
+#[derive(Debug, Default)]
+pub struct Rules {
+    /// Compiled rules, first match wins.
+    pub list: Vec<Rule>,
+}
+
+fn is_name_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+impl Rules {
+    pub fn compile(pack: &Pack) -> Rules {
+        let list = pack
+            .rules()
+            .map(|r| {
+                let mut names: Vec<&[u8]> = Vec::new();
+                let from = r
+                    .from
+                    .split(|&c| c == b'/')
+                    .filter(|s| !s.is_empty())
+                    .map(|seg| match seg {
+                        b"*" => Pattern::Splat,
+                        [b':', name @ ..] if !name.is_empty() && names.len() < MAX_CAPTURES => {
+                            names.push(name);
+                            Pattern::Capture(names.len() - 1)
+                        }
+                        _ => Pattern::Literal(seg.to_vec()),
+                    })
+                    .collect();
+                Rule {
+                    from,
+                    to: compile_template(r.to, &names),
+                    status: r.status,
+                    force: r.force,
+                }
+            })
+            .collect();
+        Rules { list }
+    }
+}
+
+fn compile_template(to: &[u8], names: &[&[u8]]) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut literal = Vec::new();
+    let mut i = 0;
+    while i < to.len() {
+        if to[i] == b':' {
+            let end = i + 1 + to[i + 1..].iter().take_while(|&&c| is_name_byte(c)).count();
+            let name = &to[i + 1..end];
+            let piece = if name == b"splat" {
+                Some(Piece::Splat)
+            } else {
+                names.iter().position(|n| *n == name).map(Piece::Capture)
+            };
+            if let Some(piece) = piece {
+                if !literal.is_empty() {
+                    pieces.push(Piece::Literal(std::mem::take(&mut literal)));
+                }
+                pieces.push(piece);
+                i = end;
+                continue;
+            }
+        }
+        literal.push(to[i]);
+        i += 1;
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Literal(literal));
+    }
+    pieces
+}
+
+impl Rule {
+    /// Matches `path` (a route key) and fills `caps`.
+    pub fn matches<'p>(&self, path: &'p [u8], caps: &mut Captures<'p>) -> bool {
+        let mut rest = path;
+        for pattern in &self.from {
+            let skip = rest.iter().take_while(|&&c| c == b'/').count();
+            rest = &rest[skip..];
+            if let Pattern::Splat = pattern {
+                caps.splat = rest;
+                return true;
+            }
+            if rest.is_empty() {
+                return false;
+            }
+            let end = rest.iter().position(|&c| c == b'/').unwrap_or(rest.len());
+            let (segment, tail) = rest.split_at(end);
+            match pattern {
+                Pattern::Literal(lit) if lit.as_slice() == segment => {}
+                Pattern::Capture(n) => caps.values[*n] = segment,
+                _ => return false,
+            }
+            rest = tail;
+        }
+        rest.iter().all(|&c| c == b'/')
+    }
+
+    /// Writes `to` with the captures substituted into `out`.
+    pub fn expand(&self, caps: &Captures<'_>, out: &mut Vec<u8>) {
+        out.clear();
+        for piece in &self.to {
+            match piece {
+                Piece::Literal(lit) => out.extend_from_slice(lit),
+                Piece::Capture(n) => out.extend_from_slice(caps.values[*n]),
+                Piece::Splat => out.extend_from_slice(caps.splat),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(from: &str, to: &str) -> Rule {
+        let names: Vec<&[u8]> = from
+            .split('/')
+            .filter_map(|s| s.strip_prefix(':'))
+            .map(str::as_bytes)
+            .collect();
+        let mut n = 0;
+        let from = from
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                if s == "*" {
+                    Pattern::Splat
+                } else if s.starts_with(':') {
+                    n += 1;
+                    Pattern::Capture(n - 1)
+                } else {
+                    Pattern::Literal(s.as_bytes().to_vec())
+                }
+            })
+            .collect();
+        Rule {
+            from,
+            to: compile_template(to.as_bytes(), &names),
+            status: 301,
+            force: false,
+        }
+    }
+
+    fn apply(r: &Rule, path: &str) -> Option<String> {
+        let mut caps = Captures::default();
+        let mut out = Vec::new();
+        r.matches(path.as_bytes(), &mut caps).then(|| {
+            r.expand(&caps, &mut out);
+            String::from_utf8(out).unwrap()
+        })
+    }
+
+    #[test]
+    fn placeholders_and_splat() {
+        let r = rule("/blog/:year/:slug", "/posts/:slug-:year.html");
+        assert_eq!(
+            apply(&r, "/blog/2020/hi").as_deref(),
+            Some("/posts/hi-2020.html")
+        );
+        assert_eq!(
+            apply(&r, "/blog/2020/hi/").as_deref(),
+            Some("/posts/hi-2020.html")
+        );
+        assert_eq!(apply(&r, "/blog/2020"), None);
+        assert_eq!(apply(&r, "/blog/2020/hi/x"), None);
+        let s = rule("/old/*", "https://example.com/new/:splat");
+        assert_eq!(
+            apply(&s, "/old/a/b.html").as_deref(),
+            Some("https://example.com/new/a/b.html")
+        );
+        assert_eq!(
+            apply(&s, "/old").as_deref(),
+            Some("https://example.com/new/")
+        );
+        assert_eq!(apply(&s, "/older/x"), None);
+        let u = rule("/x", "/y?a=:unknown");
+        assert_eq!(apply(&u, "/x").as_deref(), Some("/y?a=:unknown"));
+    }
+}

@@ -1,0 +1,282 @@
+//! HTTP/1.1 (RFC 9112): turns the bytes of one read into responses. Every
+//! complete request in the buffer is parsed and answered into one `Output`,
+//! so a pipelined batch leaves in a single `writev`.
+
+pub mod parse;
+
+use std::net::IpAddr;
+
+use super::access_log::{AccessLog, Entry};
+use super::date::DateCache;
+use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
+use super::output::{Output, push_u64};
+pub use parse::{Parsed, RequestHead, parse_request};
+
+/// Request bodies up to this size are read and dropped (a GET with a body
+/// is legal if pointless); larger ones get 413.
+pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
+
+/// Most responses assembled from one buffer. Bounds the header bytes a
+/// connection holds while its client is slow to read; requests beyond wait
+/// in the buffer until the batch is sent.
+pub const MAX_BATCH: u32 = 128;
+
+/// What the connection layer must do after a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Bytes of the buffer used up; the rest is the start of a request.
+    pub consumed: usize,
+    /// Close once the output is sent.
+    pub close: bool,
+    /// Body bytes of the last request still to arrive and be dropped.
+    pub discard: u64,
+    /// Number of responses written.
+    pub responses: u32,
+    /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
+    /// requests, to be served once this batch is sent.
+    pub more: bool,
+}
+
+/// Everything a batch needs besides the bytes; borrowed from the thread.
+pub struct Context<'w> {
+    /// What requests are answered from.
+    pub site: &'w Site,
+    /// The handler's reusable buffers.
+    pub scratch: &'w mut Scratch,
+    /// This second's `Date` line.
+    pub date: &'w DateCache,
+    /// Prepared security header lines (empty with `--no-security-headers`).
+    pub security: &'w [u8],
+    /// This thread's access log, when enabled.
+    pub log: Option<&'w mut AccessLog>,
+    /// The client address, for the access log.
+    pub peer: Option<IpAddr>,
+    /// The server is shutting down: answer what was asked, then close.
+    pub draining: bool,
+}
+
+/// How the response says what happens to the connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConnectionLine {
+    /// HTTP/1.1 keep-alive is the default: no line.
+    Omit,
+    /// An HTTP/1.0 client that asked for keep-alive.
+    KeepAlive,
+    Close,
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        410 => "Gone",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        416 => "Range Not Satisfiable",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+/// Writes the status line and header block of `resp` into `out`, and the
+/// body unless `head_only`. Returns the number of body bytes queued.
+fn write_response(
+    out: &mut Output,
+    date: &DateCache,
+    security: &[u8],
+    resp: &Response<'_>,
+    head_only: bool,
+    connection: ConnectionLine,
+) -> u64 {
+    let b = &mut out.bytes;
+    b.extend_from_slice(b"HTTP/1.1 ");
+    push_u64(b, u64::from(resp.status));
+    b.push(b' ');
+    b.extend_from_slice(reason(resp.status).as_bytes());
+    b.extend_from_slice(b"\r\nServer: kiln\r\n");
+    b.extend_from_slice(date.line());
+    match connection {
+        ConnectionLine::Omit => {}
+        ConnectionLine::KeepAlive => b.extend_from_slice(b"Connection: keep-alive\r\n"),
+        ConnectionLine::Close => b.extend_from_slice(b"Connection: close\r\n"),
+    }
+    b.extend_from_slice(security);
+    b.extend_from_slice(resp.head);
+    match resp.extra {
+        Extra::Nothing => {}
+        Extra::Length => {
+            b.extend_from_slice(b"Content-Length: ");
+            push_u64(b, resp.body.len());
+            b.extend_from_slice(b"\r\n");
+        }
+        Extra::Range { start, end, total } => {
+            b.extend_from_slice(b"Content-Range: bytes ");
+            push_u64(b, start);
+            b.push(b'-');
+            push_u64(b, end);
+            b.push(b'/');
+            push_u64(b, total);
+            b.extend_from_slice(b"\r\nContent-Length: ");
+            push_u64(b, end - start + 1);
+            b.extend_from_slice(b"\r\n");
+        }
+        Extra::Unsatisfiable { total } => {
+            b.extend_from_slice(b"Content-Range: bytes */");
+            push_u64(b, total);
+            b.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+        }
+        Extra::Location(location) => {
+            b.extend_from_slice(b"Location: ");
+            b.extend_from_slice(location);
+            b.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+        }
+    }
+    b.extend_from_slice(b"\r\n");
+    if head_only {
+        return 0;
+    }
+    match resp.body {
+        Body::Empty => 0,
+        Body::Static(bytes) => {
+            out.bytes.extend_from_slice(bytes);
+            bytes.len() as u64
+        }
+        Body::Pack { off, len } => {
+            out.pack_body(off, len);
+            len
+        }
+    }
+}
+
+/// Answers a request that could not be parsed (or timed out) and asks for
+/// the connection to close.
+pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
+    let body: &'static [u8] = match status {
+        400 => b"400 Bad Request\n",
+        408 => b"408 Request Timeout\n",
+        413 => b"413 Content Too Large\n",
+        414 => b"414 URI Too Long\n",
+        431 => b"431 Request Header Fields Too Large\n",
+        501 => b"501 Not Implemented\n",
+        505 => b"505 HTTP Version Not Supported\n",
+        _ => b"Error\n",
+    };
+    let resp = handler::builtin(status, body);
+    let sent = write_response(
+        out,
+        ctx.date,
+        ctx.security,
+        &resp,
+        false,
+        ConnectionLine::Close,
+    );
+    if let Some(log) = ctx.log.as_deref_mut() {
+        log.record(
+            ctx.date.second(),
+            &Entry {
+                peer: ctx.peer,
+                request: None,
+                status,
+                bytes: sent,
+                referer: None,
+                user_agent: None,
+            },
+        );
+    }
+}
+
+/// Parses and answers every complete request at the start of `buf`.
+pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch {
+    let mut batch = Batch::default();
+    while batch.consumed < buf.len() {
+        if batch.responses == MAX_BATCH {
+            batch.more = true;
+            break;
+        }
+        let head = match parse_request(&buf[batch.consumed..]) {
+            Parsed::Partial => break,
+            Parsed::Error(status) => {
+                write_error(out, ctx, status);
+                batch.responses += 1;
+                batch.close = true;
+                break;
+            }
+            Parsed::Complete(head) => head,
+        };
+        if head.content_length > MAX_DISCARDED_BODY {
+            write_error(out, ctx, 413);
+            batch.responses += 1;
+            batch.close = true;
+            break;
+        }
+        let req = handler::Request {
+            method: head.method,
+            target: head.target,
+            accept_encoding: head.accept_encoding,
+            if_none_match: head.if_none_match,
+            if_modified_since: head.if_modified_since,
+            range: head.range,
+            if_range: head.if_range,
+        };
+        let target_ok = head.target != b"*" || head.method == Method::Options;
+        let resp = if target_ok {
+            handler::handle(ctx.site, &req, ctx.scratch)
+        } else {
+            handler::builtin(400, b"400 Bad Request\n")
+        };
+        let close = !head.keep_alive || ctx.draining || matches!(resp.status, 400 | 405 | 501);
+        let connection = match (close, head.minor_version) {
+            (true, _) => ConnectionLine::Close,
+            (false, 0) => ConnectionLine::KeepAlive,
+            (false, _) => ConnectionLine::Omit,
+        };
+        let head_only = head.method == Method::Head;
+        let sent = write_response(out, ctx.date, ctx.security, &resp, head_only, connection);
+        batch.responses += 1;
+        if let Some(log) = ctx.log.as_deref_mut() {
+            log.record(
+                ctx.date.second(),
+                &Entry {
+                    peer: ctx.peer,
+                    request: Some((head.method_token, head.target, head.minor_version)),
+                    status: resp.status,
+                    bytes: sent,
+                    referer: head.referer,
+                    user_agent: head.user_agent,
+                },
+            );
+        }
+        batch.consumed += head.head_len;
+        let body_here = (buf.len() - batch.consumed) as u64;
+        if head.content_length > body_here {
+            batch.consumed = buf.len();
+            batch.discard = head.content_length - body_here;
+        } else {
+            batch.consumed += head.content_length as usize;
+        }
+        if close {
+            batch.close = true;
+        }
+        if close || batch.discard > 0 {
+            break;
+        }
+    }
+    out.seal();
+    batch
+}

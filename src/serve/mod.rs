@@ -1,0 +1,254 @@
+//! `kiln serve`: answers HTTP/1.1 from a pack's memory mapping.
+//!
+//! Layers: `net` (sockets, event loops, timers), `http1` (the protocol),
+//! `handler` (request → prepared pack bytes, protocol-agnostic), and
+//! `control` (signals, hot reload).
+
+pub mod access_log;
+pub mod control;
+pub mod date;
+pub mod handler;
+pub mod http1;
+pub mod net;
+pub mod output;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use crate::pack::{Pack, verify};
+use handler::Site;
+use net::worker::{LoopConfig, Worker};
+use net::{Shared, Waker};
+
+/// `kiln serve` options.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The pack to serve.
+    #[arg(required_unless_present = "dummy")]
+    pub site: Option<PathBuf>,
+    /// Address to listen on (repeatable). Default: 127.0.0.1:8080 and
+    /// [::1]:8080. Port 0 picks a free port, printed at start-up.
+    #[arg(long = "listen", value_name = "ADDR:PORT")]
+    pub listen: Vec<SocketAddr>,
+    /// Event-loop threads (default: number of cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Most connections open at once; accepting pauses beyond.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Write a combined-format access log to PATH, or `-` for stdout.
+    #[arg(long, value_name = "PATH|-")]
+    pub access_log: Option<PathBuf>,
+    /// Answer `Hello World!` to every request, without a pack (measures the
+    /// server core alone).
+    #[arg(long)]
+    pub dummy: bool,
+    /// Do not add the default security headers.
+    #[arg(long)]
+    pub no_security_headers: bool,
+    /// Add `Strict-Transport-Security` (only behind HTTPS).
+    #[arg(long)]
+    pub hsts: bool,
+    /// Seconds a client has to send a whole request head.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds an idle keep-alive connection stays open.
+    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    pub keepalive_timeout: f64,
+    /// Seconds a client may take without reading any of its response.
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub send_timeout: f64,
+    /// Bodies of at least this many bytes are sent with sendfile(2) after
+    /// their headers instead of in the headers' writev (a tuning knob for
+    /// measurements).
+    #[arg(long, value_name = "BYTES", default_value_t = output::SENDFILE_MIN, hide = true)]
+    pub sendfile_min: u64,
+}
+
+/// The security headers sent by default (kawipiko's set plus COOP):
+/// `X-XSS-Protection` is sent as `0` because the legacy filter that
+/// `1; mode=block` enabled is itself an information leak (OWASP advice).
+const SECURITY_HEADERS: &str = "X-Content-Type-Options: nosniff\r\n\
+Referrer-Policy: strict-origin-when-cross-origin\r\n\
+X-Frame-Options: SAMEORIGIN\r\n\
+X-XSS-Protection: 0\r\n\
+Cross-Origin-Opener-Policy: same-origin\r\n";
+const HSTS: &str = "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n";
+
+/// Opens what SITE names: a pack is mapped and verified; a directory or a
+/// tar archive is fired into a preview pack first (fast compression
+/// settings), so `kiln serve ./public` works without a build step.
+pub fn open_site(path: &Path) -> anyhow::Result<Pack> {
+    let mut magic = [0u8; 8];
+    let is_pack = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == crate::pack::format::MAGIC;
+    if !is_pack {
+        if !path.exists() {
+            bail!("{}: no such file or directory", path.display());
+        }
+        return crate::build::build_preview(path);
+    }
+    let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(pack)
+}
+
+fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
+    if !(s.is_finite() && s > 0.0) {
+        bail!("--{flag} must be a positive number of seconds, not {s}");
+    }
+    Ok(Duration::from_secs_f64(s).as_millis().max(1) as u64)
+}
+
+/// Binds every address once per thread (the first bind resolves port 0).
+fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net::TcpListener>>> {
+    let defaults = args.listen.is_empty();
+    let addrs: Vec<SocketAddr> = if defaults {
+        vec!["127.0.0.1:8080".parse()?, "[::1]:8080".parse()?]
+    } else {
+        args.listen.clone()
+    };
+    let mut per_thread: Vec<Vec<std::net::TcpListener>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    for addr in addrs {
+        let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
+            Ok(l) => l,
+            Err(e) if defaults && addr.is_ipv6() => {
+                tracing::info!("not listening on {addr}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+        };
+        let bound = first.local_addr()?;
+        per_thread[0].push(first);
+        for listeners in per_thread.iter_mut().skip(1) {
+            listeners.push(net::bind(bound).with_context(|| format!("cannot listen on {bound}"))?);
+        }
+    }
+    Ok(per_thread)
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
+    let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
+    let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
+    }
+    let (site, pack_path, routes) = if args.dummy {
+        (Site::dummy(), None, 0)
+    } else {
+        let path = args.site.clone().context("SITE is required")?;
+        let pack = open_site(&path)?;
+        let routes = pack.route_count();
+        (Site::from_pack(pack), Some(path), routes)
+    };
+    let access_log = match args.access_log.as_deref() {
+        None => None,
+        Some(p) if p == Path::new("-") => Some(Arc::new(access_log::Sink::Stdout)),
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("{}: cannot open access log", p.display()))?;
+            Some(Arc::new(access_log::Sink::File(f)))
+        }
+    };
+    let mut security = String::new();
+    if !args.no_security_headers {
+        security.push_str(SECURITY_HEADERS);
+    }
+    if args.hsts {
+        security.push_str(HSTS);
+    }
+    let config = Arc::new(LoopConfig {
+        header_timeout_ms,
+        keepalive_timeout_ms,
+        send_timeout_ms,
+        max_connections: args.max_connections,
+        sendfile_min: args.sendfile_min,
+        security: security.into_bytes(),
+        access_log,
+    });
+    let listeners = bind_all(&args, threads)?;
+    let urls: Vec<String> = listeners[0]
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| format!("http://{a}/"))
+        .collect();
+    if urls.is_empty() {
+        bail!("no address to listen on");
+    }
+    let signals = control::block_signals().context("cannot set up signal handling")?;
+    let shared = Arc::new(Shared::new(site));
+    let mut wakers = Vec::new();
+    let mut handles = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let waker = Arc::new(Waker::new()?);
+        wakers.push(Arc::clone(&waker));
+        let worker = Worker::new(l, waker, Arc::clone(&shared), Arc::clone(&config))?;
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("kiln-loop-{i}"))
+                .spawn(move || worker.run())?,
+        );
+    }
+    let watched = match pack_path.as_deref().map(control::watch) {
+        Some(Ok(w)) => Some(w),
+        Some(Err(e)) => {
+            tracing::warn!("cannot watch the pack for replacement ({e}); reload with SIGHUP");
+            None
+        }
+        None => None,
+    };
+    {
+        let shared = Arc::clone(&shared);
+        let pack = pack_path.clone();
+        std::thread::Builder::new()
+            .name("kiln-control".into())
+            .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
+    }
+    let announcement = match &pack_path {
+        Some(p) => format!(
+            "kiln: serving {} ({routes} routes) on {} with {threads} threads",
+            p.display(),
+            urls.join(" ")
+        ),
+        None => format!(
+            "kiln: serving dummy answers on {} with {threads} threads",
+            urls.join(" ")
+        ),
+    };
+    // A closed stdout must not stop the server: the line is informative.
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("event loop failed: {e}"),
+            Err(_) => tracing::error!("event loop panicked"),
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

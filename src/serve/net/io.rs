@@ -1,0 +1,209 @@
+//! The socket syscalls of the hot path: `read`, `writev` of a batch of
+//! responses (IOV_MAX aware), `sendfile` of large bodies, and resuming a
+//! partially written batch.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use crate::serve::handler::Site;
+use crate::serve::output::{Output, Seg};
+
+/// Linux's IOV_MAX.
+const IOV_MAX: usize = 1024;
+
+/// Result of a non-blocking syscall.
+pub enum Io {
+    Done(usize),
+    WouldBlock,
+    /// A signal interrupted the call: retry it.
+    Interrupted,
+    /// The peer closed (read of 0) or the socket failed.
+    Closed,
+}
+
+fn classify(n: isize) -> Io {
+    if n >= 0 {
+        return Io::Done(n as usize);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) => Io::WouldBlock,
+        Some(libc::EINTR) => Io::Interrupted,
+        _ => Io::Closed,
+    }
+}
+
+pub fn read(fd: RawFd, buf: &mut [u8]) -> Io {
+    // SAFETY: `buf` is valid for `len` bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    match classify(n) {
+        Io::Done(0) => Io::Closed,
+        other => other,
+    }
+}
+
+/// Output not yet accepted by the socket, owned by its connection until it
+/// drains (resumed on `EPOLLOUT`).
+pub struct Pending {
+    /// Keeps the mapping the `Mapped`/`File` segments point into alive, even
+    /// if a reload replaced the pack meanwhile.
+    pub site: Arc<Site>,
+    /// The header bytes the `Own` segments index.
+    pub bytes: Vec<u8>,
+    /// What is left to send, from `next`.
+    pub segs: Vec<Seg>,
+    /// First segment not fully sent.
+    pub next: usize,
+}
+
+/// What became of a flush.
+pub enum Flush {
+    /// Everything was sent.
+    Done,
+    /// The socket is full; resume from the returned position.
+    Blocked(usize),
+    Failed,
+}
+
+/// Sends `segs[from..]` (with `bytes` for `Own` and the pack of `site` for
+/// the others), advancing segments in place as they are sent.
+pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize) -> Flush {
+    let map: &[u8] = site.pack().map_or(&[], |p| p.bytes());
+    let mut next = from;
+    let mut iov: [libc::iovec; 256] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 256];
+    while next < segs.len() {
+        if let Seg::File { off, len } = segs[next] {
+            let Some(pack) = site.pack() else {
+                return Flush::Failed;
+            };
+            let mut offset = off as libc::off_t;
+            let chunk = len.min(1 << 30) as usize;
+            // SAFETY: both descriptors are open; `offset` is a valid pointer.
+            let n = unsafe { libc::sendfile(fd, pack.file().as_raw_fd(), &mut offset, chunk) };
+            match classify(n) {
+                Io::Done(0) => return Flush::Failed,
+                Io::Interrupted => {}
+                Io::Done(n) => {
+                    let n = n as u64;
+                    if n == len {
+                        next += 1;
+                    } else {
+                        segs[next] = Seg::File {
+                            off: off + n,
+                            len: len - n,
+                        };
+                        if n < chunk as u64 {
+                            return Flush::Blocked(next);
+                        }
+                    }
+                }
+                Io::WouldBlock => return Flush::Blocked(next),
+                Io::Closed => return Flush::Failed,
+            }
+            continue;
+        }
+        let mut count = 0;
+        let mut total = 0usize;
+        let limit = iov.len().min(IOV_MAX);
+        for seg in &segs[next..] {
+            let slice: &[u8] = match *seg {
+                Seg::Own { start, end } => &bytes[start..end],
+                Seg::Mapped { off, len } => match map.get(off..off + len) {
+                    Some(s) => s,
+                    None => return Flush::Failed,
+                },
+                Seg::File { .. } => break,
+            };
+            if count == limit {
+                break;
+            }
+            iov[count] = libc::iovec {
+                iov_base: slice.as_ptr() as *mut libc::c_void,
+                iov_len: slice.len(),
+            };
+            count += 1;
+            total += slice.len();
+        }
+        // SAFETY: every iovec points into `bytes` or the mapping, both alive.
+        let n = unsafe { libc::writev(fd, iov.as_ptr(), count as i32) };
+        let mut sent = match classify(n) {
+            Io::Done(n) => n,
+            Io::Interrupted => continue,
+            Io::WouldBlock => return Flush::Blocked(next),
+            Io::Closed => return Flush::Failed,
+        };
+        let complete = sent == total;
+        while sent > 0 {
+            let seg_len = match segs[next] {
+                Seg::Own { start, end } => end - start,
+                Seg::Mapped { len, .. } => len,
+                Seg::File { .. } => unreachable!("writev never covers a file segment"),
+            };
+            if sent >= seg_len {
+                sent -= seg_len;
+                next += 1;
+            } else {
+                segs[next] = match segs[next] {
+                    Seg::Own { start, end } => Seg::Own {
+                        start: start + sent,
+                        end,
+                    },
+                    Seg::Mapped { off, len } => Seg::Mapped {
+                        off: off + sent,
+                        len: len - sent,
+                    },
+                    file => file,
+                };
+                sent = 0;
+            }
+        }
+        while next < segs.len() && matches!(segs[next], Seg::Own { start, end } if start == end) {
+            next += 1;
+        }
+        if !complete {
+            return Flush::Blocked(next);
+        }
+    }
+    Flush::Done
+}
+
+/// What became of a freshly assembled batch.
+pub enum Sent {
+    All,
+    /// The socket took part of it; the rest waits for `EPOLLOUT`.
+    Partly(Box<Pending>),
+    Failed,
+}
+
+/// Sends a freshly assembled batch; what the socket does not take is moved
+/// into a `Pending` (the header bytes copied, the body references kept).
+pub fn send_output(fd: RawFd, site: &Arc<Site>, out: &mut Output) -> Sent {
+    match send(fd, site, &out.bytes, &mut out.segs, 0) {
+        Flush::Done => Sent::All,
+        Flush::Failed => Sent::Failed,
+        Flush::Blocked(next) => Sent::Partly(Box::new(Pending {
+            site: Arc::clone(site),
+            bytes: out.bytes.clone(),
+            segs: out.segs[next..].to_vec(),
+            next: 0,
+        })),
+    }
+}
+
+/// Resumes a pending batch.
+pub fn resume(fd: RawFd, pending: &mut Pending) -> Flush {
+    let Pending {
+        site,
+        bytes,
+        segs,
+        next,
+    } = pending;
+    let r = send(fd, site, bytes, segs, *next);
+    if let Flush::Blocked(at) = r {
+        *next = at;
+    }
+    r
+}

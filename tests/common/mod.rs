@@ -1,0 +1,440 @@
+//! Shared by the `serve_*` integration tests: writes packs byte for byte with
+//! `PackWriter`, starts the real binary on an ephemeral port, and speaks raw
+//! HTTP/1.1 over std sockets.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kiln::pack::{
+    Encoding, HeadBlock, HeadBlockBuilder, PackWriter, RouteIn, RouteKind, RuleIn, VariantIn,
+};
+
+/// 2023-11-14T22:13:20Z.
+pub const LAST_MODIFIED: i64 = 1_700_000_000;
+pub const LAST_MODIFIED_HTTP: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
+
+/// A resource's head block as `kiln build` prepares it.
+pub fn head(
+    etag: &str,
+    content_type: &str,
+    encoding: Option<&str>,
+    vary: bool,
+    len: u64,
+) -> HeadBlock {
+    let mut b = HeadBlockBuilder::new();
+    b.line("ETag", etag)
+        .line("Last-Modified", LAST_MODIFIED_HTTP)
+        .line("Cache-Control", "public, max-age=60");
+    if vary {
+        b.line("Vary", "Accept-Encoding");
+    }
+    b.begin_representation().line("Content-Type", content_type);
+    if let Some(e) = encoding {
+        b.line("Content-Encoding", e);
+    }
+    b.line("Accept-Ranges", "bytes");
+    b.finish(len)
+}
+
+/// Adds an identity-only resource under `keys`.
+pub fn add_plain(
+    w: &mut PackWriter,
+    keys: &[(RouteKind, &str)],
+    etag: &str,
+    ct: &str,
+    body: &[u8],
+    status: u16,
+) {
+    let b = w.add_body(body).unwrap();
+    let h = head(etag, ct, None, false, b.len);
+    let set = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body: b,
+        }])
+        .unwrap();
+    for (kind, key) in keys {
+        w.add_route(RouteIn {
+            kind: *kind,
+            key: key.as_bytes(),
+            status,
+            last_modified: LAST_MODIFIED,
+            variants: set,
+            validators: status == 200 && *kind != RouteKind::NotFound,
+        })
+        .unwrap();
+    }
+}
+
+/// The 1 MiB body of `/big.bin` (above the sendfile threshold).
+pub fn big_body() -> Vec<u8> {
+    (0..1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+pub const HOME: &[u8] = b"<h1>home</h1>\n";
+pub const HOME_GZ: &[u8] = b"GZ(home)";
+pub const HOME_BR: &[u8] = b"BR(h)";
+pub const HELLO: &[u8] = b"Hello World!";
+
+/// The site most tests use.
+pub fn sample_pack(dir: &Path) -> PathBuf {
+    let path = dir.join("site.pack");
+    let mut w = PackWriter::create(&path).unwrap();
+    // "/" and "/index.html": identity, gzip and br variants.
+    let id = w.add_body(HOME).unwrap();
+    let gz = w.add_body(HOME_GZ).unwrap();
+    let br = w.add_body(HOME_BR).unwrap();
+    let h_id = head("\"home\"", "text/html; charset=utf-8", None, true, id.len);
+    let h_gz = head(
+        "\"home-gz\"",
+        "text/html; charset=utf-8",
+        Some("gzip"),
+        true,
+        gz.len,
+    );
+    let h_br = head(
+        "\"home-br\"",
+        "text/html; charset=utf-8",
+        Some("br"),
+        true,
+        br.len,
+    );
+    let set = w
+        .add_variant_set(&[
+            VariantIn {
+                encoding: Encoding::Identity,
+                head: &h_id,
+                body: id,
+            },
+            VariantIn {
+                encoding: Encoding::Gzip,
+                head: &h_gz,
+                body: gz,
+            },
+            VariantIn {
+                encoding: Encoding::Br,
+                head: &h_br,
+                body: br,
+            },
+        ])
+        .unwrap();
+    for key in ["/", "/index.html"] {
+        w.add_route(RouteIn {
+            kind: RouteKind::Exact,
+            key: key.as_bytes(),
+            status: 200,
+            last_modified: LAST_MODIFIED,
+            variants: set,
+            validators: true,
+        })
+        .unwrap();
+    }
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/hello.txt")],
+        "\"hello\"",
+        "text/plain; charset=utf-8",
+        HELLO,
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/big.bin")],
+        "\"big\"",
+        "application/octet-stream",
+        &big_body(),
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Wildcard, "/docs/")],
+        "\"docs\"",
+        "text/plain; charset=utf-8",
+        b"docs fallback",
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/forced/a")],
+        "\"fa\"",
+        "text/plain; charset=utf-8",
+        b"shadowed",
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/.well-known/security.txt")],
+        "\"sec\"",
+        "text/plain; charset=utf-8",
+        b"Contact: mailto:x@example.com\n",
+        200,
+    );
+    add_plain(
+        &mut w,
+        &[(RouteKind::NotFound, "")],
+        "\"nf\"",
+        "text/html; charset=utf-8",
+        b"custom 404\n",
+        404,
+    );
+    // A directory redirect route: `/dir` → `/dir/`.
+    let empty = w.add_body(b"").unwrap();
+    let mut rb = HeadBlockBuilder::new();
+    rb.line("Location", "/dir/");
+    let rh = rb.finish(0);
+    let rset = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &rh,
+            body: empty,
+        }])
+        .unwrap();
+    w.add_route(RouteIn {
+        kind: RouteKind::Exact,
+        key: b"/dir",
+        status: 301,
+        last_modified: LAST_MODIFIED,
+        variants: rset,
+        validators: false,
+    })
+    .unwrap();
+    for (from, to, status, force) in [
+        ("/forced/:x", "/hello.txt", 200, true),
+        ("/blog/:year/:slug", "/posts/:slug-:year", 301, false),
+        ("/app/*", "/index.html", 200, false),
+        ("/gone/*", "/hello.txt", 404, false),
+        ("/ext/*", "https://example.com/:splat", 302, false),
+    ] {
+        w.add_rule(RuleIn {
+            from: from.as_bytes(),
+            to: to.as_bytes(),
+            status,
+            force,
+        });
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// A one-route pack whose `/version.txt` says `version`, for reload tests.
+pub fn version_pack(path: &Path, version: &str) {
+    let mut w = PackWriter::create(path).unwrap();
+    let etag = format!("\"{version}\"");
+    add_plain(
+        &mut w,
+        &[(RouteKind::Exact, "/version.txt")],
+        &etag,
+        "text/plain",
+        version.as_bytes(),
+        200,
+    );
+    w.finish().unwrap();
+}
+
+/// A running `kiln serve`; killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    /// Everything the server wrote to stderr so far.
+    pub stderr: Arc<Mutex<String>>,
+    pub startup: String,
+}
+
+impl Server {
+    /// Starts `kiln serve ARGS --listen 127.0.0.1:0` and waits for its
+    /// start-up line.
+    pub fn start(args: &[&str]) -> Server {
+        Server::start_with_fd_limit(args, None)
+    }
+
+    /// `start` with RLIMIT_NOFILE set to `fd_limit` in the server.
+    pub fn start_with_fd_limit(args: &[&str], fd_limit: Option<u64>) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        if let Some(limit) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe.
+            unsafe {
+                command.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+            };
+        }
+        let mut child = command
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kiln");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err_pipe = child.stderr.take().unwrap();
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut startup = String::new();
+        out.read_line(&mut startup).expect("start-up line");
+        // Keep draining stdout (the access log may go there).
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        let port = startup
+            .split("http://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no port in start-up line {startup:?}; stderr: {}",
+                    stderr.lock().unwrap()
+                )
+            });
+        Server {
+            child,
+            port,
+            stderr,
+            startup,
+        }
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// One request on a fresh connection, reading until the server closes.
+    pub fn raw(&self, request: &str) -> String {
+        let mut s = self.connect();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// `GET path` with extra header lines, connection closed after.
+    pub fn get(&self, path: &str, headers: &str) -> Response {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{headers}Connection: close\r\n\r\n");
+        let mut s = self.connect();
+        s.write_all(raw.as_bytes()).unwrap();
+        read_response(&mut s, false).expect("a response")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    /// The head with the Date value masked, lines as sent.
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+}
+
+/// Replaces the Date value with `<date>`, leaving every other byte as is.
+pub fn mask_date(text: &str) -> String {
+    match text.find("\r\nDate: ") {
+        Some(at) => {
+            let start = at + "\r\nDate: ".len();
+            let end = text[start..].find("\r\n").map_or(text.len(), |e| start + e);
+            format!("{}<date>{}", &text[..start], &text[end..])
+        }
+        None => text.to_string(),
+    }
+}
+
+/// Reads one response from `s`; `head_request` means no body follows.
+pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Response> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let text = String::from_utf8_lossy(&head[..head.len() - 4]).into_owned();
+    let status = text.get(9..12)?.parse().ok()?;
+    let mut resp = Response {
+        status,
+        head: mask_date(&text),
+        body: Vec::new(),
+    };
+    let len: usize = resp
+        .header("Content-Length")
+        .map_or(0, |v| v.parse().unwrap());
+    if !head_request && status != 304 && status != 204 {
+        resp.body = vec![0; len];
+        s.read_exact(&mut resp.body).ok()?;
+    }
+    Some(resp)
+}
+
+/// The lines every response carries before its own, with the default
+/// security headers.
+pub fn common_lines(status_line: &str, close: bool) -> String {
+    let conn = if close { "Connection: close\r\n" } else { "" };
+    format!(
+        "{status_line}\r\nServer: kiln\r\nDate: <date>\r\n{conn}X-Content-Type-Options: nosniff\r\n\
+Referrer-Policy: strict-origin-when-cross-origin\r\nX-Frame-Options: SAMEORIGIN\r\n\
+X-XSS-Protection: 0\r\nCross-Origin-Opener-Policy: same-origin\r\n"
+    )
+}

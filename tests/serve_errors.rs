@@ -1,0 +1,139 @@
+//! Malformed and hostile requests: the right status, `Connection: close`,
+//! and never a byte from outside the site.
+
+mod common;
+
+use std::io::{Read, Write};
+
+use common::*;
+
+fn server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[pack.to_str().unwrap(), "--threads", "1"]);
+    (dir, server)
+}
+
+fn status_of(response: &str) -> u16 {
+    response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{response:?}"))
+}
+
+#[test]
+fn malformed_requests_get_400_and_close() {
+    let (_dir, s) = server();
+    for raw in [
+        "GET\r\n\r\n",
+        "GET / HTTP/1.1 extra\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nNo colon here\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n continued\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
+        "GET / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET /%zz HTTP/1.1\r\nHost: t\r\n\r\n",
+    ] {
+        let r = s.raw(raw);
+        assert_eq!(status_of(&r), 400, "{raw:?} → {r}");
+        assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
+    }
+}
+
+#[test]
+fn versions_limits_and_bodies() {
+    let (_dir, s) = server();
+    for raw in [
+        "GET / HTTP/2.0\r\nHost: t\r\n\r\n",
+        "GET / HTTP/3.0\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.2\r\nHost: t\r\n\r\n",
+        "GET / HTTP/0.9\r\n\r\n",
+    ] {
+        assert_eq!(status_of(&s.raw(raw)), 505, "{raw:?}");
+    }
+    let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
+    assert_eq!(status_of(&s.raw(&long)), 414);
+    let unfinished = format!("GET /{}", "a".repeat(10_000));
+    let mut c = s.connect();
+    c.write_all(unfinished.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert_eq!(status_of(&out), 414);
+    let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
+    assert_eq!(
+        status_of(&s.raw(&format!("GET / HTTP/1.1\r\nHost: t\r\n{many}\r\n"))),
+        431
+    );
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(17_000)
+    );
+    assert_eq!(status_of(&s.raw(&big)), 431);
+    let chunked =
+        "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    assert_eq!(status_of(&s.raw(chunked)), 501);
+    let chunked_get = "GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(status_of(&s.raw(chunked_get)), 501);
+    let huge_body = "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n";
+    assert_eq!(status_of(&s.raw(huge_body)), 413);
+}
+
+#[test]
+fn error_responses_are_complete() {
+    let (_dir, s) = server();
+    let r = s.raw("GET / HTTP/2.0\r\nHost: t\r\n\r\n");
+    let want = common_lines("HTTP/1.1 505 HTTP Version Not Supported", true)
+        + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 31\r\n\r\n\
+505 HTTP Version Not Supported\n";
+    assert_eq!(mask_date(&r), want);
+}
+
+#[test]
+fn traversal_never_leaves_the_site() {
+    let (dir, s) = server();
+    std::fs::write(dir.path().join("secret.txt"), "TOP SECRET").unwrap();
+    let attempts = [
+        "/../secret.txt",
+        "/../../../../etc/passwd",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E%2Fsecret.txt",
+        "/..%2fsecret.txt",
+        "/.%2e/secret.txt",
+        "/..\\secret.txt",
+        "/%5c..%5csecret.txt",
+        "/hello.txt%00.html",
+        "/docs/../../secret.txt",
+        "//../secret.txt",
+        "http://x/../secret.txt",
+        "/site.pack",
+    ];
+    for path in attempts {
+        let r = s.raw(&format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        ));
+        let status = status_of(&r);
+        assert!(matches!(status, 400 | 404), "{path} → {status}");
+        assert!(
+            !r.contains("TOP SECRET") && !r.contains("root:"),
+            "{path} leaked: {r}"
+        );
+    }
+}
+
+#[test]
+fn http09_and_garbage_are_refused() {
+    let (_dir, s) = server();
+    // A bare HTTP/0.9 request line has no version to answer in: 400.
+    let r = s.raw("GET /\r\n\r\n");
+    assert_eq!(status_of(&r), 400, "{r}");
+    let mut c = s.connect();
+    c.write_all(&[0u8, 159, 146, 150, 13, 10, 13, 10]).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert_eq!(status_of(&out), 400);
+    // The server is still fine.
+    assert_eq!(s.get("/hello.txt", "").body, HELLO);
+}

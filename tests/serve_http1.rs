@@ -1,0 +1,302 @@
+//! HTTP/1.1 behaviour over real sockets: byte-exact responses, HEAD,
+//! methods, keep-alive and pipelining.
+
+mod common;
+
+use std::io::{Read, Write};
+
+use common::*;
+
+fn server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[pack.to_str().unwrap(), "--threads", "2"]);
+    (dir, server)
+}
+
+#[test]
+fn get_is_byte_exact() {
+    let (_dir, server) = server();
+    let raw = server.raw("GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let want = common_lines("HTTP/1.1 200 OK", true)
+        + "ETag: \"hello\"\r\nLast-Modified: Tue, 14 Nov 2023 22:13:20 GMT\r\n\
+Cache-Control: public, max-age=60\r\nContent-Type: text/plain; charset=utf-8\r\n\
+Accept-Ranges: bytes\r\nContent-Length: 12";
+    assert_eq!(mask_date(head), want);
+    assert_eq!(body, "Hello World!");
+    let date = head.lines().find(|l| l.starts_with("Date: ")).unwrap();
+    assert!(date.ends_with(" GMT") && date.len() == "Date: Sun, 06 Nov 1994 08:49:37 GMT".len());
+}
+
+#[test]
+fn head_has_the_same_headers_and_no_body() {
+    let (_dir, server) = server();
+    let get = server.raw("GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let head = server.raw("HEAD /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let get_head = get.split_once("\r\n\r\n").unwrap().0;
+    assert_eq!(mask_date(&head), mask_date(get_head) + "\r\n\r\n");
+    assert!(head.ends_with("Content-Length: 12\r\n\r\n"), "{head}");
+}
+
+#[test]
+fn methods() {
+    let (_dir, server) = server();
+    let options = server.raw("OPTIONS * HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(
+        mask_date(&options),
+        common_lines("HTTP/1.1 204 No Content", true) + "Allow: GET, HEAD, OPTIONS\r\n\r\n"
+    );
+    let options_path =
+        server.raw("OPTIONS /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert!(options_path.starts_with("HTTP/1.1 204 No Content\r\n"));
+    assert!(!options_path.contains("Content-Length"));
+    for method in ["POST", "PUT", "DELETE", "PATCH", "TRACE"] {
+        let r = server.raw(&format!(
+            "{method} /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc"
+        ));
+        assert!(
+            r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{method}: {r}"
+        );
+        assert!(r.contains("\r\nAllow: GET, HEAD, OPTIONS\r\n"), "{r}");
+        assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
+    }
+    let r = server.raw("BREW /pot HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 501 Not Implemented\r\n"), "{r}");
+    let r = server.raw("GET * HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{r}");
+}
+
+#[test]
+fn keep_alive_and_close() {
+    let (_dir, server) = server();
+    let mut s = server.connect();
+    for _ in 0..3 {
+        s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("Connection"), None);
+        assert_eq!(r.body, HELLO);
+    }
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.header("Connection").as_deref(), Some("close"));
+    let mut rest = Vec::new();
+    assert_eq!(
+        s.read_to_end(&mut rest).unwrap(),
+        0,
+        "closed after Connection: close"
+    );
+
+    // HTTP/1.0 closes by default and keeps alive when asked.
+    let r = server.raw("GET /hello.txt HTTP/1.0\r\n\r\n");
+    assert!(
+        r.contains("\r\nConnection: close\r\n") && r.ends_with("Hello World!"),
+        "{r}"
+    );
+    let mut s = server.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.header("Connection").as_deref(), Some("keep-alive"));
+    s.write_all(b"GET /hello.txt HTTP/1.0\r\n\r\n").unwrap();
+    let r = read_response(&mut s, false).unwrap();
+    assert_eq!(r.body, HELLO);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (_dir, server) = server();
+    let mut s = server.connect();
+    let paths = ["/hello.txt", "/", "/missing", "/docs/x"];
+    let mut batch = String::new();
+    for i in 0..16 {
+        let method = if i % 5 == 4 { "HEAD" } else { "GET" };
+        batch += &format!(
+            "{method} {} HTTP/1.1\r\nHost: t\r\n\r\n",
+            paths[i % paths.len()]
+        );
+    }
+    s.write_all(batch.as_bytes()).unwrap();
+    for i in 0..16 {
+        let r = read_response(&mut s, i % 5 == 4).unwrap();
+        let (status, body): (u16, &[u8]) = match i % paths.len() {
+            0 => (200, HELLO),
+            1 => (200, HOME),
+            2 => (404, b"custom 404\n"),
+            _ => (200, b"docs fallback"),
+        };
+        assert_eq!(r.status, status, "response {i}");
+        if i % 5 != 4 {
+            assert_eq!(r.body, body, "response {i}");
+        }
+    }
+    // More requests in one write than one batch holds: all answered, in
+    // order, the later ones once the first batch is sent.
+    let many: String = (0..300)
+        .map(|i| format!("GET /hello.txt?{i} HTTP/1.1\r\nHost: t\r\n\r\nGET /missing HTTP/1.1\r\nHost: t\r\n\r\n"))
+        .collect();
+    s.write_all(many.as_bytes()).unwrap();
+    for i in 0..600 {
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, if i % 2 == 0 { 200 } else { 404 }, "response {i}");
+    }
+    // A request split over several writes is still answered.
+    for part in ["GET /hel", "lo.txt HTTP/1.1\r\nHo", "st: t\r\n", "\r\n"] {
+        s.write_all(part.as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+}
+
+#[test]
+fn large_bodies_arrive_whole() {
+    let (_dir, server) = server();
+    let mut s = server.connect();
+    for _ in 0..2 {
+        s.write_all(
+            b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        )
+        .unwrap();
+        let r = read_response(&mut s, false).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == big_body(), "big body differs");
+        assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    }
+}
+
+#[test]
+fn request_bodies_are_skipped_not_parsed() {
+    let (_dir, server) = server();
+    let mut s = server.connect();
+    let smuggled = "GET /missing HTTP/1.1\r\nHost: t\r\n\r\n";
+    let req = format!(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{smuggled}GET / HTTP/1.1\r\nHost: t\r\n\r\n",
+        smuggled.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    let second = read_response(&mut s, false).unwrap();
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, HOME);
+}
+
+#[test]
+fn dummy_mode_and_flags() {
+    let server = Server::start(&[
+        "--dummy",
+        "--threads",
+        "1",
+        "--no-security-headers",
+        "--hsts",
+    ]);
+    let r = server.raw("GET /anything HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(
+        mask_date(&r),
+        "HTTP/1.1 200 OK\r\nServer: kiln\r\nDate: <date>\r\nConnection: close\r\n\
+Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n\
+Content-Type: text/plain; charset=utf-8\r\nContent-Length: 12\r\n\r\nHello World!"
+    );
+    assert!(server.startup.contains("dummy"), "{}", server.startup);
+}
+
+#[test]
+fn access_log_in_combined_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let log = dir.path().join("access.log");
+    let mut server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--access-log",
+        log.to_str().unwrap(),
+    ]);
+    server.get(
+        "/hello.txt",
+        "Referer: http://r/\r\nUser-Agent: test \"agent\"\r\n",
+    );
+    server.signal(libc::SIGTERM);
+    assert!(
+        server
+            .wait_exit(std::time::Duration::from_secs(15))
+            .is_some()
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text.lines().next().expect("one line");
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(
+        line.ends_with(
+            "+0000] \"GET /hello.txt HTTP/1.1\" 200 12 \"http://r/\" \"test \\x22agent\\x22\""
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn bad_site_argument_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, b"neither a pack nor a tar archive").unwrap();
+    for site in [garbage.clone(), dir.path().join("missing.pack")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["serve", site.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(site.to_str().unwrap()), "{err}");
+    }
+}
+
+#[test]
+fn startup_line_and_ipv6_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let mut args = vec![pack.to_str().unwrap(), "--threads", "2"];
+    if ipv6 {
+        args.extend(["--listen", "[::1]:0"]);
+    }
+    let server = Server::start(&args);
+    assert!(
+        server.startup.contains("site.pack (9 routes)"),
+        "{}",
+        server.startup
+    );
+    assert!(
+        server.startup.contains("with 2 threads"),
+        "{}",
+        server.startup
+    );
+    if ipv6 {
+        let port: u16 = server
+            .startup
+            .split("http://[::1]:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("the IPv6 URL in the start-up line");
+        let mut c = std::net::TcpStream::connect(("::1", port)).unwrap();
+        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
+    }
+}
+
+#[test]
+fn a_port_in_use_is_an_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--dummy", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}

@@ -1,0 +1,114 @@
+//! Many connections at once: 1,000 concurrent keep-alive clients, and the
+//! `--max-connections` cap pausing accepts instead of failing.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn a_thousand_keep_alive_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[pack.to_str().unwrap(), "--threads", "2"]);
+    let port = server.port;
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut conns: Vec<TcpStream> = (0..250)
+                    .map(|_| {
+                        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                        c
+                    })
+                    .collect();
+                for round in 0..3 {
+                    for c in &mut conns {
+                        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                            .unwrap();
+                    }
+                    for c in &mut conns {
+                        let r = read_response(c, false).expect("response");
+                        assert_eq!((r.status, r.body.as_slice()), (200, HELLO), "round {round}");
+                    }
+                }
+                conns.len()
+            })
+        })
+        .collect();
+    let total: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(total, 1000);
+}
+
+#[test]
+fn max_connections_pauses_accepting() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--max-connections",
+        "4",
+    ]);
+    let mut first: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = server.connect();
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
+            c
+        })
+        .collect();
+    let mut extra = server.connect();
+    extra
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut probe = [0u8; 1];
+    assert!(
+        std::io::Read::read(&mut extra, &mut probe).is_err(),
+        "the fifth connection must wait"
+    );
+    drop(first.pop());
+    extra
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let r = read_response(&mut extra, false).expect("served once a slot is free");
+    assert_eq!(r.body, HELLO);
+}
+
+#[test]
+fn descriptor_exhaustion_pauses_accepting() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start_with_fd_limit(&[pack.to_str().unwrap(), "--threads", "1"], Some(32));
+    let conns: Vec<TcpStream> = (0..40)
+        .map(|_| {
+            let mut c = server.connect();
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    while !server.stderr_text().contains("pausing accepts") {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each connection is answered once earlier ones go away.
+    for mut c in conns {
+        let r = read_response(&mut c, false).expect("answered eventually");
+        assert_eq!(r.body, HELLO);
+    }
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+}

@@ -1,0 +1,78 @@
+//! Graceful shutdown: SIGTERM stops accepting, closes idle connections,
+//! lets a response in flight finish, and exits.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::*;
+
+/// A client socket with a tiny receive buffer, so a large response stays in
+/// flight while the client reads slowly.
+fn slow_client(port: u16) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    socket.connect(&addr.into()).unwrap();
+    let s: TcpStream = socket.into();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+#[test]
+fn sigterm_finishes_responses_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut server = Server::start(&[pack.to_str().unwrap(), "--threads", "1"]);
+    let mut idle = server.connect();
+    idle.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut idle, false).unwrap().body, HELLO);
+
+    let mut slow = slow_client(server.port);
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1000];
+    slow.read_exact(&mut first).unwrap();
+
+    server.signal(libc::SIGTERM);
+    // The idle connection is closed.
+    let mut rest = Vec::new();
+    assert_eq!(idle.read_to_end(&mut rest).unwrap_or(0), 0);
+    // New connections are refused once the listener is gone.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(TcpStream::connect(("127.0.0.1", server.port)).is_err());
+    // The slow download still completes, read in small pieces.
+    let mut got = first.to_vec();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match slow.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("download broken: {e}"),
+        }
+        if got.len() % (256 * 1024) < buf.len() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let text_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(got[..text_end].starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(got[text_end..] == big_body(), "body differs");
+    let status = server
+        .wait_exit(Duration::from_secs(15))
+        .expect("server exits");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sigint_with_nothing_in_flight_exits_promptly() {
+    let mut server = Server::start(&["--dummy", "--threads", "2"]);
+    let _idle = server.connect();
+    server.signal(libc::SIGINT);
+    let status = server
+        .wait_exit(Duration::from_secs(15))
+        .expect("server exits");
+    assert!(status.success());
+}
