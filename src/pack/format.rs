@@ -100,6 +100,37 @@ pub const V_LENGTH_AT: usize = 32; // u32
 pub const V_ETAG_AT: usize = 36; // u32
 pub const V_ETAG_LEN: usize = 40; // u16
 pub const V_ENCODING: usize = 42; // u8
+pub const V_OVERRIDES: usize = 43; // u8 bit set over `SERVER_HEADERS`
+
+/// Headers the server adds to every response on its own (security headers,
+/// HSTS), lower-case. A variant's `overrides` bit `i` says its block already
+/// sets `SERVER_HEADERS[i]` (from `_headers`): the server then leaves its own
+/// line out, so the site's value wins and no field is sent twice.
+pub const SERVER_HEADERS: [&str; 6] = [
+    "x-content-type-options",
+    "referrer-policy",
+    "x-frame-options",
+    "x-xss-protection",
+    "cross-origin-opener-policy",
+    "strict-transport-security",
+];
+
+/// The `overrides` bit set of a header block.
+pub fn server_header_overrides(block: &[u8]) -> u8 {
+    let mut set = 0u8;
+    for line in block.split(|&b| b == b'\n') {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = &line[..colon];
+        for (i, known) in SERVER_HEADERS.iter().enumerate() {
+            if name.eq_ignore_ascii_case(known.as_bytes()) {
+                set |= 1 << i;
+            }
+        }
+    }
+    set
+}
 
 // Rule record: 32 bytes.
 pub const RULE_LEN: usize = 32;

@@ -78,6 +78,8 @@ pub struct Variant<'p> {
     pub body: &'p [u8],
     /// Absolute offset of the body in the pack file, for `sendfile`.
     pub body_off: u64,
+    /// Bit set over `format::SERVER_HEADERS` that `head` already sets.
+    pub overrides: u8,
 }
 
 /// A `_redirects` pattern rule.
@@ -314,6 +316,7 @@ impl Pack {
             etag,
             body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
             body_off,
+            overrides: r[V_OVERRIDES],
         })
     }
 

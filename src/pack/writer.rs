@@ -296,6 +296,7 @@ impl PackWriter {
             put_u32(&mut rec, V_ETAG_AT, v.head.etag_at);
             put_u16(&mut rec, V_ETAG_LEN, v.head.etag_len);
             rec[V_ENCODING] = v.encoding as u8;
+            rec[V_OVERRIDES] = server_header_overrides(&v.head.bytes);
             self.variants.push(rec);
             self.variant_head_blob.push(head_blob);
         }
