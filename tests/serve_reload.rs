@@ -49,7 +49,7 @@ fn reload_under_load_loses_nothing() {
                         .unwrap()
                         .insert(String::from_utf8(r.body).unwrap());
                     requests += 1;
-                    if requests % 50 == 0 {
+                    if requests.is_multiple_of(50) {
                         conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
                     }
                 }

@@ -11,6 +11,7 @@ pub mod handler;
 pub mod http1;
 pub mod net;
 pub mod output;
+pub mod server_headers;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use crate::pack::{Pack, verify};
 use handler::Site;
 use net::worker::{LoopConfig, Worker};
 use net::{Shared, Waker};
+use server_headers::ServerHeaders;
 
 /// `kiln serve` options.
 #[derive(Args, Debug, Clone)]
@@ -70,16 +72,6 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = output::SENDFILE_MIN, hide = true)]
     pub sendfile_min: u64,
 }
-
-/// The security headers sent by default (kawipiko's set plus COOP):
-/// `X-XSS-Protection` is sent as `0` because the legacy filter that
-/// `1; mode=block` enabled is itself an information leak (OWASP advice).
-const SECURITY_HEADERS: &str = "X-Content-Type-Options: nosniff\r\n\
-Referrer-Policy: strict-origin-when-cross-origin\r\n\
-X-Frame-Options: SAMEORIGIN\r\n\
-X-XSS-Protection: 0\r\n\
-Cross-Origin-Opener-Policy: same-origin\r\n";
-const HSTS: &str = "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n";
 
 /// Opens what SITE names: a pack is mapped and verified; a directory or a
 /// tar archive is fired into a preview pack first (fast compression
@@ -174,20 +166,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(Arc::new(access_log::Sink::File(f)))
         }
     };
-    let mut security = String::new();
-    if !args.no_security_headers {
-        security.push_str(SECURITY_HEADERS);
-    }
-    if args.hsts {
-        security.push_str(HSTS);
-    }
     let config = Arc::new(LoopConfig {
         header_timeout_ms,
         keepalive_timeout_ms,
         send_timeout_ms,
         max_connections: args.max_connections,
         sendfile_min: args.sendfile_min,
-        security: security.into_bytes(),
+        server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
     });
     let listeners = bind_all(&args, threads)?;
@@ -228,14 +213,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .name("kiln-control".into())
             .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
     }
+    let threads_word = if threads == 1 { "thread" } else { "threads" };
     let announcement = match &pack_path {
         Some(p) => format!(
-            "kiln: serving {} ({routes} routes) on {} with {threads} threads",
+            "kiln: serving {} ({routes} routes) on {} with {threads} {threads_word}",
             p.display(),
             urls.join(" ")
         ),
         None => format!(
-            "kiln: serving dummy answers on {} with {threads} threads",
+            "kiln: serving dummy answers on {} with {threads} {threads_word}",
             urls.join(" ")
         ),
     };

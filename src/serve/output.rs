@@ -32,7 +32,7 @@ pub enum Seg {
 /// Default of `--sendfile-min`: bodies of at least this many bytes go out
 /// with `sendfile` after their headers; smaller ones ride in the same
 /// `writev` as the headers. Measured on loopback (wrk, 32 connections, one
-/// core; bench pack from `examples/hello_pack.rs`): `writev` from the
+/// core; a pack of bodies of each size): `writev` from the
 /// mapping ties `sendfile` from 16 KiB to 256 KiB and beats it at 1 MiB,
 /// because loopback copies either way. `sendfile` pays off on a real NIC
 /// (no copy into the socket) and under kTLS, so it takes over where the

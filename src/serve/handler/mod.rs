@@ -111,6 +111,9 @@ pub struct Response<'a> {
     /// Header lines (`Name: value\r\n`): a slice of a pack head or a
     /// built-in block.
     pub head: &'a [u8],
+    /// Which of the server's own headers `head` already sets (the pack's
+    /// `Variant::overrides`), so the protocol leaves those out.
+    pub overrides: u8,
     /// Lines computed per request, written after `head`.
     pub extra: Extra<'a>,
     /// What follows the header block (left out for HEAD).
@@ -175,6 +178,7 @@ pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
     Response {
         status,
         head: TEXT,
+        overrides: 0,
         extra: Extra::Length,
         body: Body::Static(body),
     }
@@ -199,6 +203,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             return Response {
                 status: 204,
                 head: ALLOW,
+                overrides: 0,
                 extra: Extra::Nothing,
                 body: Body::Empty,
             };
@@ -207,6 +212,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             return Response {
                 status: 405,
                 head: ALLOW_TEXT,
+                overrides: 0,
                 extra: Extra::Length,
                 body: Body::Static(b"405 Method Not Allowed\n"),
             };
@@ -283,6 +289,7 @@ fn rule_response<'a>(
         return Response {
             status: rule.status,
             head: b"",
+            overrides: 0,
             extra: Extra::Location(expanded),
             body: Body::Empty,
         };
@@ -315,6 +322,7 @@ fn serve_route<'a>(
     let full = Response {
         status,
         head: variant.head,
+        overrides: variant.overrides,
         extra: Extra::Nothing,
         body: Body::Pack {
             off: variant.body_off,
@@ -333,6 +341,7 @@ fn serve_route<'a>(
         return Some(Response {
             status: 304,
             head: &variant.head[..variant.repr_at],
+            overrides: variant.overrides,
             extra: Extra::Nothing,
             body: Body::Empty,
         });
@@ -351,6 +360,7 @@ fn serve_route<'a>(
         RangeAsk::Part { start, end } => Response {
             status: 206,
             head: &variant.head[..variant.length_at],
+            overrides: variant.overrides,
             extra: Extra::Range { start, end, total },
             body: Body::Pack {
                 off: variant.body_off + start,
@@ -360,6 +370,7 @@ fn serve_route<'a>(
         RangeAsk::Unsatisfiable => Response {
             status: 416,
             head: &variant.head[..variant.repr_at],
+            overrides: variant.overrides,
             extra: Extra::Unsatisfiable { total },
             body: Body::Empty,
         },

@@ -10,6 +10,7 @@ use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
 use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
 use super::output::{Output, push_u64};
+use super::server_headers::ServerHeaders;
 pub use parse::{Parsed, RequestHead, parse_request};
 
 /// Request bodies up to this size are read and dropped (a GET with a body
@@ -45,8 +46,8 @@ pub struct Context<'w> {
     pub scratch: &'w mut Scratch,
     /// This second's `Date` line.
     pub date: &'w DateCache,
-    /// Prepared security header lines (empty with `--no-security-headers`).
-    pub security: &'w [u8],
+    /// The server's own header lines, per set of lines a response overrides.
+    pub server_headers: &'w ServerHeaders,
     /// This thread's access log, when enabled.
     pub log: Option<&'w mut AccessLog>,
     /// The client address, for the access log.
@@ -99,7 +100,7 @@ fn reason(status: u16) -> &'static str {
 fn write_response(
     out: &mut Output,
     date: &DateCache,
-    security: &[u8],
+    server_headers: &ServerHeaders,
     resp: &Response<'_>,
     head_only: bool,
     connection: ConnectionLine,
@@ -116,7 +117,7 @@ fn write_response(
         ConnectionLine::KeepAlive => b.extend_from_slice(b"Connection: keep-alive\r\n"),
         ConnectionLine::Close => b.extend_from_slice(b"Connection: close\r\n"),
     }
-    b.extend_from_slice(security);
+    b.extend_from_slice(server_headers.lines(resp.overrides));
     b.extend_from_slice(resp.head);
     match resp.extra {
         Extra::Nothing => {}
@@ -181,7 +182,7 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
     let sent = write_response(
         out,
         ctx.date,
-        ctx.security,
+        ctx.server_headers,
         &resp,
         false,
         ConnectionLine::Close,
@@ -247,7 +248,14 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
             (false, _) => ConnectionLine::Omit,
         };
         let head_only = head.method == Method::Head;
-        let sent = write_response(out, ctx.date, ctx.security, &resp, head_only, connection);
+        let sent = write_response(
+            out,
+            ctx.date,
+            ctx.server_headers,
+            &resp,
+            head_only,
+            connection,
+        );
         batch.responses += 1;
         if let Some(log) = ctx.log.as_deref_mut() {
             log.record(

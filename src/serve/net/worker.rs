@@ -19,6 +19,7 @@ use crate::serve::date::DateCache;
 use crate::serve::handler::{Scratch, Site};
 use crate::serve::http1::{self, Context};
 use crate::serve::output::Output;
+use crate::serve::server_headers::ServerHeaders;
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -47,8 +48,8 @@ pub struct LoopConfig {
     pub max_connections: usize,
     /// Bodies this long or longer are sent with `sendfile`.
     pub sendfile_min: u64,
-    /// Security header lines added to every response.
-    pub security: Vec<u8>,
+    /// The server's own header lines (security headers, HSTS).
+    pub server_headers: ServerHeaders,
     /// Where access log lines go, if anywhere.
     pub access_log: Option<Arc<Sink>>,
 }
@@ -432,7 +433,7 @@ impl Worker {
             site: &self.site,
             scratch: &mut self.scratch,
             date: &self.date,
-            security: &self.config.security,
+            server_headers: &self.config.server_headers,
             log: self.log.as_mut(),
             peer: conn.peer,
             draining: self.drain_deadline.is_some(),
@@ -578,7 +579,7 @@ impl Worker {
             site: &self.site,
             scratch: &mut self.scratch,
             date: &self.date,
-            security: &self.config.security,
+            server_headers: &self.config.server_headers,
             log: self.log.as_mut(),
             peer: conn.peer,
             draining: true,
