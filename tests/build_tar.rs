@@ -52,11 +52,15 @@ struct Built {
 }
 
 fn build_bytes(bytes: &[u8], file_name: &str) -> anyhow::Result<Built> {
+    build_bytes_with(bytes, file_name, &BuildOptions::default())
+}
+
+fn build_bytes_with(bytes: &[u8], file_name: &str, opts: &BuildOptions) -> anyhow::Result<Built> {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join(file_name);
     std::fs::write(&src, bytes).unwrap();
     let pack = dir.path().join("site.pack");
-    let report = build_pack(&src, &pack, &BuildOptions::default())?;
+    let report = build_pack(&src, &pack, opts)?;
     Ok(Built {
         _dir: dir,
         pack,
@@ -336,4 +340,65 @@ fn truncated_compressed_archives_are_errors() {
             "{err}"
         );
     }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A build whose `--max-source-bytes` is `max`; the one-line error.
+fn refused_over(bytes: &[u8], max: u64) -> String {
+    let opts = BuildOptions {
+        max_source_bytes: max,
+        ..BuildOptions::default()
+    };
+    let err = match build_bytes_with(bytes, "site.tar.gz", &opts) {
+        Ok(_) => panic!("the archive was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.contains("site.tar.gz"), "names the archive: {err}");
+    assert!(err.contains("--max-source-bytes"), "names the flag: {err}");
+    err
+}
+
+#[test]
+fn gzip_bombs_are_refused_at_the_source_limit() {
+    const LIMIT: u64 = 1 << 20;
+    // One entry that expands far past the limit: refused from its header,
+    // before anything is read or allocated.
+    let big = archive(&[file_entry(b"zeros.bin", &vec![0u8; 4 << 20])]);
+    let bomb = gzip(&big);
+    assert!(bomb.len() < 16 << 10, "the bomb is small: {}", bomb.len());
+    let err = refused_over(&bomb, LIMIT);
+    assert!(err.contains("zeros.bin"), "{err}");
+    // Many empty entries: no file is large, the stream is.
+    let many: Vec<Vec<u8>> = (0..4000)
+        .map(|i| file_entry(format!("e{i}.txt").as_bytes(), b""))
+        .collect();
+    refused_over(&gzip(&archive(&many)), LIMIT);
+    // Links copy their target: a few links to a big file pass the limit
+    // even though the stream stays under it.
+    let mut linked = vec![file_entry(b"big.txt", &vec![b'a'; 400 << 10])];
+    for i in 0..4 {
+        linked.push(link_entry(format!("l{i}.txt").as_bytes(), b'2', b"big.txt"));
+    }
+    let err = refused_over(&gzip(&archive(&linked)), LIMIT);
+    assert!(err.contains("\"l1.txt\""), "names the link: {err}");
+    // Under the limit, the same archive builds.
+    let opts = BuildOptions {
+        max_source_bytes: 4 << 20,
+        ..BuildOptions::default()
+    };
+    let built = build_bytes_with(&gzip(&archive(&linked)), "site.tar.gz", &opts).unwrap();
+    assert_eq!(built.report.files, 5);
+}
+
+#[test]
+fn an_empty_file_is_not_an_archive() {
+    let err = refused(b"");
+    assert!(err.contains("empty file"), "{err}");
 }

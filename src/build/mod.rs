@@ -101,6 +101,11 @@ pub struct BuildArgs {
     /// Ignore the root `_redirects` file (it is still not served).
     #[arg(long)]
     pub no_redirects_file: bool,
+    /// Refuse a source holding more than this many bytes (for an archive:
+    /// once decompressed, link copies included). Everything is read into
+    /// memory; the default is 16 GiB.
+    #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
+    pub max_source_bytes: u64,
     /// No progress bar and no summary (warnings and errors still go to stderr).
     #[arg(short, long)]
     pub quiet: bool,
@@ -121,6 +126,8 @@ pub struct BuildOptions {
     pub redirects_file: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// The most a source may hold (`--max-source-bytes`).
+    pub max_source_bytes: u64,
 }
 
 impl Default for BuildOptions {
@@ -133,6 +140,7 @@ impl Default for BuildOptions {
             headers_file: true,
             redirects_file: true,
             progress: false,
+            max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
         }
     }
 }
@@ -224,7 +232,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
-    let read = source::read_source(source)?;
+    let read = source::read_source(
+        source,
+        &source::ReadOptions {
+            max_bytes: opts.max_source_bytes,
+            exclude: Some(out.to_path_buf()),
+        },
+    )?;
     let mut warnings = read.warnings;
     let mut files = read.files;
     let mut take = |name: &str| {
@@ -358,6 +372,7 @@ impl BuildArgs {
             headers_file: !self.no_headers_file,
             redirects_file: !self.no_redirects_file,
             progress: !self.quiet && std::io::stderr().is_terminal(),
+            max_source_bytes: self.max_source_bytes,
         })
     }
 }

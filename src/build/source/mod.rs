@@ -6,7 +6,7 @@ pub mod dir;
 pub mod ignore;
 pub mod tar;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
@@ -31,15 +31,41 @@ pub struct Source {
     pub warnings: Vec<String>,
 }
 
+/// Default `--max-source-bytes`: 16 GiB.
+pub const DEFAULT_MAX_SOURCE_BYTES: u64 = 16 << 30;
+
+/// Limits and exclusions of a read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Most bytes a source may hold: the total of file contents for a
+    /// directory; for an archive, the decompressed stream plus the copies
+    /// its links make. Everything is read into memory, and a tiny
+    /// compressed archive may expand to terabytes.
+    pub max_bytes: u64,
+    /// A file never taken from a directory source: the pack being
+    /// written, which would otherwise be packed into its own next build
+    /// when it lies inside the source.
+    pub exclude: Option<PathBuf>,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            max_bytes: DEFAULT_MAX_SOURCE_BYTES,
+            exclude: None,
+        }
+    }
+}
+
 /// Reads `path`: a directory is walked, a regular file is read as a tar
 /// archive (plain, gzip or zstd, detected by magic bytes).
-pub fn read_source(path: &Path) -> anyhow::Result<Source> {
+pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot read source", path.display()))?;
     let mut source = if meta.is_dir() {
-        dir::read_dir_source(path)?
+        dir::read_dir_source(path, opts)?
     } else if meta.is_file() {
-        tar::read_tar_source(path)?
+        tar::read_tar_source(path, opts.max_bytes)?
     } else {
         bail!(
             "{}: source is neither a directory nor a tar file",

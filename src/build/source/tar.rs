@@ -14,18 +14,24 @@
 //!   skipped with a warning;
 //! - a truncated archive, or an entry whose header claims more bytes than
 //!   follow, is an error; an entry above `MAX_ENTRY_BYTES` is refused before
-//!   anything is allocated for it;
+//!   anything is allocated for it; the decompressed stream plus the copies
+//!   that links make are capped (`--max-source-bytes`), so a small
+//!   compressed bomb is refused instead of filling memory;
+//! - an empty file is not an archive (an empty site is an empty directory
+//!   or a tar with no entries);
 //! - devices, fifos and other special entries are skipped with a warning;
 //! - PAX and GNU long names are supported (through the `tar` crate).
 //!
 //! Every refusal is one line naming the archive and the entry.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
+use std::rc::Rc;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use tar::EntryType;
 
 use super::ignore::is_ignored_path;
@@ -55,14 +61,46 @@ struct Link {
     mtime: i64,
 }
 
-/// Reads the archive at `archive`.
-pub fn read_tar_source(archive: &Path) -> anyhow::Result<Source> {
+/// The decompressed stream as the tar parser reads it: counts the bytes
+/// and fails once more than `max` went through.
+struct Capped<R> {
+    inner: R,
+    /// Shared with `read_entries`, which turns the failure into a clear error.
+    read: Rc<Cell<u64>>,
+    /// `--max-source-bytes`.
+    max: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let total = self.read.get().saturating_add(n as u64);
+        self.read.set(total);
+        if total > self.max {
+            return Err(io::Error::other(too_big(self.max)));
+        }
+        Ok(n)
+    }
+}
+
+fn too_big(max: u64) -> String {
+    format!("the archive expands to more than the {max}-byte limit (--max-source-bytes)")
+}
+
+/// Reads the archive at `archive`; `max_bytes` caps what it may expand to.
+pub fn read_tar_source(archive: &Path, max_bytes: u64) -> anyhow::Result<Source> {
     let file =
         File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
     let mut reader = BufReader::new(file);
     let head = reader
         .fill_buf()
         .with_context(|| format!("{}: cannot read", archive.display()))?;
+    if head.is_empty() {
+        bail!(
+            "{}: empty file, not a tar archive (an empty site is an empty directory)",
+            archive.display()
+        );
+    }
     let input: Box<dyn Read> = if head.starts_with(&GZIP_MAGIC) {
         Box::new(flate2::bufread::MultiGzDecoder::new(reader))
     } else if head.starts_with(&ZSTD_MAGIC) {
@@ -73,18 +111,33 @@ pub fn read_tar_source(archive: &Path) -> anyhow::Result<Source> {
     } else {
         Box::new(reader)
     };
-    read_entries(input).map_err(|e| anyhow!("{}: {e:#}", archive.display()))
+    let read = Rc::new(Cell::new(0));
+    let capped = Capped {
+        inner: input,
+        read: Rc::clone(&read),
+        max: max_bytes,
+    };
+    read_entries(capped, &read, max_bytes).map_err(|e| anyhow!("{}: {e:#}", archive.display()))
 }
 
-/// Reads every entry of a decompressed tar stream.
-fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
+/// Reads every entry of a decompressed tar stream; `read` counts the bytes
+/// taken from it, and with link copies they stay within `max_bytes`.
+fn read_entries(
+    input: Capped<Box<dyn Read>>,
+    read: &Cell<u64>,
+    max_bytes: u64,
+) -> anyhow::Result<Source> {
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
     let mut index: HashMap<String, Option<usize>> = HashMap::new();
     let mut links = Vec::new();
     let entries = archive.entries().context("not a tar archive")?;
     for entry in entries {
-        let mut entry = entry.context("truncated or corrupt tar archive")?;
+        let mut entry = match entry {
+            Ok(entry) => entry,
+            Err(_) if read.get() > max_bytes => bail!(too_big(max_bytes)),
+            Err(e) => return Err(anyhow!(e).context("truncated or corrupt tar archive")),
+        };
         let raw_name = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_name).into_owned();
         let fail = |problem: &str| anyhow!("entry {shown:?}: {problem}");
@@ -107,6 +160,9 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                 return Err(fail(&format!(
                     "{size} bytes is more than the {MAX_ENTRY_BYTES}-byte limit per file"
                 )));
+            }
+            if read.get().saturating_add(size) > max_bytes {
+                return Err(fail(&too_big(max_bytes)));
             }
             let mut bytes = Vec::with_capacity(size.min(1 << 20) as usize);
             (&mut entry)
@@ -149,6 +205,9 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
     let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
     let mut resolved = Vec::new();
+    // Link copies are held in memory too: a few links to a large directory
+    // would otherwise multiply it past any limit.
+    let mut budget = max_bytes.saturating_sub(read.get());
     for link in &links {
         let copies = match follow(&link.target, &index, &by_path) {
             Ok(i) => Ok(vec![(link.path.clone(), i)]),
@@ -168,6 +227,10 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                         ));
                         continue;
                     }
+                    let len = source.files[i].bytes.len() as u64;
+                    budget = budget
+                        .checked_sub(len)
+                        .ok_or_else(|| anyhow!("entry {:?}: {}", link.path, too_big(max_bytes)))?;
                     resolved.push(SourceFile {
                         path,
                         bytes: source.files[i].bytes.clone(),
