@@ -3,8 +3,11 @@
 //! summary; `--json` gives the same as one JSON document.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -128,8 +131,9 @@ fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
     totals
 }
 
-/// Prints the table.
-fn print_table(pack: &Pack, with_headers: bool) {
+/// The table, as printed.
+fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
     let keys: Vec<String> = pack.routes().map(|r| key_text(&r)).collect();
     let width = keys
         .iter()
@@ -137,10 +141,11 @@ fn print_table(pack: &Pack, with_headers: bool) {
         .max()
         .unwrap_or(3)
         .clamp(3, 60);
-    println!(
+    writeln!(
+        out,
         "{:<width$}  {:<9}  {:>6}  variants",
         "key", "kind", "status"
-    );
+    )?;
     for (route, key) in pack.routes().zip(&keys) {
         let shown = if key.is_empty() { "(not found)" } else { key };
         let variants: Vec<String> = route
@@ -150,57 +155,61 @@ fn print_table(pack: &Pack, with_headers: bool) {
         let to = location(&route)
             .map(|l| format!("  -> {l}"))
             .unwrap_or_default();
-        println!(
+        writeln!(
+            out,
             "{shown:<width$}  {:<9}  {:>6}  {}{to}",
             kind_name(&route),
             route.status(),
             variants.join(" ")
-        );
+        )?;
         if with_headers && let Some(v) = route.variant(Encoding::Identity) {
             for line in String::from_utf8_lossy(v.head)
                 .split("\r\n")
                 .filter(|l| !l.is_empty())
             {
-                println!("    {line}");
+                writeln!(out, "    {line}")?;
             }
         }
     }
     for rule in pack.rules() {
-        println!(
+        writeln!(
+            out,
             "rule  {} -> {}  {}{}",
             String::from_utf8_lossy(rule.from),
             String::from_utf8_lossy(rule.to),
             rule.status,
             if rule.force { "!" } else { "" }
-        );
+        )?;
     }
     let summary = to_json(pack, false)["summary"].clone();
-    println!();
-    println!("routes    {}", pack.route_count());
+    writeln!(out)?;
+    writeln!(out, "routes    {}", pack.route_count())?;
     if let Some(kinds) = summary["routes_by_kind_status"].as_object() {
         for (k, n) in kinds {
-            println!("  {k:<16} {n}");
+            writeln!(out, "  {k:<16} {n}")?;
         }
     }
-    println!("variants  {}", pack.variant_count());
-    println!("rules     {}", pack.rule_count());
+    writeln!(out, "variants  {}", pack.variant_count())?;
+    writeln!(out, "rules     {}", pack.rule_count())?;
     for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
-        println!("{:<9} {count} bodies, {bytes} bytes", e.token());
+        writeln!(out, "{:<9} {count} bodies, {bytes} bytes", e.token())?;
     }
-    println!("pack      {} bytes", pack.bytes().len());
+    writeln!(out, "pack      {} bytes", pack.bytes().len())?;
+    Ok(out)
 }
 
 /// `kiln inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let pack =
         Pack::open(&args.pack).map_err(|e| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&pack, args.headers))?
-        );
+    let text = if args.json {
+        serde_json::to_string_pretty(&to_json(&pack, args.headers))? + "\n"
     } else {
-        print_table(&pack, args.headers);
+        table(&pack, args.headers)?
+    };
+    // `kiln inspect site.pack | head` closes the pipe early: not an error.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to stdout"),
     }
-    Ok(())
 }

@@ -268,3 +268,74 @@ fn warnings_go_to_stderr() {
     assert!(stderr(&o).starts_with("kiln: warning: "), "{}", stderr(&o));
     assert!(stderr(&o).contains("_redirects:1: conditions"));
 }
+
+#[test]
+fn inspect_into_a_closed_pipe_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    // Enough routes for the table to overflow a pipe buffer (64 KiB).
+    for i in 0..1500 {
+        let p = src.join(format!("section-{}/page-number-{i}.html", i % 10));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, format!("page {i}")).unwrap();
+    }
+    let pack = dir.path().join("big.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(["inspect", p(&pack)]);
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Like `| head -1`: read one line, then close the pipe.
+        let mut first = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut first,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!first.is_empty());
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn verify_errors_are_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("site.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    let good = std::fs::read(&pack).unwrap();
+    let check = |name: &str, bytes: Option<&[u8]>, needle: &str| {
+        let f = dir.path().join(name);
+        if let Some(b) = bytes {
+            std::fs::write(&f, b).unwrap();
+        }
+        let o = kiln(&["verify", p(&f)]);
+        assert_one_line_error(&o, p(&f));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    };
+    check("empty.pack", Some(b""), "shorter than the header");
+    check("cut.pack", Some(&good[..good.len() - 100]), "truncated");
+    let mut flipped = good.clone();
+    flipped[300] ^= 1; // in the bodies, right after the header
+    check("flipped.pack", Some(&flipped), "bodies section checksum");
+    check("missing.pack", None, "cannot open");
+    check("site", None, "is a directory");
+}
