@@ -12,7 +12,7 @@
 
 use anyhow::bail;
 
-use super::urlpath::percent_decode;
+use super::urlpath::{encode_location, percent_decode};
 
 /// Headers that the builder or the server own: setting them from `_headers`
 /// would break framing or content negotiation, so it is refused.
@@ -49,8 +49,9 @@ pub struct HeaderRule {
 pub struct RedirectRule {
     /// Percent-decoded path or pattern.
     pub from: Vec<u8>,
-    /// Target as written: a path, possibly with `:name`/`:splat`, or an
-    /// absolute URL.
+    /// Target as written, with bytes a URI may not hold percent-encoded
+    /// (it becomes a `Location` value): a path, possibly with
+    /// `:name`/`:splat`, or an absolute URL.
     pub to: String,
     /// 3xx redirect, 200 rewrite or 404.
     pub status: u16,
@@ -201,7 +202,7 @@ pub fn parse_redirects(text: &str, file: &str) -> anyhow::Result<(Vec<RedirectRu
         }
         rules.push(RedirectRule {
             from: percent_decode(from),
-            to: to.to_owned(),
+            to: encode_location(to),
             status,
             force,
             line,
