@@ -233,6 +233,17 @@ fn headers_file_adds_and_replaces() {
         json.contains("\r\nVary: Origin\r\n") && json.matches("Vary").count() == 1,
         "{json}"
     );
+    // On a resource with several encodings a custom Vary keeps
+    // Accept-Encoding, added unless it is already there.
+    let rules = b"/page.html\n  Vary: Origin\n/404.html\n  Vary: origin, accept-encoding\n";
+    let (_vary_dir, vary) = build(&[("_headers", rules)], &BuildOptions::default());
+    for e in [Encoding::Identity, Encoding::Br] {
+        let h = head(&variant(&vary, "/page.html", e));
+        assert!(h.contains("\r\nVary: Accept-Encoding, Origin\r\n"), "{h}");
+        assert_eq!(h.matches("Vary").count(), 1, "{h}");
+        let h = head(&variant(&vary, "/404.html", e));
+        assert!(h.contains("\r\nVary: origin, accept-encoding\r\n"), "{h}");
+    }
     // Stripped route `/page` matches no `/page.html` block: only the `/*` one.
     let stripped = head(&variant(&pack, "/page", Encoding::Identity));
     assert!(stripped.contains("X-Frame-Options: DENY") && !stripped.contains("x-special"));
