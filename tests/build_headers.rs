@@ -407,7 +407,7 @@ fn every_variant_of_real_packs_is_well_formed() {
         ("noise.bin".into(), noise),
         ("with space/100% ?.html".into(), text.repeat(2).into_bytes()),
         ("caf\u{e9}/Upper.TXT".into(), b"x".repeat(500)),
-        ("app/_wildcard.html".into(), text[..200].as_bytes().to_vec()),
+        ("app/_wildcard.html".into(), text.as_bytes()[..200].to_vec()),
         ("404.html".into(), text.repeat(3).into_bytes()),
         (".well-known/index.html".into(), b"wk".to_vec()),
         (
