@@ -402,3 +402,115 @@ fn an_empty_file_is_not_an_archive() {
     let err = refused(b"");
     assert!(err.contains("empty file"), "{err}");
 }
+
+/// A PAX extended header carrying `records` ("key=value" each) for the next entry.
+fn pax_entry(records: &[&[u8]]) -> Vec<u8> {
+    let mut data = Vec::new();
+    for r in records {
+        // The length prefix counts itself, the space, the record and '\n'.
+        let mut len = r.len() + 3;
+        while format!("{len} ").len() + r.len() + 1 != len {
+            len = format!("{len} ").len() + r.len() + 1;
+        }
+        data.extend_from_slice(format!("{len} ").as_bytes());
+        data.extend_from_slice(r);
+        data.push(b'\n');
+    }
+    let mut out = header(b"PaxHeaders/x", b'x', data.len() as u64, b"").to_vec();
+    out.extend_from_slice(&data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+#[test]
+fn pax_overrides_are_checked_like_plain_names() {
+    for (record, needle) in [
+        (&b"path=a/../../etc/passwd"[..], "'..' component refused"),
+        (b"path=/etc/passwd", "absolute path refused"),
+        (b"path=a\0b.html", "NUL byte"),
+    ] {
+        let mut entries = vec![pax_entry(&[record])];
+        entries.push(file_entry(b"innocent.html", b"x"));
+        let err = refused(&archive(&entries));
+        assert!(err.contains(needle), "{err}");
+    }
+    // A PAX link target that climbs out is skipped like a plain one.
+    let bytes = archive(&[
+        file_entry(b"index.html", b"home"),
+        pax_entry(&[b"linkpath=../../etc/passwd"]),
+        link_entry(b"evil.html", b'2', b"index.html"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    assert!(body(&open(&built.pack), "/evil.html").is_none());
+    assert!(built.report.warnings.join("\n").contains("outside"));
+}
+
+#[test]
+fn link_chains_loops_and_forward_links() {
+    let bytes = archive(&[
+        link_entry(b"early.html", b'1', b"late.html"),
+        link_entry(b"a.html", b'2', b"b.html"),
+        link_entry(b"b.html", b'2', b"a.html"),
+        link_entry(b"self.html", b'2', b"self.html"),
+        link_entry(b"d1", b'2', b"d2"),
+        link_entry(b"d2", b'2', b"d1"),
+        file_entry(b"late.html", b"later"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(
+        body(&pack, "/early.html").unwrap(),
+        b"later",
+        "hard link to a later entry"
+    );
+    for key in ["/a.html", "/b.html", "/self.html"] {
+        assert!(body(&pack, key).is_none(), "{key}");
+    }
+    assert_eq!(built.report.files, 2);
+    let warnings = built.report.warnings.join("\n");
+    assert!(warnings.contains("too many levels of links"), "{warnings}");
+    assert_eq!(built.report.warnings.len(), 5, "{warnings}");
+}
+
+#[test]
+fn truncated_gnu_long_name_is_an_error() {
+    let mut bytes = header(b"././@LongLink", b'L', 300, b"").to_vec();
+    bytes.extend_from_slice(&[b'n'; 100]);
+    let err = refused(&bytes);
+    assert!(err.contains("truncated or corrupt"), "{err}");
+}
+
+#[test]
+fn odd_mtimes_and_empty_files_build() {
+    let mut future = file_entry(b"future.txt", b"");
+    // 2200-01-01, in octal.
+    future[136..148].copy_from_slice(format!("{:011o}\0", 7_258_118_400u64).as_bytes());
+    let mut negative = file_entry(b"past.txt", b"p");
+    // GNU base-256: -1.
+    negative[136..148].copy_from_slice(&[0xff; 12]);
+    for e in [&mut future, &mut negative] {
+        e[148..156].copy_from_slice(b"        ");
+        let sum: u32 = e[..512].iter().map(|&b| b as u32).sum();
+        e[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    }
+    let built = build_bytes(&archive(&[future, negative]), "site.tar").unwrap();
+    let pack = open(&built.pack);
+    let empty = pack.lookup(RouteKind::Exact, b"/future.txt").unwrap();
+    assert_eq!(empty.last_modified(), 7_258_118_400);
+    assert_eq!(
+        empty.encodings(),
+        Encoding::Identity.bit(),
+        "an empty file has no encoded variant"
+    );
+    let v = empty.variant(Encoding::Identity).unwrap();
+    assert!(v.body.is_empty());
+    let head = String::from_utf8_lossy(v.head).into_owned();
+    assert!(head.contains(" 01 Jan 2200 00:00:00 GMT\r\n"), "{head}");
+    assert!(head.ends_with("\r\nContent-Length: 0\r\n"), "{head}");
+    let past = pack.lookup(RouteKind::Exact, b"/past.txt").unwrap();
+    let head = String::from_utf8_lossy(past.variant(Encoding::Identity).unwrap().head).into_owned();
+    assert!(
+        head.contains("Last-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\n"),
+        "clamped: {head}"
+    );
+}
