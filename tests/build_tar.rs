@@ -514,3 +514,49 @@ fn odd_mtimes_and_empty_files_build() {
         "clamped: {head}"
     );
 }
+
+#[test]
+fn strip_components_unwraps_a_top_level_folder() {
+    let bytes = archive(&[
+        header(b"public/", b'5', 0, b"").to_vec(),
+        file_entry(b"public/index.html", b"home"),
+        file_entry(b"public/sub/a.css", b"body{}"),
+        file_entry(b"top.txt", b"dropped: nothing left once stripped"),
+        link_entry(b"public/up.html", b'2', b"../public/index.html"),
+        link_entry(b"public/hard.css", b'1', b"public/sub/a.css"),
+        link_entry(b"public/gone.txt", b'1', b"top.txt"),
+    ]);
+    let plain = build_bytes(&bytes, "site.tar").unwrap();
+    assert_eq!(
+        body(&open(&plain.pack), "/public/index.html").unwrap(),
+        b"home"
+    );
+    let opts = BuildOptions {
+        strip_components: 1,
+        ..BuildOptions::default()
+    };
+    let built = build_bytes_with(&bytes, "site.tar", &opts).unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, "/").unwrap(), b"home");
+    assert_eq!(body(&pack, "/sub/a.css").unwrap(), b"body{}");
+    assert_eq!(body(&pack, "/up.html").unwrap(), b"home");
+    assert_eq!(body(&pack, "/hard.css").unwrap(), b"body{}");
+    assert!(body(&pack, "/public/index.html").is_none());
+    assert!(body(&pack, "/gone.txt").is_none());
+    assert!(
+        built
+            .report
+            .warnings
+            .join("\n")
+            .contains("removed by --strip-components"),
+        "{:?}",
+        built.report.warnings
+    );
+    // A directory source has nothing to strip: say what to do instead.
+    let dir = tempfile::tempdir().unwrap();
+    let err = build_pack(dir.path(), &dir.path().join("x.pack"), &opts).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("give the subdirectory as the source"),
+        "{err:#}"
+    );
+}

@@ -106,6 +106,11 @@ pub struct BuildArgs {
     /// memory; the default is 16 GiB.
     #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
     pub max_source_bytes: u64,
+    /// Drop this many leading components from archive entry names, like
+    /// tar: `--strip-components 1` serves `public/index.html` of an archive
+    /// made with `tar czf site.tgz public/` at `/`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub strip_components: usize,
     /// No progress bar and no summary (warnings and errors still go to stderr).
     #[arg(short, long)]
     pub quiet: bool,
@@ -128,6 +133,8 @@ pub struct BuildOptions {
     pub progress: bool,
     /// The most a source may hold (`--max-source-bytes`).
     pub max_source_bytes: u64,
+    /// Leading components dropped from archive names (`--strip-components`).
+    pub strip_components: usize,
 }
 
 impl Default for BuildOptions {
@@ -141,6 +148,7 @@ impl Default for BuildOptions {
             redirects_file: true,
             progress: false,
             max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
+            strip_components: 0,
         }
     }
 }
@@ -237,6 +245,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         &source::ReadOptions {
             max_bytes: opts.max_source_bytes,
             exclude: Some(out.to_path_buf()),
+            strip_components: opts.strip_components,
         },
     )?;
     let mut warnings = read.warnings;
@@ -373,6 +382,7 @@ impl BuildArgs {
             redirects_file: !self.no_redirects_file,
             progress: !self.quiet && std::io::stderr().is_terminal(),
             max_source_bytes: self.max_source_bytes,
+            strip_components: self.strip_components,
         })
     }
 }

@@ -46,6 +46,10 @@ pub struct ReadOptions {
     /// written, which would otherwise be packed into its own next build
     /// when it lies inside the source.
     pub exclude: Option<PathBuf>,
+    /// Leading name components dropped from archive entries, like tar's
+    /// `--strip-components` (`tar czf site.tgz public/` puts every page
+    /// under `public/`); entries with no component left are skipped.
+    pub strip_components: usize,
 }
 
 impl Default for ReadOptions {
@@ -53,6 +57,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_bytes: DEFAULT_MAX_SOURCE_BYTES,
             exclude: None,
+            strip_components: 0,
         }
     }
 }
@@ -63,9 +68,15 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot read source", path.display()))?;
     let mut source = if meta.is_dir() {
+        if opts.strip_components > 0 {
+            bail!(
+                "{}: --strip-components applies to archives; give the subdirectory as the source",
+                path.display()
+            );
+        }
         dir::read_dir_source(path, opts)?
     } else if meta.is_file() {
-        tar::read_tar_source(path, opts.max_bytes)?
+        tar::read_tar_source(path, opts.max_bytes, opts.strip_components)?
     } else {
         bail!(
             "{}: source is neither a directory nor a tar file",

@@ -87,8 +87,9 @@ fn too_big(max: u64) -> String {
     format!("the archive expands to more than the {max}-byte limit (--max-source-bytes)")
 }
 
-/// Reads the archive at `archive`; `max_bytes` caps what it may expand to.
-pub fn read_tar_source(archive: &Path, max_bytes: u64) -> anyhow::Result<Source> {
+/// Reads the archive at `archive`; `max_bytes` caps what it may expand to,
+/// `strip` leading components are dropped from every name.
+pub fn read_tar_source(archive: &Path, max_bytes: u64, strip: usize) -> anyhow::Result<Source> {
     let file =
         File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
     let mut reader = BufReader::new(file);
@@ -117,7 +118,8 @@ pub fn read_tar_source(archive: &Path, max_bytes: u64) -> anyhow::Result<Source>
         read: Rc::clone(&read),
         max: max_bytes,
     };
-    read_entries(capped, &read, max_bytes).map_err(|e| anyhow!("{}: {e:#}", archive.display()))
+    read_entries(capped, &read, max_bytes, strip)
+        .map_err(|e| anyhow!("{}: {e:#}", archive.display()))
 }
 
 /// Reads every entry of a decompressed tar stream; `read` counts the bytes
@@ -126,6 +128,7 @@ fn read_entries(
     input: Capped<Box<dyn Read>>,
     read: &Cell<u64>,
     max_bytes: u64,
+    strip: usize,
 ) -> anyhow::Result<Source> {
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
@@ -146,7 +149,10 @@ fn read_entries(
         if kind.is_pax_global_extensions() {
             continue;
         }
-        let Some(path) = normalise(name).map_err(|p| fail(&p))? else {
+        let Some(full_path) = normalise(name).map_err(|p| fail(&p))? else {
+            continue;
+        };
+        let Some(path) = strip_components(&full_path, strip) else {
             continue;
         };
         if kind.is_dir() || is_ignored_path(&path) {
@@ -186,8 +192,15 @@ fn read_entries(
                     Ok(t) if kind.is_hard_link() => {
                         normalise(t).and_then(|p| p.ok_or_else(|| "links to the root".into()))
                     }
-                    Ok(t) => resolve_symlink(&path, t),
-                },
+                    // Resolved where the link sits in the archive, so that
+                    // `../public/x` from `public/a` stays inside.
+                    Ok(t) => resolve_symlink(&full_path, t),
+                }
+                .and_then(|target| {
+                    strip_components(&target, strip).ok_or_else(|| {
+                        format!("target {target:?} is removed by --strip-components")
+                    })
+                }),
             };
             links.push(Link {
                 path,
@@ -328,6 +341,15 @@ fn normalise(name: &str) -> Result<Option<String>, String> {
     Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
+/// `path` without its first `n` components; `None` if nothing is left.
+fn strip_components(path: &str, n: usize) -> Option<String> {
+    let mut rest = path;
+    for _ in 0..n {
+        rest = rest.split_once('/')?.1;
+    }
+    Some(rest.to_owned())
+}
+
 /// The archive path a symbolic link at `link` with target `target` names,
 /// or why it points outside the archive.
 fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
@@ -366,6 +388,24 @@ mod tests {
         assert!(normalise("/etc/passwd").is_err());
         assert!(normalise("a/../../b").is_err());
         assert!(normalise(&"x".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn components_are_stripped() {
+        assert_eq!(
+            strip_components("public/a/b.html", 0).as_deref(),
+            Some("public/a/b.html")
+        );
+        assert_eq!(
+            strip_components("public/a/b.html", 1).as_deref(),
+            Some("a/b.html")
+        );
+        assert_eq!(
+            strip_components("public/a/b.html", 2).as_deref(),
+            Some("b.html")
+        );
+        assert_eq!(strip_components("public/a/b.html", 3), None);
+        assert_eq!(strip_components("public", 1), None);
     }
 
     #[test]
