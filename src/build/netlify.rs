@@ -350,6 +350,15 @@ mod tests {
                 "_headers:2: Content-Length is set by kiln",
             ),
             ("a/b\n", "_headers:1: expected a path pattern"),
+            (
+                "/a\n  X-A: b\rSet-Cookie: x=1\n",
+                "_headers:2: control character in the value of X-A",
+            ),
+            ("/a\n  X-A: b\0\n", "_headers:2: control character"),
+            ("/a\n  X-A: b\u{85}c\n", "_headers:2: control character"),
+            ("/a\n  X(A): b\n", "_headers:2: invalid header name"),
+            ("/a\n  X\u{e9}: b\n", "_headers:2: invalid header name"),
+            ("/a\n  : b\n", "_headers:2: invalid header name"),
         ] {
             let err = parse_headers(text, "_headers").unwrap_err().to_string();
             assert!(err.starts_with(needle), "{err}");
