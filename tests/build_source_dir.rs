@@ -112,6 +112,11 @@ fn an_empty_directory_builds_an_empty_pack() {
     assert_eq!((report.files, report.routes), (0, 0));
     let pack = kiln::pack::Pack::open(&out).unwrap();
     kiln::pack::verify::verify(&pack).unwrap();
+    // Lookups on a pack without routes find nothing and do not spin.
+    assert!(pack.lookup(RouteKind::Exact, b"/").is_none());
+    assert!(pack.lookup(RouteKind::Wildcard, b"/").is_none());
+    assert!(pack.not_found().is_none());
+    assert_eq!(pack.routes().count(), 0);
 }
 
 #[test]
