@@ -157,26 +157,20 @@ fn the_pack_inside_its_source_is_never_packed() {
 }
 
 #[test]
-fn a_source_above_the_limit_is_refused() {
+fn files_are_read_when_built_and_must_not_change_size_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "a.txt", &"a".repeat(600));
-    write(dir.path(), "b.txt", &"b".repeat(600));
-    let opts = BuildOptions {
-        max_source_bytes: 1000,
-        ..BuildOptions::default()
-    };
-    let err = format!(
-        "{:#}",
-        build_pack(dir.path(), &dir.path().join(".x.pack"), &opts).unwrap_err()
-    );
-    assert!(!err.contains('\n'), "{err}");
+    write(dir.path(), "a.html", "first");
+    let source = read_source(dir.path(), &ReadOptions::default()).unwrap();
+    let file = &source.files[0];
+    assert_eq!((file.path.as_str(), file.len), ("a.html", 5));
+    assert_eq!(&*file.read().unwrap(), b"first");
+    write(dir.path(), "a.html", "rewritten");
+    let err = format!("{:#}", file.read().unwrap_err());
     assert!(
-        err.contains(&dir.path().display().to_string()) && err.contains("--max-source-bytes"),
+        err.contains("a.html") && err.contains("changed during the build"),
         "{err}"
     );
-    let opts = BuildOptions {
-        max_source_bytes: 1200,
-        ..BuildOptions::default()
-    };
-    build_pack(dir.path(), &dir.path().join(".x.pack"), &opts).unwrap();
+    std::fs::remove_file(dir.path().join("a.html")).unwrap();
+    let err = format!("{:#}", file.read().unwrap_err());
+    assert!(err.contains("a.html: cannot read"), "{err}");
 }

@@ -38,6 +38,9 @@ pub const HEADERS_FILE: &str = "_headers";
 /// Root file holding redirect and rewrite rules (never served).
 pub const REDIRECTS_FILE: &str = "_redirects";
 
+/// Default `BuildOptions::batch_bytes`: 256 MiB.
+pub const DEFAULT_BATCH_BYTES: u64 = 256 << 20;
+
 /// How gzip variants are made (`--gzip`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GzipTool {
@@ -101,9 +104,9 @@ pub struct BuildArgs {
     /// Ignore the root `_redirects` file (it is still not served).
     #[arg(long)]
     pub no_redirects_file: bool,
-    /// Refuse a source holding more than this many bytes (for an archive:
-    /// once decompressed, link copies included). Everything is read into
-    /// memory; the default is 16 GiB.
+    /// Refuse an archive that expands to more than this many bytes (link
+    /// copies included): an archive is read into memory. A directory is
+    /// read in batches and has no limit. The default is 16 GiB.
     #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
     pub max_source_bytes: u64,
     /// Drop this many leading components from archive entry names, like
@@ -131,10 +134,13 @@ pub struct BuildOptions {
     pub redirects_file: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
-    /// The most a source may hold (`--max-source-bytes`).
+    /// The most an archive may expand to (`--max-source-bytes`).
     pub max_source_bytes: u64,
     /// Leading components dropped from archive names (`--strip-components`).
     pub strip_components: usize,
+    /// Input bytes read and compressed at once: bounds the memory a build
+    /// of a directory needs, whatever the size of the site.
+    pub batch_bytes: u64,
 }
 
 impl Default for BuildOptions {
@@ -149,6 +155,7 @@ impl Default for BuildOptions {
             progress: false,
             max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
             strip_components: 0,
+            batch_bytes: DEFAULT_BATCH_BYTES,
         }
     }
 }
@@ -261,13 +268,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
 
     let header_rules: Vec<HeaderRule> = match headers_text {
         Some(f) if opts.headers_file => {
-            parse_headers(&utf8(&f.bytes, &headers_name)?, &headers_name)?
+            parse_headers(&utf8(&f.read()?, &headers_name)?, &headers_name)?
         }
         _ => Vec::new(),
     };
     let redirect_rules: Vec<RedirectRule> = match redirects_text {
         Some(f) if opts.redirects_file => {
-            let (rules, w) = parse_redirects(&utf8(&f.bytes, &redirects_name)?, &redirects_name)?;
+            let (rules, w) = parse_redirects(&utf8(&f.read()?, &redirects_name)?, &redirects_name)?;
             warnings.extend(w);
             rules
         }
@@ -284,12 +291,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             cache: &opts.cache,
             header_rules: &header_rules,
             progress: opts.progress,
+            batch_bytes: opts.batch_bytes,
         },
         out,
     )?;
     Ok(BuildReport {
         files: files.len() as u64,
-        bytes_in: files.iter().map(|f| f.bytes.len() as u64).sum(),
+        bytes_in: files.iter().map(|f| f.len).sum(),
         routes: assembled.stats.routes,
         rules: plan.rules.len() as u64,
         shadowed_rules: plan.shadowed,
@@ -383,6 +391,7 @@ impl BuildArgs {
             progress: !self.quiet && std::io::stderr().is_terminal(),
             max_source_bytes: self.max_source_bytes,
             strip_components: self.strip_components,
+            batch_bytes: DEFAULT_BATCH_BYTES,
         })
     }
 }

@@ -1,8 +1,9 @@
 //! Walks a source directory in sorted order. Symbolic links are followed,
 //! also when they point outside the tree (as kawipiko does); a link back to a
 //! directory already on the current chain is a loop, skipped with a warning.
-//! The output pack itself is never read, wherever it lies, and the total
-//! read is capped (`ReadOptions::max_bytes`).
+//! The output pack itself is never read, wherever it lies. Files are only
+//! listed here, with their size and mtime, and read later by the build in
+//! bounded batches, so the size of a directory source is not capped.
 
 use std::collections::HashSet;
 use std::fs;
@@ -10,23 +11,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 
 use super::ignore::{is_ignored_name, is_well_known};
-use super::{ReadOptions, Source, SourceFile};
+use super::{Content, ReadOptions, Source, SourceFile};
 
 /// The state of one walk.
-struct Walk<'a> {
-    /// The source directory, for messages.
-    root: &'a Path,
+struct Walk {
     /// (device, inode) of the directories from the root to the current one.
     chain: HashSet<(u64, u64)>,
     /// (device, inode) of the output pack if it exists: skipped.
     exclude: Option<(u64, u64)>,
-    /// Bytes still allowed before `max_bytes` is reached.
-    budget: u64,
-    /// The limit, for the message.
-    max_bytes: u64,
     /// What has been read so far.
     source: Source,
 }
@@ -35,15 +30,12 @@ struct Walk<'a> {
 pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let meta = fs::metadata(root).with_context(|| format!("{}: cannot read", root.display()))?;
     let mut state = Walk {
-        root,
         chain: HashSet::from([(meta.dev(), meta.ino())]),
         exclude: opts
             .exclude
             .as_ref()
             .and_then(|p| fs::metadata(p).ok())
             .map(|m| (m.dev(), m.ino())),
-        budget: opts.max_bytes,
-        max_bytes: opts.max_bytes,
         source: Source::default(),
     };
     walk(root, "", &mut state)?;
@@ -51,7 +43,7 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
 }
 
 /// `rel` is the '/'-separated path of `dir` below the root ("" for the root).
-fn walk(dir: &Path, rel: &str, state: &mut Walk<'_>) -> anyhow::Result<()> {
+fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
     let entries =
         fs::read_dir(dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
     let mut names = Vec::new();
@@ -100,23 +92,6 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk<'_>) -> anyhow::Result<()> {
             if state.exclude == Some((meta.dev(), meta.ino())) {
                 continue;
             }
-            let over = || {
-                anyhow!(
-                    "{}: the files hold more than the {}-byte limit (--max-source-bytes)",
-                    state.root.display(),
-                    state.max_bytes
-                )
-            };
-            // Checked before reading too, so one huge file is never loaded.
-            if meta.len() > state.budget {
-                return Err(over());
-            }
-            let bytes =
-                fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-            state.budget = state
-                .budget
-                .checked_sub(bytes.len() as u64)
-                .ok_or_else(over)?;
             let mtime = meta
                 .modified()
                 .ok()
@@ -124,7 +99,8 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk<'_>) -> anyhow::Result<()> {
                 .map_or(0, |d| d.as_secs() as i64);
             state.source.files.push(SourceFile {
                 path: child_rel,
-                bytes,
+                content: Content::Disk(path),
+                len: meta.len(),
                 mtime,
             });
         } else {

@@ -35,7 +35,7 @@ use anyhow::{Context, anyhow, bail};
 use tar::EntryType;
 
 use super::ignore::is_ignored_path;
-use super::{Source, SourceFile};
+use super::{Content, Source, SourceFile};
 
 /// Largest single entry read into memory (1 GiB).
 pub const MAX_ENTRY_BYTES: u64 = 1 << 30;
@@ -182,7 +182,12 @@ fn read_entries(
                 )));
             }
             index.insert(path.clone(), Some(source.files.len()));
-            source.files.push(SourceFile { path, bytes, mtime });
+            source.files.push(SourceFile {
+                path,
+                len: bytes.len() as u64,
+                content: Content::Memory(bytes.into()),
+                mtime,
+            });
         } else if kind.is_symlink() || kind.is_hard_link() {
             claim(&mut index, &path).map_err(|p| fail(&p))?;
             let target = match entry.link_name_bytes() {
@@ -240,13 +245,14 @@ fn read_entries(
                         ));
                         continue;
                     }
-                    let len = source.files[i].bytes.len() as u64;
+                    let len = source.files[i].len;
                     budget = budget
                         .checked_sub(len)
                         .ok_or_else(|| anyhow!("entry {:?}: {}", link.path, too_big(max_bytes)))?;
                     resolved.push(SourceFile {
                         path,
-                        bytes: source.files[i].bytes.clone(),
+                        content: source.files[i].content.clone(),
+                        len,
                         mtime: link.mtime,
                     });
                 }
