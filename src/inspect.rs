@@ -1,6 +1,7 @@
 //! `kiln inspect`: lists a pack's routes — key, kind, status, the stored
 //! variants with their sizes, optionally the identity header block — and a
-//! summary; `--json` gives the same as one JSON document.
+//! summary; `--json` gives the same as one JSON document. Keys, rules and
+//! headers are shown escaped (see `escaped`): they come from the site.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,16 +38,39 @@ fn short(e: Encoding) -> &'static str {
     }
 }
 
+/// Pack bytes as text that is safe on a terminal and unambiguous: control
+/// and other invisible characters are escaped (`\r`, `\u{1b}`,
+/// `\u{202e}`), bytes that are not UTF-8
+/// become `\xFF`, and `\` itself is doubled. Keys come from file names
+/// and `_redirects`, i.e. from whoever wrote the site.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let printable = c == '"' || c == '\'' || c.escape_debug().count() == 1;
+            if !printable || c == '\\' {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
 fn key_text(route: &Route<'_>) -> String {
-    String::from_utf8_lossy(route.key().unwrap_or(b"?")).into_owned()
+    escaped(route.key().unwrap_or(b"?"))
 }
 
 /// The `Location` of a redirect route, read from its prepared header block.
 fn location(route: &Route<'_>) -> Option<String> {
     let head = route.variant(Encoding::Identity)?.head;
-    String::from_utf8_lossy(head)
-        .split("\r\n")
-        .find_map(|l| l.strip_prefix("Location: ").map(str::to_owned))
+    head.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Location: "))
+        .map(|l| escaped(l.strip_suffix(b"\r").unwrap_or(l)))
 }
 
 fn kind_name(route: &Route<'_>) -> &'static str {
@@ -85,8 +109,8 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         .rules()
         .map(|r| {
             json!({
-                "from": String::from_utf8_lossy(r.from),
-                "to": String::from_utf8_lossy(r.to),
+                "from": escaped(r.from),
+                "to": escaped(r.to),
                 "status": r.status,
                 "force": r.force,
             })
@@ -163,8 +187,10 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
             variants.join(" ")
         )?;
         if with_headers && let Some(v) = route.variant(Encoding::Identity) {
-            for line in String::from_utf8_lossy(v.head)
-                .split("\r\n")
+            for line in v
+                .head
+                .split(|&b| b == b'\n')
+                .map(|l| escaped(l.strip_suffix(b"\r").unwrap_or(l)))
                 .filter(|l| !l.is_empty())
             {
                 writeln!(out, "    {line}")?;
@@ -175,8 +201,8 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         writeln!(
             out,
             "rule  {} -> {}  {}{}",
-            String::from_utf8_lossy(rule.from),
-            String::from_utf8_lossy(rule.to),
+            escaped(rule.from),
+            escaped(rule.to),
             rule.status,
             if rule.force { "!" } else { "" }
         )?;
@@ -211,5 +237,18 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         written => written.context("cannot write to stdout"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_text_is_terminal_safe_and_unambiguous() {
+        assert_eq!(escaped("/café/a b\"'".as_bytes()), "/café/a b\"'");
+        assert_eq!(escaped(b"/a\r\nb\x1b[31m"), "/a\\r\\nb\\u{1b}[31m");
+        assert_eq!(escaped(b"/\xff\xfe\\"), "/\\xFF\\xFE\\\\");
+        assert_eq!(escaped("/\u{202e}gpj.exe".as_bytes()), "/\\u{202e}gpj.exe");
     }
 }

@@ -339,3 +339,32 @@ fn verify_errors_are_one_line_naming_the_file() {
     check("missing.pack", None, "cannot open");
     check("site", None, "is a directory");
 }
+
+#[test]
+fn inspect_escapes_hostile_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    // A key with a terminal escape, CR LF and a byte that is not UTF-8.
+    std::fs::write(src.join("_redirects"), "/%1B[2J%0D%0A%FF /x 302\n").unwrap();
+    let pack = dir.path().join("h.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    let table = kiln(&["inspect", "--headers", p(&pack)]);
+    assert!(table.status.success());
+    let text = stdout(&table);
+    assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+    assert!(text.contains("/\\u{1b}[2J\\r\\n\\xFF "), "{text}");
+    let json = kiln(&["inspect", "--json", p(&pack)]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let keys: Vec<&str> = doc["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert!(keys.contains(&"/\\u{1b}[2J\\r\\n\\xFF"), "{keys:?}");
+}
