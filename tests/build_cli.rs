@@ -368,3 +368,36 @@ fn inspect_escapes_hostile_keys() {
         .collect();
     assert!(keys.contains(&"/\\u{1b}[2J\\r\\n\\xFF"), "{keys:?}");
 }
+
+/// Runs kiln with stdout on a pipe whose reading end is already closed.
+fn kiln_into_closed_pipe(args: &[&str]) -> Output {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just created and are owned here only.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .expect("run kiln")
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("site.pack");
+    let o = kiln_into_closed_pipe(&["build", p(&src), "-o", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    assert!(pack.exists());
+    for args in [&["inspect", p(&pack)][..], &["inspect", "--json", p(&pack)]] {
+        let o = kiln_into_closed_pipe(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    }
+}

@@ -17,7 +17,7 @@ pub mod source;
 pub mod urlpath;
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -404,12 +404,17 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         eprintln!("kiln: warning: {w}");
     }
     if !args.quiet {
-        println!(
-            "{}: built from {}",
+        let summary = format!(
+            "{}: built from {}\n{report}\n",
             args.output.display(),
             args.source.display()
         );
-        println!("{report}");
+        // The pack is written: a reader that went away (`| head`) is not a
+        // failure, and must not be a panic.
+        match std::io::stdout().lock().write_all(summary.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            written => written.context("cannot write to stdout")?,
+        }
     }
     Ok(())
 }
