@@ -401,3 +401,21 @@ fn a_closed_stdout_is_not_a_failure() {
         assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn the_source_archive_is_never_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let archive = dir.path().join("site.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    builder.append_dir_all(".", &src).unwrap();
+    builder.into_inner().unwrap();
+    let before = std::fs::read(&archive).unwrap();
+    let o = kiln(&["build", p(&archive), "-o", p(&archive)]);
+    assert_one_line_error(&o, "is the source itself");
+    assert!(
+        std::fs::read(&archive).unwrap() == before,
+        "the archive was replaced"
+    );
+}

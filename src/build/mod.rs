@@ -18,6 +18,7 @@ pub mod urlpath;
 
 use std::fmt;
 use std::io::{IsTerminal, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -244,6 +245,14 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     if out.is_dir() {
         bail!(
             "{}: is a directory, expected a pack file path",
+            out.display()
+        );
+    }
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(source), std::fs::metadata(out))
+        && (a.dev(), a.ino()) == (b.dev(), b.ino())
+    {
+        bail!(
+            "{}: is the source itself; writing the pack there would replace the site",
             out.display()
         );
     }
