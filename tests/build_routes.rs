@@ -423,3 +423,26 @@ fn redirect_targets_become_valid_location_values() {
         assert!(err.contains(needle), "{err}");
     }
 }
+
+#[test]
+fn rule_files_saved_by_windows_editors_parse() {
+    // A byte order mark and CRLF line ends.
+    let site = Site::new(&[
+        (
+            "_redirects",
+            "\u{feff}/old /about 302\r\n/x/* /y/:splat 301\r\n",
+        ),
+        ("_headers", "\u{feff}/*\r\n  X-Test: yes\r\n"),
+    ]);
+    let (pack, report) = site.build(&BuildOptions::default()).unwrap();
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    assert_eq!(location(&pack, "/old").as_deref(), Some("/about"));
+    assert_eq!(pack.rules().next().unwrap().to, b"/y/:splat");
+    let head = pack
+        .lookup(RouteKind::Exact, b"/")
+        .unwrap()
+        .variant(Encoding::Identity)
+        .unwrap()
+        .head;
+    assert!(String::from_utf8_lossy(head).contains("\r\nX-Test: yes\r\n"));
+}

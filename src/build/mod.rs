@@ -318,7 +318,10 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     })
 }
 
+/// The text of `_headers` or `_redirects`, without the byte order mark
+/// that Windows editors put first (it would make line 1 a syntax error).
 fn utf8(bytes: &[u8], name: &str) -> anyhow::Result<String> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     String::from_utf8(bytes.to_vec()).with_context(|| format!("{name}: not UTF-8 text"))
 }
 
