@@ -248,6 +248,15 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        bail!(
+            "{}: the directory {} does not exist",
+            out.display(),
+            parent.display()
+        );
+    }
     if let (Ok(a), Ok(b)) = (std::fs::metadata(source), std::fs::metadata(out))
         && (a.dev(), a.ino()) == (b.dev(), b.ino())
     {
