@@ -1,10 +1,14 @@
 //! `kiln inspect`: lists a pack's routes — key, kind, status, the stored
 //! variants with their sizes, optionally the identity header block — and a
-//! summary; `--json` gives the same as one JSON document.
+//! summary; `--json` gives the same as one JSON document. Keys, rules and
+//! headers are shown escaped (see `escaped`): they come from the site.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -34,16 +38,39 @@ fn short(e: Encoding) -> &'static str {
     }
 }
 
+/// Pack bytes as text that is safe on a terminal and unambiguous: control
+/// and other invisible characters are escaped (`\r`, `\u{1b}`,
+/// `\u{202e}`), bytes that are not UTF-8
+/// become `\xFF`, and `\` itself is doubled. Keys come from file names
+/// and `_redirects`, i.e. from whoever wrote the site.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let printable = c == '"' || c == '\'' || c.escape_debug().count() == 1;
+            if !printable || c == '\\' {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
 fn key_text(route: &Route<'_>) -> String {
-    String::from_utf8_lossy(route.key().unwrap_or(b"?")).into_owned()
+    escaped(route.key().unwrap_or(b"?"))
 }
 
 /// The `Location` of a redirect route, read from its prepared header block.
 fn location(route: &Route<'_>) -> Option<String> {
     let head = route.variant(Encoding::Identity)?.head;
-    String::from_utf8_lossy(head)
-        .split("\r\n")
-        .find_map(|l| l.strip_prefix("Location: ").map(str::to_owned))
+    head.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Location: "))
+        .map(|l| escaped(l.strip_suffix(b"\r").unwrap_or(l)))
 }
 
 fn kind_name(route: &Route<'_>) -> &'static str {
@@ -82,8 +109,8 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         .rules()
         .map(|r| {
             json!({
-                "from": String::from_utf8_lossy(r.from),
-                "to": String::from_utf8_lossy(r.to),
+                "from": escaped(r.from),
+                "to": escaped(r.to),
                 "status": r.status,
                 "force": r.force,
             })
@@ -128,8 +155,9 @@ fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
     totals
 }
 
-/// Prints the table.
-fn print_table(pack: &Pack, with_headers: bool) {
+/// The table, as printed.
+fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
     let keys: Vec<String> = pack.routes().map(|r| key_text(&r)).collect();
     let width = keys
         .iter()
@@ -137,10 +165,11 @@ fn print_table(pack: &Pack, with_headers: bool) {
         .max()
         .unwrap_or(3)
         .clamp(3, 60);
-    println!(
+    writeln!(
+        out,
         "{:<width$}  {:<9}  {:>6}  variants",
         "key", "kind", "status"
-    );
+    )?;
     for (route, key) in pack.routes().zip(&keys) {
         let shown = if key.is_empty() { "(not found)" } else { key };
         let variants: Vec<String> = route
@@ -150,57 +179,76 @@ fn print_table(pack: &Pack, with_headers: bool) {
         let to = location(&route)
             .map(|l| format!("  -> {l}"))
             .unwrap_or_default();
-        println!(
+        writeln!(
+            out,
             "{shown:<width$}  {:<9}  {:>6}  {}{to}",
             kind_name(&route),
             route.status(),
             variants.join(" ")
-        );
+        )?;
         if with_headers && let Some(v) = route.variant(Encoding::Identity) {
-            for line in String::from_utf8_lossy(v.head)
-                .split("\r\n")
+            for line in v
+                .head
+                .split(|&b| b == b'\n')
+                .map(|l| escaped(l.strip_suffix(b"\r").unwrap_or(l)))
                 .filter(|l| !l.is_empty())
             {
-                println!("    {line}");
+                writeln!(out, "    {line}")?;
             }
         }
     }
     for rule in pack.rules() {
-        println!(
+        writeln!(
+            out,
             "rule  {} -> {}  {}{}",
-            String::from_utf8_lossy(rule.from),
-            String::from_utf8_lossy(rule.to),
+            escaped(rule.from),
+            escaped(rule.to),
             rule.status,
             if rule.force { "!" } else { "" }
-        );
+        )?;
     }
     let summary = to_json(pack, false)["summary"].clone();
-    println!();
-    println!("routes    {}", pack.route_count());
+    writeln!(out)?;
+    writeln!(out, "routes    {}", pack.route_count())?;
     if let Some(kinds) = summary["routes_by_kind_status"].as_object() {
         for (k, n) in kinds {
-            println!("  {k:<16} {n}");
+            writeln!(out, "  {k:<16} {n}")?;
         }
     }
-    println!("variants  {}", pack.variant_count());
-    println!("rules     {}", pack.rule_count());
+    writeln!(out, "variants  {}", pack.variant_count())?;
+    writeln!(out, "rules     {}", pack.rule_count())?;
     for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
-        println!("{:<9} {count} bodies, {bytes} bytes", e.token());
+        writeln!(out, "{:<9} {count} bodies, {bytes} bytes", e.token())?;
     }
-    println!("pack      {} bytes", pack.bytes().len());
+    writeln!(out, "pack      {} bytes", pack.bytes().len())?;
+    Ok(out)
 }
 
 /// `kiln inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let pack =
         Pack::open(&args.pack).map_err(|e| anyhow::anyhow!("{}: {e}", args.pack.display()))?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&to_json(&pack, args.headers))?
-        );
+    let text = if args.json {
+        serde_json::to_string_pretty(&to_json(&pack, args.headers))? + "\n"
     } else {
-        print_table(&pack, args.headers);
+        table(&pack, args.headers)?
+    };
+    // `kiln inspect site.pack | head` closes the pipe early: not an error.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to stdout"),
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_text_is_terminal_safe_and_unambiguous() {
+        assert_eq!(escaped("/café/a b\"'".as_bytes()), "/café/a b\"'");
+        assert_eq!(escaped(b"/a\r\nb\x1b[31m"), "/a\\r\\nb\\u{1b}[31m");
+        assert_eq!(escaped(b"/\xff\xfe\\"), "/\\xFF\\xFE\\\\");
+        assert_eq!(escaped("/\u{202e}gpj.exe".as_bytes()), "/\\u{202e}gpj.exe");
+    }
 }

@@ -188,7 +188,8 @@ fn unwritable_output_is_a_one_line_error() {
     site(&src);
     let out = dir.path().join("no/such/dir/site.pack");
     let o = kiln(&["build", p(&src), "-o", p(&out)]);
-    assert_one_line_error(&o, p(&out));
+    assert_one_line_error(&o, &format!("{}: the directory", p(&out)));
+    assert!(stderr(&o).contains("does not exist") && !stderr(&o).contains(".site.pack."));
     // A directory in the way of the output.
     let o = kiln(&["build", p(&src), "-o", p(&src)]);
     assert!(!o.status.success());
@@ -267,4 +268,155 @@ fn warnings_go_to_stderr() {
     assert!(o.status.success());
     assert!(stderr(&o).starts_with("kiln: warning: "), "{}", stderr(&o));
     assert!(stderr(&o).contains("_redirects:1: conditions"));
+}
+
+#[test]
+fn inspect_into_a_closed_pipe_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    // Enough routes for the table to overflow a pipe buffer (64 KiB).
+    for i in 0..1500 {
+        let p = src.join(format!("section-{}/page-number-{i}.html", i % 10));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, format!("page {i}")).unwrap();
+    }
+    let pack = dir.path().join("big.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(["inspect", p(&pack)]);
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Like `| head -1`: read one line, then close the pipe.
+        let mut first = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut first,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!first.is_empty());
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn verify_errors_are_one_line_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("site.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    let good = std::fs::read(&pack).unwrap();
+    let check = |name: &str, bytes: Option<&[u8]>, needle: &str| {
+        let f = dir.path().join(name);
+        if let Some(b) = bytes {
+            std::fs::write(&f, b).unwrap();
+        }
+        let o = kiln(&["verify", p(&f)]);
+        assert_one_line_error(&o, p(&f));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    };
+    check("empty.pack", Some(b""), "shorter than the header");
+    check("cut.pack", Some(&good[..good.len() - 100]), "truncated");
+    let mut flipped = good.clone();
+    flipped[300] ^= 1; // in the bodies, right after the header
+    check("flipped.pack", Some(&flipped), "bodies section checksum");
+    check("missing.pack", None, "cannot open");
+    check("site", None, "is a directory");
+}
+
+#[test]
+fn inspect_escapes_hostile_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    // A key with a terminal escape, CR LF and a byte that is not UTF-8.
+    std::fs::write(src.join("_redirects"), "/%1B[2J%0D%0A%FF /x 302\n").unwrap();
+    let pack = dir.path().join("h.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    let table = kiln(&["inspect", "--headers", p(&pack)]);
+    assert!(table.status.success());
+    let text = stdout(&table);
+    assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+    assert!(text.contains("/\\u{1b}[2J\\r\\n\\xFF "), "{text}");
+    let json = kiln(&["inspect", "--json", p(&pack)]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let keys: Vec<&str> = doc["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert!(keys.contains(&"/\\u{1b}[2J\\r\\n\\xFF"), "{keys:?}");
+}
+
+/// Runs kiln with stdout on a pipe whose reading end is already closed.
+fn kiln_into_closed_pipe(args: &[&str]) -> Output {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just created and are owned here only.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .expect("run kiln")
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("site.pack");
+    let o = kiln_into_closed_pipe(&["build", p(&src), "-o", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    assert!(pack.exists());
+    for args in [&["inspect", p(&pack)][..], &["inspect", "--json", p(&pack)]] {
+        let o = kiln_into_closed_pipe(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn the_source_archive_is_never_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let archive = dir.path().join("site.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    builder.append_dir_all(".", &src).unwrap();
+    builder.into_inner().unwrap();
+    let before = std::fs::read(&archive).unwrap();
+    let o = kiln(&["build", p(&archive), "-o", p(&archive)]);
+    assert_one_line_error(&o, "is the source itself");
+    assert!(
+        std::fs::read(&archive).unwrap() == before,
+        "the archive was replaced"
+    );
 }

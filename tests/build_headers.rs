@@ -233,6 +233,17 @@ fn headers_file_adds_and_replaces() {
         json.contains("\r\nVary: Origin\r\n") && json.matches("Vary").count() == 1,
         "{json}"
     );
+    // On a resource with several encodings a custom Vary keeps
+    // Accept-Encoding, added unless it is already there.
+    let rules = b"/page.html\n  Vary: Origin\n/404.html\n  Vary: origin, accept-encoding\n";
+    let (_vary_dir, vary) = build(&[("_headers", rules)], &BuildOptions::default());
+    for e in [Encoding::Identity, Encoding::Br] {
+        let h = head(&variant(&vary, "/page.html", e));
+        assert!(h.contains("\r\nVary: Accept-Encoding, Origin\r\n"), "{h}");
+        assert_eq!(h.matches("Vary").count(), 1, "{h}");
+        let h = head(&variant(&vary, "/404.html", e));
+        assert!(h.contains("\r\nVary: origin, accept-encoding\r\n"), "{h}");
+    }
     // Stripped route `/page` matches no `/page.html` block: only the `/*` one.
     let stripped = head(&variant(&pack, "/page", Encoding::Identity));
     assert!(stripped.contains("X-Frame-Options: DENY") && !stripped.contains("x-special"));
@@ -279,4 +290,154 @@ fn not_found_and_redirect_heads_carry_no_validators() {
     // The same file served as a 200 page keeps its validators.
     let page = head(&variant(&pack, "/404.html", Encoding::Identity));
     assert!(page.starts_with("ETag: "));
+}
+
+/// Checks every variant of every route of `pack`: the block is a run of
+/// valid `Name: value\r\n` field lines; the validator part holds no
+/// representation line; `Content-Length` is the last line and equals the
+/// body length; `Content-Encoding` names the variant's encoding; the ETag
+/// pointer lands on the ETag line; equal ETags mean equal bodies and vice versa.
+fn assert_every_variant_well_formed(pack: &Pack) {
+    let mut etags: std::collections::HashMap<Vec<u8>, Vec<u8>> = Default::default();
+    let mut routes = 0;
+    for route in pack.routes() {
+        routes += 1;
+        let key = String::from_utf8_lossy(route.key().unwrap()).into_owned();
+        for v in route.variants() {
+            let what = format!("{key} {}", v.encoding.token());
+            assert!(
+                v.repr_at <= v.length_at && v.length_at <= v.head.len(),
+                "{what}"
+            );
+            let text = std::str::from_utf8(v.head).unwrap_or_else(|_| panic!("{what}: UTF-8"));
+            assert!(text.ends_with("\r\n"), "{what}");
+            let mut at = 0;
+            let mut names = Vec::new();
+            for line in text[..text.len() - 2].split("\r\n") {
+                let (name, value) = line
+                    .split_once(": ")
+                    .unwrap_or_else(|| panic!("{what}: {line:?}"));
+                assert!(
+                    !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)),
+                    "{what}: header name {name:?}"
+                );
+                assert!(
+                    !value.is_empty()
+                        && !value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f),
+                    "{what}: value of {name}: {value:?}"
+                );
+                names.push((at, name.to_ascii_lowercase()));
+                at += line.len() + 2;
+            }
+            for (start, name) in &names {
+                let representation = ["content-type", "content-length", "content-encoding"];
+                assert_eq!(
+                    *start >= v.repr_at,
+                    representation.contains(&name.as_str()) || name == "accept-ranges",
+                    "{what}: {name} on the wrong side of repr_at"
+                );
+            }
+            let length_line = &text[v.length_at..];
+            assert_eq!(
+                length_line,
+                format!("Content-Length: {}\r\n", v.body.len()),
+                "{what}"
+            );
+            assert_eq!(
+                names.iter().filter(|(_, n)| n == "content-length").count(),
+                1,
+                "{what}"
+            );
+            let coding = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Encoding: "));
+            assert_eq!(
+                coding,
+                (v.encoding != Encoding::Identity).then(|| v.encoding.token()),
+                "{what}"
+            );
+            if !v.etag.is_empty() {
+                assert!(
+                    text.contains(&format!("ETag: {}\r\n", String::from_utf8_lossy(v.etag))),
+                    "{what}"
+                );
+                assert_eq!(v.etag, etag_of(v.body).as_bytes(), "{what}");
+                let seen = etags
+                    .entry(v.etag.to_vec())
+                    .or_insert_with(|| v.body.to_vec());
+                assert!(seen == v.body, "{what}: one ETag, two bodies");
+            }
+        }
+    }
+    assert_eq!(routes, pack.route_count());
+}
+
+#[test]
+fn every_variant_of_real_packs_is_well_formed() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/site");
+    let dir = tempfile::tempdir().unwrap();
+    let all = BuildOptions {
+        compress: CompressOptions {
+            encodings: vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip],
+            ..CompressOptions::default()
+        },
+        ..BuildOptions::default()
+    };
+    let out = dir.path().join("example.pack");
+    build_pack(&example, &out, &all).unwrap();
+    assert_every_variant_well_formed(&Pack::open(&out).unwrap());
+
+    // A generated tree with every kind of name and content.
+    let src = dir.path().join("gen");
+    let mut noise = Vec::new();
+    let mut x: u32 = 7;
+    for _ in 0..3000 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        noise.push((x >> 16) as u8);
+    }
+    let text = "<p>text that compresses</p>\n".repeat(60);
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("index.html".into(), text.clone().into_bytes()),
+        ("copy.html".into(), text.clone().into_bytes()),
+        ("empty.html".into(), Vec::new()),
+        ("noise.css".into(), noise.clone()),
+        ("noise.bin".into(), noise),
+        ("with space/100% ?.html".into(), text.repeat(2).into_bytes()),
+        ("caf\u{e9}/Upper.TXT".into(), b"x".repeat(500)),
+        ("app/_wildcard.html".into(), text.as_bytes()[..200].to_vec()),
+        ("404.html".into(), text.repeat(3).into_bytes()),
+        (".well-known/index.html".into(), b"wk".to_vec()),
+        (
+            "_headers".into(),
+            b"/*\n  X-Frame-Options: DENY\n  Link: </a>\n  Link: </b>\n/*.css\n  Vary: Origin\n  Content-Language: en\n".to_vec(),
+        ),
+        (
+            "_redirects".into(),
+            "/go /caf\u{e9}/Upper.TXT 302\n/x https://e.example/\u{e9}?a=1 301\n/r /index.html 200\n/n /404.html 404\n/s/* /t/:splat 301\n"
+                .as_bytes()
+                .to_vec(),
+        ),
+    ];
+    for (i, (path, content)) in files.iter().enumerate() {
+        for n in 0..3 {
+            // Each file three times over, some names differing only in case.
+            let path = match n {
+                0 => path.clone(),
+                1 if !path.starts_with('_') => format!("d{i}/{path}"),
+                2 if !path.starts_with('_') => format!("D{i}/{path}"),
+                _ => continue,
+            };
+            let p = src.join(&path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+    }
+    let out = dir.path().join("gen.pack");
+    build_pack(&src, &out, &all).unwrap();
+    let pack = Pack::open(&out).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    assert_every_variant_well_formed(&pack);
 }

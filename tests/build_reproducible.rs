@@ -1,6 +1,7 @@
 //! The same source gives a byte-identical pack: twice in a row, and from a
 //! copy of the tree whose files were created in the opposite order, and
-//! from a tar archive of the tree.
+//! from a tar archive of the tree, and whatever the number of threads or
+//! the batch size.
 
 use std::fs::File;
 use std::path::Path;
@@ -107,4 +108,53 @@ fn a_tar_of_the_tree_gives_the_same_pack() {
     let from_dir = std::fs::read(dir.path().join("dir.pack")).unwrap();
     let from_tar = std::fs::read(dir.path().join("tar.pack")).unwrap();
     assert!(from_dir == from_tar, "directory and tar builds differ");
+}
+
+#[test]
+fn the_thread_count_does_not_change_the_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    write_tree(&tree, &files());
+    let opts = BuildOptions::default();
+    let mut packs = Vec::new();
+    for threads in [1, 3] {
+        let out = dir.path().join(format!("{threads}.pack"));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| build_pack(&tree, &out, &opts)).unwrap();
+        packs.push(std::fs::read(&out).unwrap());
+    }
+    assert!(packs[0] == packs[1], "one thread and three threads differ");
+}
+
+#[test]
+fn the_batch_size_does_not_change_the_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    write_tree(&tree, &files());
+    let tar_path = dir.path().join("tree.tar");
+    let mut builder = tar::Builder::new(File::create(&tar_path).unwrap());
+    builder.append_dir_all(".", &tree).unwrap();
+    builder.into_inner().unwrap();
+    let mut packs = Vec::new();
+    // One file per batch, a few per batch, everything at once; duplicate
+    // contents land in different batches and are still stored once.
+    for (i, batch_bytes) in [1, 700, u64::MAX].into_iter().enumerate() {
+        let opts = BuildOptions {
+            batch_bytes,
+            ..BuildOptions::default()
+        };
+        for src in [&tree, &tar_path] {
+            let out = dir.path().join(format!("{i}.pack"));
+            let report = build_pack(src, &out, &opts).unwrap();
+            assert!(report.dedup_saved > 0);
+            packs.push((std::fs::read(&out).unwrap(), report.dedup_saved));
+        }
+    }
+    for (pack, saved) in &packs[1..] {
+        assert!(*pack == packs[0].0, "a batch size changes the pack");
+        assert_eq!(*saved, packs[0].1);
+    }
 }

@@ -396,3 +396,53 @@ fn headers_file_is_never_served() {
     assert!(!String::from_utf8_lossy(head).contains("X-Test"));
     assert_eq!(exact(&pack, "/_headers"), None);
 }
+
+#[test]
+fn redirect_targets_become_valid_location_values() {
+    let site = Site::new(&[(
+        "_redirects",
+        "/x /\u{e9}t\u{e9}#top 301\n/y https://b.example/a\"b<c>?q=1 302\n/z /100%-off/%41 301\n/p/* /q/\u{e9}/:splat 302\n",
+    )]);
+    let (pack, _) = site.build(&BuildOptions::default()).unwrap();
+    assert_eq!(location(&pack, "/x").as_deref(), Some("/%C3%A9t%C3%A9#top"));
+    assert_eq!(
+        location(&pack, "/y").as_deref(),
+        Some("https://b.example/a%22b%3Cc%3E?q=1")
+    );
+    assert_eq!(location(&pack, "/z").as_deref(), Some("/100%25-off/%41"));
+    let rule = pack.rules().next().unwrap();
+    assert_eq!(rule.to, b"/q/%C3%A9/:splat");
+    // A CR or NUL inside a target would split or end the prepared header.
+    for (text, needle) in [
+        ("/a /b\r/c 301\n", "_redirects:1: status"),
+        ("/a /b\u{0}c 301\n", "_redirects:1: control character"),
+        ("/a /b\u{9b}c 301\n", "_redirects:1: control character"),
+    ] {
+        let site = Site::new(&[("_redirects", text)]);
+        let err = format!("{:#}", site.build(&BuildOptions::default()).unwrap_err());
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn rule_files_saved_by_windows_editors_parse() {
+    // A byte order mark and CRLF line ends.
+    let site = Site::new(&[
+        (
+            "_redirects",
+            "\u{feff}/old /about 302\r\n/x/* /y/:splat 301\r\n",
+        ),
+        ("_headers", "\u{feff}/*\r\n  X-Test: yes\r\n"),
+    ]);
+    let (pack, report) = site.build(&BuildOptions::default()).unwrap();
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    assert_eq!(location(&pack, "/old").as_deref(), Some("/about"));
+    assert_eq!(pack.rules().next().unwrap().to, b"/y/:splat");
+    let head = pack
+        .lookup(RouteKind::Exact, b"/")
+        .unwrap()
+        .variant(Encoding::Identity)
+        .unwrap()
+        .head;
+    assert!(String::from_utf8_lossy(head).contains("\r\nX-Test: yes\r\n"));
+}

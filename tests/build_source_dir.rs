@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use kiln::build::source::read_source;
+use kiln::build::source::{ReadOptions, read_source};
 use kiln::build::{BuildOptions, build_pack, build_preview};
 use kiln::pack::{Encoding, RouteKind};
 
@@ -17,7 +17,7 @@ fn write(root: &Path, path: &str, content: &str) {
 }
 
 fn paths(root: &Path) -> Vec<String> {
-    read_source(root)
+    read_source(root, &ReadOptions::default())
         .unwrap()
         .files
         .into_iter()
@@ -72,7 +72,7 @@ fn symlinks_are_followed_and_loops_skipped() {
     symlink(dir.path().join("outside"), root.join("ext")).unwrap();
     symlink("..", root.join("sub/loop")).unwrap();
     symlink("missing.html", root.join("dangling.html")).unwrap();
-    let source = read_source(&root).unwrap();
+    let source = read_source(&root, &ReadOptions::default()).unwrap();
     let paths: Vec<&str> = source.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -96,7 +96,10 @@ fn non_utf8_names_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let name = std::ffi::OsStr::from_bytes(b"caf\xe9.html");
     std::fs::write(dir.path().join(name), "x").unwrap();
-    let err = format!("{:#}", read_source(dir.path()).unwrap_err());
+    let err = format!(
+        "{:#}",
+        read_source(dir.path(), &ReadOptions::default()).unwrap_err()
+    );
     assert!(err.contains("not UTF-8") && err.contains("caf"), "{err}");
 }
 
@@ -109,6 +112,11 @@ fn an_empty_directory_builds_an_empty_pack() {
     assert_eq!((report.files, report.routes), (0, 0));
     let pack = kiln::pack::Pack::open(&out).unwrap();
     kiln::pack::verify::verify(&pack).unwrap();
+    // Lookups on a pack without routes find nothing and do not spin.
+    assert!(pack.lookup(RouteKind::Exact, b"/").is_none());
+    assert!(pack.lookup(RouteKind::Wildcard, b"/").is_none());
+    assert!(pack.not_found().is_none());
+    assert_eq!(pack.routes().count(), 0);
 }
 
 #[test]
@@ -126,4 +134,43 @@ fn preview_pack_is_open_and_its_file_removed() {
     assert!(route.variant(Encoding::Br).is_some());
     assert!(route.variant(Encoding::Zstd).is_none());
     kiln::pack::verify::verify(&pack).unwrap();
+}
+
+#[test]
+fn the_pack_inside_its_source_is_never_packed() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("public");
+    write(&src, "index.html", "<p>home</p>");
+    let out = src.join("site.pack");
+    let opts = BuildOptions::default();
+    build_pack(&src, &out, &opts).unwrap();
+    let first = std::fs::read(&out).unwrap();
+    // The rebuild finds the previous pack in the tree: it must not be served.
+    let report = build_pack(&src, &out, &opts).unwrap();
+    assert_eq!(report.files, 1);
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    assert!(pack.lookup(RouteKind::Exact, b"/site.pack").is_none());
+    assert!(first == std::fs::read(&out).unwrap(), "the rebuild differs");
+    // Nor through a symbolic link to it.
+    std::os::unix::fs::symlink(&out, src.join("copy.bin")).unwrap();
+    assert_eq!(build_pack(&src, &out, &opts).unwrap().files, 1);
+}
+
+#[test]
+fn files_are_read_when_built_and_must_not_change_size_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.html", "first");
+    let source = read_source(dir.path(), &ReadOptions::default()).unwrap();
+    let file = &source.files[0];
+    assert_eq!((file.path.as_str(), file.len), ("a.html", 5));
+    assert_eq!(&*file.read().unwrap(), b"first");
+    write(dir.path(), "a.html", "rewritten");
+    let err = format!("{:#}", file.read().unwrap_err());
+    assert!(
+        err.contains("a.html") && err.contains("changed during the build"),
+        "{err}"
+    );
+    std::fs::remove_file(dir.path().join("a.html")).unwrap();
+    let err = format!("{:#}", file.read().unwrap_err());
+    assert!(err.contains("a.html: cannot read"), "{err}");
 }

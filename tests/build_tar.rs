@@ -52,11 +52,15 @@ struct Built {
 }
 
 fn build_bytes(bytes: &[u8], file_name: &str) -> anyhow::Result<Built> {
+    build_bytes_with(bytes, file_name, &BuildOptions::default())
+}
+
+fn build_bytes_with(bytes: &[u8], file_name: &str, opts: &BuildOptions) -> anyhow::Result<Built> {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join(file_name);
     std::fs::write(&src, bytes).unwrap();
     let pack = dir.path().join("site.pack");
-    let report = build_pack(&src, &pack, &BuildOptions::default())?;
+    let report = build_pack(&src, &pack, opts)?;
     Ok(Built {
         _dir: dir,
         pack,
@@ -336,4 +340,223 @@ fn truncated_compressed_archives_are_errors() {
             "{err}"
         );
     }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A build whose `--max-source-bytes` is `max`; the one-line error.
+fn refused_over(bytes: &[u8], max: u64) -> String {
+    let opts = BuildOptions {
+        max_source_bytes: max,
+        ..BuildOptions::default()
+    };
+    let err = match build_bytes_with(bytes, "site.tar.gz", &opts) {
+        Ok(_) => panic!("the archive was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.contains("site.tar.gz"), "names the archive: {err}");
+    assert!(err.contains("--max-source-bytes"), "names the flag: {err}");
+    err
+}
+
+#[test]
+fn gzip_bombs_are_refused_at_the_source_limit() {
+    const LIMIT: u64 = 1 << 20;
+    // One entry that expands far past the limit: refused from its header,
+    // before anything is read or allocated.
+    let big = archive(&[file_entry(b"zeros.bin", &vec![0u8; 4 << 20])]);
+    let bomb = gzip(&big);
+    assert!(bomb.len() < 16 << 10, "the bomb is small: {}", bomb.len());
+    let err = refused_over(&bomb, LIMIT);
+    assert!(err.contains("zeros.bin"), "{err}");
+    // Many empty entries: no file is large, the stream is.
+    let many: Vec<Vec<u8>> = (0..4000)
+        .map(|i| file_entry(format!("e{i}.txt").as_bytes(), b""))
+        .collect();
+    refused_over(&gzip(&archive(&many)), LIMIT);
+    // Links copy their target: a few links to a big file pass the limit
+    // even though the stream stays under it.
+    let mut linked = vec![file_entry(b"big.txt", &vec![b'a'; 400 << 10])];
+    for i in 0..4 {
+        linked.push(link_entry(format!("l{i}.txt").as_bytes(), b'2', b"big.txt"));
+    }
+    let err = refused_over(&gzip(&archive(&linked)), LIMIT);
+    assert!(err.contains("\"l1.txt\""), "names the link: {err}");
+    // Under the limit, the same archive builds.
+    let opts = BuildOptions {
+        max_source_bytes: 4 << 20,
+        ..BuildOptions::default()
+    };
+    let built = build_bytes_with(&gzip(&archive(&linked)), "site.tar.gz", &opts).unwrap();
+    assert_eq!(built.report.files, 5);
+}
+
+#[test]
+fn an_empty_file_is_not_an_archive() {
+    let err = refused(b"");
+    assert!(err.contains("empty file"), "{err}");
+}
+
+/// A PAX extended header carrying `records` ("key=value" each) for the next entry.
+fn pax_entry(records: &[&[u8]]) -> Vec<u8> {
+    let mut data = Vec::new();
+    for r in records {
+        // The length prefix counts itself, the space, the record and '\n'.
+        let mut len = r.len() + 3;
+        while format!("{len} ").len() + r.len() + 1 != len {
+            len = format!("{len} ").len() + r.len() + 1;
+        }
+        data.extend_from_slice(format!("{len} ").as_bytes());
+        data.extend_from_slice(r);
+        data.push(b'\n');
+    }
+    let mut out = header(b"PaxHeaders/x", b'x', data.len() as u64, b"").to_vec();
+    out.extend_from_slice(&data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+#[test]
+fn pax_overrides_are_checked_like_plain_names() {
+    for (record, needle) in [
+        (&b"path=a/../../etc/passwd"[..], "'..' component refused"),
+        (b"path=/etc/passwd", "absolute path refused"),
+        (b"path=a\0b.html", "NUL byte"),
+    ] {
+        let mut entries = vec![pax_entry(&[record])];
+        entries.push(file_entry(b"innocent.html", b"x"));
+        let err = refused(&archive(&entries));
+        assert!(err.contains(needle), "{err}");
+    }
+    // A PAX link target that climbs out is skipped like a plain one.
+    let bytes = archive(&[
+        file_entry(b"index.html", b"home"),
+        pax_entry(&[b"linkpath=../../etc/passwd"]),
+        link_entry(b"evil.html", b'2', b"index.html"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    assert!(body(&open(&built.pack), "/evil.html").is_none());
+    assert!(built.report.warnings.join("\n").contains("outside"));
+}
+
+#[test]
+fn link_chains_loops_and_forward_links() {
+    let bytes = archive(&[
+        link_entry(b"early.html", b'1', b"late.html"),
+        link_entry(b"a.html", b'2', b"b.html"),
+        link_entry(b"b.html", b'2', b"a.html"),
+        link_entry(b"self.html", b'2', b"self.html"),
+        link_entry(b"d1", b'2', b"d2"),
+        link_entry(b"d2", b'2', b"d1"),
+        file_entry(b"late.html", b"later"),
+    ]);
+    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(
+        body(&pack, "/early.html").unwrap(),
+        b"later",
+        "hard link to a later entry"
+    );
+    for key in ["/a.html", "/b.html", "/self.html"] {
+        assert!(body(&pack, key).is_none(), "{key}");
+    }
+    assert_eq!(built.report.files, 2);
+    let warnings = built.report.warnings.join("\n");
+    assert!(warnings.contains("too many levels of links"), "{warnings}");
+    assert_eq!(built.report.warnings.len(), 5, "{warnings}");
+}
+
+#[test]
+fn truncated_gnu_long_name_is_an_error() {
+    let mut bytes = header(b"././@LongLink", b'L', 300, b"").to_vec();
+    bytes.extend_from_slice(&[b'n'; 100]);
+    let err = refused(&bytes);
+    assert!(err.contains("truncated or corrupt"), "{err}");
+}
+
+#[test]
+fn odd_mtimes_and_empty_files_build() {
+    let mut future = file_entry(b"future.txt", b"");
+    // 2200-01-01, in octal.
+    future[136..148].copy_from_slice(format!("{:011o}\0", 7_258_118_400u64).as_bytes());
+    let mut negative = file_entry(b"past.txt", b"p");
+    // GNU base-256: -1.
+    negative[136..148].copy_from_slice(&[0xff; 12]);
+    for e in [&mut future, &mut negative] {
+        e[148..156].copy_from_slice(b"        ");
+        let sum: u32 = e[..512].iter().map(|&b| b as u32).sum();
+        e[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    }
+    let built = build_bytes(&archive(&[future, negative]), "site.tar").unwrap();
+    let pack = open(&built.pack);
+    let empty = pack.lookup(RouteKind::Exact, b"/future.txt").unwrap();
+    assert_eq!(empty.last_modified(), 7_258_118_400);
+    assert_eq!(
+        empty.encodings(),
+        Encoding::Identity.bit(),
+        "an empty file has no encoded variant"
+    );
+    let v = empty.variant(Encoding::Identity).unwrap();
+    assert!(v.body.is_empty());
+    let head = String::from_utf8_lossy(v.head).into_owned();
+    assert!(head.contains(" 01 Jan 2200 00:00:00 GMT\r\n"), "{head}");
+    assert!(head.ends_with("\r\nContent-Length: 0\r\n"), "{head}");
+    let past = pack.lookup(RouteKind::Exact, b"/past.txt").unwrap();
+    let head = String::from_utf8_lossy(past.variant(Encoding::Identity).unwrap().head).into_owned();
+    assert!(
+        head.contains("Last-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\n"),
+        "clamped: {head}"
+    );
+}
+
+#[test]
+fn strip_components_unwraps_a_top_level_folder() {
+    let bytes = archive(&[
+        header(b"public/", b'5', 0, b"").to_vec(),
+        file_entry(b"public/index.html", b"home"),
+        file_entry(b"public/sub/a.css", b"body{}"),
+        file_entry(b"top.txt", b"dropped: nothing left once stripped"),
+        link_entry(b"public/up.html", b'2', b"../public/index.html"),
+        link_entry(b"public/hard.css", b'1', b"public/sub/a.css"),
+        link_entry(b"public/gone.txt", b'1', b"top.txt"),
+    ]);
+    let plain = build_bytes(&bytes, "site.tar").unwrap();
+    assert_eq!(
+        body(&open(&plain.pack), "/public/index.html").unwrap(),
+        b"home"
+    );
+    let opts = BuildOptions {
+        strip_components: 1,
+        ..BuildOptions::default()
+    };
+    let built = build_bytes_with(&bytes, "site.tar", &opts).unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, "/").unwrap(), b"home");
+    assert_eq!(body(&pack, "/sub/a.css").unwrap(), b"body{}");
+    assert_eq!(body(&pack, "/up.html").unwrap(), b"home");
+    assert_eq!(body(&pack, "/hard.css").unwrap(), b"body{}");
+    assert!(body(&pack, "/public/index.html").is_none());
+    assert!(body(&pack, "/gone.txt").is_none());
+    assert!(
+        built
+            .report
+            .warnings
+            .join("\n")
+            .contains("removed by --strip-components"),
+        "{:?}",
+        built.report.warnings
+    );
+    // A directory source has nothing to strip: say what to do instead.
+    let dir = tempfile::tempdir().unwrap();
+    let err = build_pack(dir.path(), &dir.path().join("x.pack"), &opts).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("give the subdirectory as the source"),
+        "{err:#}"
+    );
 }

@@ -1,8 +1,11 @@
-//! Writes the planned routes into a pack: compresses every distinct
-//! compressible content once (in parallel), stores bodies in source order,
-//! prepares the header blocks and adds variant sets, routes and rules.
-//! Output order never depends on thread scheduling.
+//! Writes the planned routes into a pack: reads the files in source order,
+//! in batches of bounded size (so that memory does not grow with the site),
+//! compresses every distinct compressible content once (in parallel within a
+//! batch), stores bodies in source order, prepares the header blocks and
+//! adds variant sets, routes and rules. Output order never depends on thread
+//! scheduling or on the batch size.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -48,6 +51,8 @@ pub struct AssembleInput<'a> {
     pub header_rules: &'a [HeaderRule],
     /// Show a progress bar on stderr while compressing.
     pub progress: bool,
+    /// Input bytes read at once (unless one file is larger).
+    pub batch_bytes: u64,
 }
 
 /// The stored bodies of one file: identity first, then kept encodings.
@@ -75,7 +80,6 @@ pub fn assemble(
     // compression step.
     let mut writer =
         PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
-    let encoded = compress_distinct(files, &types, input)?;
     let write_err = || format!("{}: cannot write", out.display());
     let mut result = Assembled::default();
     let mut add_body =
@@ -89,22 +93,68 @@ pub fn assemble(
             Ok(body)
         };
 
+    let bar = progress_bar(input, files, &types);
     let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
-    for (f, t) in files.iter().zip(&types) {
-        let mut set = vec![(
-            Encoding::Identity,
-            add_body(&mut writer, Encoding::Identity, &f.bytes)?,
-        )];
-        let variants = is_compressible(t)
-            .then(|| encoded.get(blake3::hash(&f.bytes).as_bytes()))
-            .flatten();
-        if let Some(variants) = variants {
-            for (enc, bytes) in variants {
-                set.push((*enc, add_body(&mut writer, *enc, bytes)?));
-            }
+    // Encoded bodies of each compressible content already written, by hash:
+    // a later copy of the content reuses them without compressing again.
+    let mut encoded_bodies: HashMap<[u8; 32], FileBodies> = HashMap::new();
+    // Encoded bytes those reuses did not write (the writer never sees them).
+    let mut reused_bytes = 0;
+    let mut start = 0;
+    while start < files.len() {
+        let mut end = start + 1;
+        let mut size = files[start].len;
+        while end < files.len() && size + files[end].len <= input.batch_bytes {
+            size += files[end].len;
+            end += 1;
         }
-        bodies.push(set);
+        let contents: Vec<Cow<'_, [u8]>> = files[start..end]
+            .iter()
+            .map(SourceFile::read)
+            .collect::<anyhow::Result<_>>()?;
+        let hashes: Vec<[u8; 32]> = contents
+            .par_iter()
+            .map(|c| *blake3::hash(c).as_bytes())
+            .collect();
+        let compressible: Vec<bool> = types[start..end]
+            .iter()
+            .map(|t| is_compressible(t))
+            .collect();
+        let mut encoded = compress_distinct(
+            &files[start..end],
+            &contents,
+            &hashes,
+            &compressible,
+            &encoded_bodies,
+            input.compress,
+            &bar,
+        )?;
+        for (k, content) in contents.iter().enumerate() {
+            let mut set = vec![(
+                Encoding::Identity,
+                add_body(&mut writer, Encoding::Identity, content)?,
+            )];
+            if compressible[k] {
+                match encoded_bodies.get(&hashes[k]) {
+                    Some(done) => {
+                        reused_bytes += done.iter().map(|(_, b)| b.len).sum::<u64>();
+                        set.extend_from_slice(done);
+                    }
+                    None => {
+                        let mut done = Vec::new();
+                        for (enc, bytes) in encoded.remove(&hashes[k]).unwrap_or_default() {
+                            done.push((enc, add_body(&mut writer, enc, &bytes)?));
+                        }
+                        set.extend_from_slice(&done);
+                        encoded_bodies.insert(hashes[k], done);
+                    }
+                }
+            }
+            bodies.push(set);
+        }
+        start = end;
     }
+    bar.finish_and_clear();
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
     for route in &plan.routes {
         let validators = route.validators();
@@ -168,57 +218,73 @@ pub fn assemble(
         });
     }
     result.stats = writer.finish().with_context(write_err)?;
+    result.stats.dedup_saved += reused_bytes;
     Ok(result)
 }
 
-/// Compresses each distinct content of a compressible file once per
-/// encoding; keyed by BLAKE3 of the content, variants in `Encoding` order.
-/// Each (content, encoding) pair is a separate task, largest first, so that
-/// the cores stay busy until the end.
+/// The progress bar of the compression: one unit per byte per encoding of
+/// each compressible file large enough to be tried.
+fn progress_bar(input: &AssembleInput<'_>, files: &[SourceFile], types: &[String]) -> ProgressBar {
+    if !input.progress {
+        return ProgressBar::hidden();
+    }
+    let total: u64 = files
+        .iter()
+        .zip(types)
+        .filter(|(f, t)| is_compressible(t) && f.len >= MIN_SAVED_BYTES as u64)
+        .map(|(f, _)| f.len * input.compress.encodings.len() as u64)
+        .sum();
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "compressing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+/// Compresses each distinct content of a batch's compressible files once
+/// per encoding, except contents already done in earlier batches; keyed by
+/// BLAKE3 of the content, variants in `Encoding` order. Each (content,
+/// encoding) pair is a separate task, largest first, so that the cores stay
+/// busy until the end of the batch.
 fn compress_distinct(
     files: &[SourceFile],
-    types: &[String],
-    input: &AssembleInput<'_>,
+    contents: &[Cow<'_, [u8]>],
+    hashes: &[[u8; 32]],
+    compressible: &[bool],
+    done: &HashMap<[u8; 32], FileBodies>,
+    opts: &CompressOptions,
+    bar: &ProgressBar,
 ) -> anyhow::Result<HashMap<[u8; 32], Encoded>> {
-    let mut encodings = input.compress.encodings.clone();
+    let mut encodings = opts.encodings.clone();
     encodings.retain(|e| *e != Encoding::Identity);
     encodings.sort();
     encodings.dedup();
     let mut seen = HashMap::new();
-    let mut tasks: Vec<(&SourceFile, [u8; 32], Encoding)> = Vec::new();
-    for (f, t) in files.iter().zip(types) {
-        if !is_compressible(t) || f.bytes.len() < MIN_SAVED_BYTES {
+    let mut tasks: Vec<(usize, Encoding)> = Vec::new();
+    for (k, content) in contents.iter().enumerate() {
+        if !compressible[k] || content.len() < MIN_SAVED_BYTES {
             continue;
         }
-        let hash = *blake3::hash(&f.bytes).as_bytes();
-        if seen.insert(hash, ()).is_none() {
-            tasks.extend(encodings.iter().map(|e| (f, hash, *e)));
+        if done.contains_key(&hashes[k]) || seen.insert(hashes[k], ()).is_some() {
+            bar.inc(content.len() as u64 * encodings.len() as u64);
+            continue;
         }
+        tasks.extend(encodings.iter().map(|e| (k, *e)));
     }
-    tasks.sort_by_key(|(f, _, _)| std::cmp::Reverse(f.bytes.len()));
-    let bar = if input.progress {
-        let total: u64 = tasks.iter().map(|(f, _, _)| f.bytes.len() as u64).sum();
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "compressing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-            )
-            .expect("valid template"),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    tasks.sort_by_key(|(k, _)| std::cmp::Reverse(contents[*k].len()));
     let results: Vec<anyhow::Result<Option<KeptVariant>>> = tasks
         .par_iter()
-        .map(|(f, hash, encoding)| {
-            let kept = encode_if_worth(&f.bytes, *encoding, input.compress)
-                .with_context(|| format!("{}: {} compression failed", f.path, encoding.token()))?;
-            bar.inc(f.bytes.len() as u64);
-            Ok(kept.map(|bytes| (*hash, *encoding, bytes)))
+        .map(|&(k, encoding)| {
+            let kept = encode_if_worth(&contents[k], encoding, opts).with_context(|| {
+                format!("{}: {} compression failed", files[k].path, encoding.token())
+            })?;
+            bar.inc(contents[k].len() as u64);
+            Ok(kept.map(|bytes| (hashes[k], encoding, bytes)))
         })
         .collect();
-    bar.finish_and_clear();
     let mut by_hash: HashMap<[u8; 32], Encoded> = HashMap::new();
     for result in results {
         if let Some((hash, encoding, bytes)) = result? {

@@ -166,8 +166,19 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         "Cache-Control",
         custom("Cache-Control").unwrap_or(v.cache_control),
     );
-    if v.vary || custom("Vary").is_some() {
-        b.line("Vary", custom("Vary").unwrap_or("Accept-Encoding"));
+    match (v.vary, custom("Vary")) {
+        (true, None) => {
+            b.line("Vary", "Accept-Encoding");
+        }
+        // A custom Vary must not drop Accept-Encoding from a resource with
+        // several encodings: a cache would then hand br to any client.
+        (true, Some(value)) if !varies_on_encoding(value) => {
+            b.line("Vary", &format!("Accept-Encoding, {value}"));
+        }
+        (_, Some(value)) => {
+            b.line("Vary", value);
+        }
+        (false, None) => {}
     }
     let generated = [
         "Last-Modified",
@@ -198,6 +209,14 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         b.line("Accept-Ranges", value);
     }
     b.finish(v.content_length)
+}
+
+/// True when a `Vary` value already covers `Accept-Encoding` (or `*`).
+fn varies_on_encoding(value: &str) -> bool {
+    value
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.eq_ignore_ascii_case("accept-encoding"))
 }
 
 /// The header block of a redirect: `Location` (already percent-encoded or

@@ -17,7 +17,8 @@ pub mod source;
 pub mod urlpath;
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +38,9 @@ use crate::pack::{Encoding, Pack};
 pub const HEADERS_FILE: &str = "_headers";
 /// Root file holding redirect and rewrite rules (never served).
 pub const REDIRECTS_FILE: &str = "_redirects";
+
+/// Default `BuildOptions::batch_bytes`: 256 MiB.
+pub const DEFAULT_BATCH_BYTES: u64 = 256 << 20;
 
 /// How gzip variants are made (`--gzip`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -101,6 +105,16 @@ pub struct BuildArgs {
     /// Ignore the root `_redirects` file (it is still not served).
     #[arg(long)]
     pub no_redirects_file: bool,
+    /// Refuse an archive that expands to more than this many bytes (link
+    /// copies included): an archive is read into memory. A directory is
+    /// read in batches and has no limit. The default is 16 GiB.
+    #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
+    pub max_source_bytes: u64,
+    /// Drop this many leading components from archive entry names, like
+    /// tar: `--strip-components 1` serves `public/index.html` of an archive
+    /// made with `tar czf site.tgz public/` at `/`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub strip_components: usize,
     /// No progress bar and no summary (warnings and errors still go to stderr).
     #[arg(short, long)]
     pub quiet: bool,
@@ -121,6 +135,13 @@ pub struct BuildOptions {
     pub redirects_file: bool,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// The most an archive may expand to (`--max-source-bytes`).
+    pub max_source_bytes: u64,
+    /// Leading components dropped from archive names (`--strip-components`).
+    pub strip_components: usize,
+    /// Input bytes read and compressed at once: bounds the memory a build
+    /// of a directory needs, whatever the size of the site.
+    pub batch_bytes: u64,
 }
 
 impl Default for BuildOptions {
@@ -133,6 +154,9 @@ impl Default for BuildOptions {
             headers_file: true,
             redirects_file: true,
             progress: false,
+            max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
+            strip_components: 0,
+            batch_bytes: DEFAULT_BATCH_BYTES,
         }
     }
 }
@@ -224,7 +248,31 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
-    let read = source::read_source(source)?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+        && !parent.is_dir()
+    {
+        bail!(
+            "{}: the directory {} does not exist",
+            out.display(),
+            parent.display()
+        );
+    }
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(source), std::fs::metadata(out))
+        && (a.dev(), a.ino()) == (b.dev(), b.ino())
+    {
+        bail!(
+            "{}: is the source itself; writing the pack there would replace the site",
+            out.display()
+        );
+    }
+    let read = source::read_source(
+        source,
+        &source::ReadOptions {
+            max_bytes: opts.max_source_bytes,
+            exclude: Some(out.to_path_buf()),
+            strip_components: opts.strip_components,
+        },
+    )?;
     let mut warnings = read.warnings;
     let mut files = read.files;
     let mut take = |name: &str| {
@@ -238,13 +286,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
 
     let header_rules: Vec<HeaderRule> = match headers_text {
         Some(f) if opts.headers_file => {
-            parse_headers(&utf8(&f.bytes, &headers_name)?, &headers_name)?
+            parse_headers(&utf8(&f.read()?, &headers_name)?, &headers_name)?
         }
         _ => Vec::new(),
     };
     let redirect_rules: Vec<RedirectRule> = match redirects_text {
         Some(f) if opts.redirects_file => {
-            let (rules, w) = parse_redirects(&utf8(&f.bytes, &redirects_name)?, &redirects_name)?;
+            let (rules, w) = parse_redirects(&utf8(&f.read()?, &redirects_name)?, &redirects_name)?;
             warnings.extend(w);
             rules
         }
@@ -261,12 +309,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             cache: &opts.cache,
             header_rules: &header_rules,
             progress: opts.progress,
+            batch_bytes: opts.batch_bytes,
         },
         out,
     )?;
     Ok(BuildReport {
         files: files.len() as u64,
-        bytes_in: files.iter().map(|f| f.bytes.len() as u64).sum(),
+        bytes_in: files.iter().map(|f| f.len).sum(),
         routes: assembled.stats.routes,
         rules: plan.rules.len() as u64,
         shadowed_rules: plan.shadowed,
@@ -278,7 +327,10 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     })
 }
 
+/// The text of `_headers` or `_redirects`, without the byte order mark
+/// that Windows editors put first (it would make line 1 a syntax error).
 fn utf8(bytes: &[u8], name: &str) -> anyhow::Result<String> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     String::from_utf8(bytes.to_vec()).with_context(|| format!("{name}: not UTF-8 text"))
 }
 
@@ -358,6 +410,9 @@ impl BuildArgs {
             headers_file: !self.no_headers_file,
             redirects_file: !self.no_redirects_file,
             progress: !self.quiet && std::io::stderr().is_terminal(),
+            max_source_bytes: self.max_source_bytes,
+            strip_components: self.strip_components,
+            batch_bytes: DEFAULT_BATCH_BYTES,
         })
     }
 }
@@ -370,12 +425,17 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         eprintln!("kiln: warning: {w}");
     }
     if !args.quiet {
-        println!(
-            "{}: built from {}",
+        let summary = format!(
+            "{}: built from {}\n{report}\n",
             args.output.display(),
             args.source.display()
         );
-        println!("{report}");
+        // The pack is written: a reader that went away (`| head`) is not a
+        // failure, and must not be a panic.
+        match std::io::stdout().lock().write_all(summary.as_bytes()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            written => written.context("cannot write to stdout")?,
+        }
     }
     Ok(())
 }

@@ -12,7 +12,7 @@
 
 use anyhow::bail;
 
-use super::urlpath::percent_decode;
+use super::urlpath::{encode_location, percent_decode};
 
 /// Headers that the builder or the server own: setting them from `_headers`
 /// would break framing or content negotiation, so it is refused.
@@ -49,8 +49,9 @@ pub struct HeaderRule {
 pub struct RedirectRule {
     /// Percent-decoded path or pattern.
     pub from: Vec<u8>,
-    /// Target as written: a path, possibly with `:name`/`:splat`, or an
-    /// absolute URL.
+    /// Target as written, with bytes a URI may not hold percent-encoded
+    /// (it becomes a `Location` value): a path, possibly with
+    /// `:name`/`:splat`, or an absolute URL.
     pub to: String,
     /// 3xx redirect, 200 rewrite or 404.
     pub status: u16,
@@ -114,12 +115,18 @@ fn is_token_byte(b: u8) -> bool {
 
 /// The headers every matching block adds to `path`, in file order. Every
 /// matching block contributes; a name set by several lines (in one block or
-/// in several) gets their values joined with ", ", as Netlify does.
+/// in several) gets their values joined with ", ", as Netlify does, except
+/// `Set-Cookie`, whose values may hold commas and must stay separate lines
+/// (RFC 9110 §5.3).
 pub fn headers_for(rules: &[HeaderRule], path: &[u8]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for rule in rules.iter().filter(|r| pattern_matches(&r.pattern, path)) {
         for (name, value) in &rule.headers {
-            match out.iter_mut().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            let joined = out
+                .iter_mut()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .filter(|_| !name.eq_ignore_ascii_case("set-cookie"));
+            match joined {
                 Some((_, v)) => {
                     v.push_str(", ");
                     v.push_str(value);
@@ -201,7 +208,7 @@ pub fn parse_redirects(text: &str, file: &str) -> anyhow::Result<(Vec<RedirectRu
         }
         rules.push(RedirectRule {
             from: percent_decode(from),
-            to: to.to_owned(),
+            to: encode_location(to),
             status,
             force,
             line,
@@ -264,16 +271,40 @@ pub fn pattern_matches(pattern: &[u8], path: &[u8]) -> bool {
     match_tokens(&tokens(pattern), path)
 }
 
+/// Matches in O(pattern × path) steps: a naive backtracking matcher is
+/// exponential in the number of splats (`/*a*a*a*a*…`), which would let one
+/// line of `_headers` or `_redirects` stall a build, or a server per request.
 fn match_tokens(pattern: &[Token], path: &[u8]) -> bool {
-    match pattern.first() {
-        None => path.is_empty(),
-        Some(Token::Byte(c)) => path.first() == Some(c) && match_tokens(&pattern[1..], &path[1..]),
-        Some(Token::Splat) => (0..=path.len()).any(|i| match_tokens(&pattern[1..], &path[i..])),
-        Some(Token::Param) => {
-            let segment = path.iter().position(|&b| b == b'/').unwrap_or(path.len());
-            (1..=segment).any(|i| match_tokens(&pattern[1..], &path[i..]))
+    // reach[j]: the tokens so far match exactly `path[..j]`.
+    let mut reach = vec![false; path.len() + 1];
+    reach[0] = true;
+    for token in pattern {
+        let mut next = vec![false; path.len() + 1];
+        match *token {
+            Token::Byte(c) => {
+                for (j, &b) in path.iter().enumerate() {
+                    next[j + 1] = reach[j] && b == c;
+                }
+            }
+            Token::Splat => {
+                let mut any = false;
+                for (j, slot) in next.iter_mut().enumerate() {
+                    any |= reach[j];
+                    *slot = any;
+                }
+            }
+            Token::Param => {
+                // Some start i ≤ j was reached and path[i..=j] has no '/'.
+                let mut open = false;
+                for (j, &b) in path.iter().enumerate() {
+                    open = b != b'/' && (open || reach[j]);
+                    next[j + 1] = open;
+                }
+            }
         }
+        reach = next;
     }
+    reach[path.len()]
 }
 
 #[cfg(test)]
@@ -299,6 +330,10 @@ mod tests {
             ]
         );
         assert_eq!(headers_for(&rules, b"/blog/a/b").len(), 2);
+        let cookies =
+            "/*\n  Set-Cookie: a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT\n  set-cookie: b=2\n";
+        let rules = parse_headers(cookies, "_headers").unwrap();
+        assert_eq!(headers_for(&rules, b"/").len(), 2, "never joined");
     }
 
     #[test]
@@ -315,6 +350,15 @@ mod tests {
                 "_headers:2: Content-Length is set by kiln",
             ),
             ("a/b\n", "_headers:1: expected a path pattern"),
+            (
+                "/a\n  X-A: b\rSet-Cookie: x=1\n",
+                "_headers:2: control character in the value of X-A",
+            ),
+            ("/a\n  X-A: b\0\n", "_headers:2: control character"),
+            ("/a\n  X-A: b\u{85}c\n", "_headers:2: control character"),
+            ("/a\n  X(A): b\n", "_headers:2: invalid header name"),
+            ("/a\n  X\u{e9}: b\n", "_headers:2: invalid header name"),
+            ("/a\n  : b\n", "_headers:2: invalid header name"),
         ] {
             let err = parse_headers(text, "_headers").unwrap_err().to_string();
             assert!(err.starts_with(needle), "{err}");
@@ -365,5 +409,34 @@ mod tests {
         );
         assert!(pattern_matches(b"/*.css", b"/x/y.css"));
         assert!(!pattern_matches(b"/exact", b"/exact/"));
+        assert!(pattern_matches(b"/:a/:b", b"/x/y"));
+        assert!(!pattern_matches(b"/:a/:b", b"/x/"));
+        assert!(pattern_matches(b"/a/*/b", b"/a/x/y/b"));
+        assert!(!pattern_matches(b"/a/*/b", b"/a/b"));
+        assert!(pattern_matches(b"/*/:id.json", b"/api/v1/42.json"));
+        assert!(!pattern_matches(b"/*/:id.json", b"/api/v1/.json"));
+        assert!(pattern_matches(b"", b""));
+        assert!(!pattern_matches(b"", b"/"));
+    }
+
+    #[test]
+    fn many_splats_match_without_backtracking() {
+        // Exponential for a backtracking matcher: this would not finish.
+        let pattern = format!("/{}b", "*a".repeat(40));
+        let path = format!("/{}", "a".repeat(400));
+        assert!(!pattern_matches(pattern.as_bytes(), path.as_bytes()));
+        assert!(pattern_matches(
+            pattern.as_bytes(),
+            format!("{path}b").as_bytes()
+        ));
+        let params = "/:p".repeat(30);
+        assert!(!pattern_matches(
+            params.as_bytes(),
+            "/xx".repeat(29).as_bytes()
+        ));
+        assert!(pattern_matches(
+            params.as_bytes(),
+            "/xx".repeat(30).as_bytes()
+        ));
     }
 }

@@ -38,6 +38,26 @@ pub fn percent_encode_path(path: &[u8]) -> String {
     out
 }
 
+/// Makes a `_redirects` target safe as a `Location` value, as written
+/// otherwise: bytes a URI may not hold (non-ASCII, controls, space,
+/// `"<>\^`{|}`) become `%XX`, and so does a `%` that does not start an
+/// escape; existing escapes, `?`, `#` and `:placeholders` stay.
+pub fn encode_location(to: &str) -> String {
+    let b = to.as_bytes();
+    let mut out = String::with_capacity(b.len());
+    for (i, &c) in b.iter().enumerate() {
+        let escape_start = c == b'%'
+            && b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+        if c.is_ascii_graphic() && !b"\"<>\\^`{|}%".contains(&c) || escape_start {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
 /// Escapes text for an HTML attribute or text node.
 pub fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -68,6 +88,11 @@ mod tests {
             "/a%20b/%C3%A9%3F%22"
         );
         assert_eq!(percent_encode_path(b"/docs/"), "/docs/");
+        assert_eq!(
+            encode_location("https://x.example/été?q=a b#\"<>|%zz%41"),
+            "https://x.example/%C3%A9t%C3%A9?q=a%20b#%22%3C%3E%7C%25zz%41"
+        );
+        assert_eq!(encode_location("/blog/:slug/*"), "/blog/:slug/*");
         assert_eq!(
             html_escape("<a href=\"x\">&"),
             "&lt;a href=&quot;x&quot;&gt;&amp;"

@@ -100,6 +100,10 @@ impl Pack {
 
     /// Maps an already open pack file; `path` is only for messages.
     pub fn from_file(file: File, path: &Path) -> Result<Pack, PackError> {
+        // Mapping a directory fails with a puzzling "No such device".
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            return Err(bad("is a directory, not a pack file"));
+        }
         // SAFETY: packs are replaced by rename, never modified in place, so the
         // mapping stays valid; a file truncated behind our back is outside the
         // contract (documented in docs/pack-format.md).

@@ -1,6 +1,9 @@
 //! Walks a source directory in sorted order. Symbolic links are followed,
 //! also when they point outside the tree (as kawipiko does); a link back to a
 //! directory already on the current chain is a loop, skipped with a warning.
+//! The output pack itself is never read, wherever it lies. Files are only
+//! listed here, with their size and mtime, and read later by the build in
+//! bounded batches, so the size of a directory source is not capped.
 
 use std::collections::HashSet;
 use std::fs;
@@ -11,26 +14,36 @@ use std::time::UNIX_EPOCH;
 use anyhow::{Context, bail};
 
 use super::ignore::{is_ignored_name, is_well_known};
-use super::{Source, SourceFile};
+use super::{Content, ReadOptions, Source, SourceFile};
 
-/// Reads every kept regular file under `root`.
-pub fn read_dir_source(root: &Path) -> anyhow::Result<Source> {
-    let mut source = Source::default();
-    let meta = fs::metadata(root).with_context(|| format!("{}: cannot read", root.display()))?;
-    let mut chain = HashSet::new();
-    chain.insert((meta.dev(), meta.ino()));
-    walk(root, "", &mut chain, &mut source)?;
-    Ok(source)
+/// The state of one walk.
+struct Walk {
+    /// (device, inode) of the directories from the root to the current one.
+    chain: HashSet<(u64, u64)>,
+    /// (device, inode) of the output pack if it exists: skipped.
+    exclude: Option<(u64, u64)>,
+    /// What has been read so far.
+    source: Source,
 }
 
-/// `rel` is the '/'-separated path of `dir` below the root ("" for the root);
-/// `chain` holds (device, inode) of the directories from the root to `dir`.
-fn walk(
-    dir: &Path,
-    rel: &str,
-    chain: &mut HashSet<(u64, u64)>,
-    source: &mut Source,
-) -> anyhow::Result<()> {
+/// Reads every kept regular file under `root`.
+pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
+    let meta = fs::metadata(root).with_context(|| format!("{}: cannot read", root.display()))?;
+    let mut state = Walk {
+        chain: HashSet::from([(meta.dev(), meta.ino())]),
+        exclude: opts
+            .exclude
+            .as_ref()
+            .and_then(|p| fs::metadata(p).ok())
+            .map(|m| (m.dev(), m.ino())),
+        source: Source::default(),
+    };
+    walk(root, "", &mut state)?;
+    Ok(state.source)
+}
+
+/// `rel` is the '/'-separated path of `dir` below the root ("" for the root).
+fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
     let entries =
         fs::read_dir(dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
     let mut names = Vec::new();
@@ -56,7 +69,7 @@ fn walk(
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) => {
-                source.warnings.push(format!(
+                state.source.warnings.push(format!(
                     "{}: broken symbolic link skipped ({e})",
                     path.display()
                 ));
@@ -66,25 +79,28 @@ fn walk(
         };
         if meta.is_dir() {
             let id = (meta.dev(), meta.ino());
-            if !chain.insert(id) {
-                source
+            if !state.chain.insert(id) {
+                state
+                    .source
                     .warnings
                     .push(format!("{}: symbolic link loop skipped", path.display()));
                 continue;
             }
-            walk(&path, &child_rel, chain, source)?;
-            chain.remove(&id);
+            walk(&path, &child_rel, state)?;
+            state.chain.remove(&id);
         } else if meta.is_file() {
-            let bytes =
-                fs::read(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+            if state.exclude == Some((meta.dev(), meta.ino())) {
+                continue;
+            }
             let mtime = meta
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_secs() as i64);
-            source.files.push(SourceFile {
+            state.source.files.push(SourceFile {
                 path: child_rel,
-                bytes,
+                content: Content::Disk(path),
+                len: meta.len(),
                 mtime,
             });
         } else {

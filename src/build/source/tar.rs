@@ -14,22 +14,28 @@
 //!   skipped with a warning;
 //! - a truncated archive, or an entry whose header claims more bytes than
 //!   follow, is an error; an entry above `MAX_ENTRY_BYTES` is refused before
-//!   anything is allocated for it;
+//!   anything is allocated for it; the decompressed stream plus the copies
+//!   that links make are capped (`--max-source-bytes`), so a small
+//!   compressed bomb is refused instead of filling memory;
+//! - an empty file is not an archive (an empty site is an empty directory
+//!   or a tar with no entries);
 //! - devices, fifos and other special entries are skipped with a warning;
 //! - PAX and GNU long names are supported (through the `tar` crate).
 //!
 //! Every refusal is one line naming the archive and the entry.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
+use std::rc::Rc;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use tar::EntryType;
 
 use super::ignore::is_ignored_path;
-use super::{Source, SourceFile};
+use super::{Content, Source, SourceFile};
 
 /// Largest single entry read into memory (1 GiB).
 pub const MAX_ENTRY_BYTES: u64 = 1 << 30;
@@ -55,14 +61,47 @@ struct Link {
     mtime: i64,
 }
 
-/// Reads the archive at `archive`.
-pub fn read_tar_source(archive: &Path) -> anyhow::Result<Source> {
+/// The decompressed stream as the tar parser reads it: counts the bytes
+/// and fails once more than `max` went through.
+struct Capped<R> {
+    inner: R,
+    /// Shared with `read_entries`, which turns the failure into a clear error.
+    read: Rc<Cell<u64>>,
+    /// `--max-source-bytes`.
+    max: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let total = self.read.get().saturating_add(n as u64);
+        self.read.set(total);
+        if total > self.max {
+            return Err(io::Error::other(too_big(self.max)));
+        }
+        Ok(n)
+    }
+}
+
+fn too_big(max: u64) -> String {
+    format!("the archive expands to more than the {max}-byte limit (--max-source-bytes)")
+}
+
+/// Reads the archive at `archive`; `max_bytes` caps what it may expand to,
+/// `strip` leading components are dropped from every name.
+pub fn read_tar_source(archive: &Path, max_bytes: u64, strip: usize) -> anyhow::Result<Source> {
     let file =
         File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
     let mut reader = BufReader::new(file);
     let head = reader
         .fill_buf()
         .with_context(|| format!("{}: cannot read", archive.display()))?;
+    if head.is_empty() {
+        bail!(
+            "{}: empty file, not a tar archive (an empty site is an empty directory)",
+            archive.display()
+        );
+    }
     let input: Box<dyn Read> = if head.starts_with(&GZIP_MAGIC) {
         Box::new(flate2::bufread::MultiGzDecoder::new(reader))
     } else if head.starts_with(&ZSTD_MAGIC) {
@@ -73,18 +112,35 @@ pub fn read_tar_source(archive: &Path) -> anyhow::Result<Source> {
     } else {
         Box::new(reader)
     };
-    read_entries(input).map_err(|e| anyhow!("{}: {e:#}", archive.display()))
+    let read = Rc::new(Cell::new(0));
+    let capped = Capped {
+        inner: input,
+        read: Rc::clone(&read),
+        max: max_bytes,
+    };
+    read_entries(capped, &read, max_bytes, strip)
+        .map_err(|e| anyhow!("{}: {e:#}", archive.display()))
 }
 
-/// Reads every entry of a decompressed tar stream.
-fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
+/// Reads every entry of a decompressed tar stream; `read` counts the bytes
+/// taken from it, and with link copies they stay within `max_bytes`.
+fn read_entries(
+    input: Capped<Box<dyn Read>>,
+    read: &Cell<u64>,
+    max_bytes: u64,
+    strip: usize,
+) -> anyhow::Result<Source> {
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
     let mut index: HashMap<String, Option<usize>> = HashMap::new();
     let mut links = Vec::new();
     let entries = archive.entries().context("not a tar archive")?;
     for entry in entries {
-        let mut entry = entry.context("truncated or corrupt tar archive")?;
+        let mut entry = match entry {
+            Ok(entry) => entry,
+            Err(_) if read.get() > max_bytes => bail!(too_big(max_bytes)),
+            Err(e) => return Err(anyhow!(e).context("truncated or corrupt tar archive")),
+        };
         let raw_name = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_name).into_owned();
         let fail = |problem: &str| anyhow!("entry {shown:?}: {problem}");
@@ -93,7 +149,10 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
         if kind.is_pax_global_extensions() {
             continue;
         }
-        let Some(path) = normalise(name).map_err(|p| fail(&p))? else {
+        let Some(full_path) = normalise(name).map_err(|p| fail(&p))? else {
+            continue;
+        };
+        let Some(path) = strip_components(&full_path, strip) else {
             continue;
         };
         if kind.is_dir() || is_ignored_path(&path) {
@@ -108,6 +167,9 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                     "{size} bytes is more than the {MAX_ENTRY_BYTES}-byte limit per file"
                 )));
             }
+            if read.get().saturating_add(size) > max_bytes {
+                return Err(fail(&too_big(max_bytes)));
+            }
             let mut bytes = Vec::with_capacity(size.min(1 << 20) as usize);
             (&mut entry)
                 .take(size)
@@ -120,7 +182,12 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                 )));
             }
             index.insert(path.clone(), Some(source.files.len()));
-            source.files.push(SourceFile { path, bytes, mtime });
+            source.files.push(SourceFile {
+                path,
+                len: bytes.len() as u64,
+                content: Content::Memory(bytes.into()),
+                mtime,
+            });
         } else if kind.is_symlink() || kind.is_hard_link() {
             claim(&mut index, &path).map_err(|p| fail(&p))?;
             let target = match entry.link_name_bytes() {
@@ -130,8 +197,15 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                     Ok(t) if kind.is_hard_link() => {
                         normalise(t).and_then(|p| p.ok_or_else(|| "links to the root".into()))
                     }
-                    Ok(t) => resolve_symlink(&path, t),
-                },
+                    // Resolved where the link sits in the archive, so that
+                    // `../public/x` from `public/a` stays inside.
+                    Ok(t) => resolve_symlink(&full_path, t),
+                }
+                .and_then(|target| {
+                    strip_components(&target, strip).ok_or_else(|| {
+                        format!("target {target:?} is removed by --strip-components")
+                    })
+                }),
             };
             links.push(Link {
                 path,
@@ -149,6 +223,9 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
     let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
     let mut resolved = Vec::new();
+    // Link copies are held in memory too: a few links to a large directory
+    // would otherwise multiply it past any limit.
+    let mut budget = max_bytes.saturating_sub(read.get());
     for link in &links {
         let copies = match follow(&link.target, &index, &by_path) {
             Ok(i) => Ok(vec![(link.path.clone(), i)]),
@@ -168,9 +245,14 @@ fn read_entries(input: Box<dyn Read>) -> anyhow::Result<Source> {
                         ));
                         continue;
                     }
+                    let len = source.files[i].len;
+                    budget = budget
+                        .checked_sub(len)
+                        .ok_or_else(|| anyhow!("entry {:?}: {}", link.path, too_big(max_bytes)))?;
                     resolved.push(SourceFile {
                         path,
-                        bytes: source.files[i].bytes.clone(),
+                        content: source.files[i].content.clone(),
+                        len,
                         mtime: link.mtime,
                     });
                 }
@@ -265,6 +347,15 @@ fn normalise(name: &str) -> Result<Option<String>, String> {
     Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
+/// `path` without its first `n` components; `None` if nothing is left.
+fn strip_components(path: &str, n: usize) -> Option<String> {
+    let mut rest = path;
+    for _ in 0..n {
+        rest = rest.split_once('/')?.1;
+    }
+    Some(rest.to_owned())
+}
+
 /// The archive path a symbolic link at `link` with target `target` names,
 /// or why it points outside the archive.
 fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
@@ -303,6 +394,24 @@ mod tests {
         assert!(normalise("/etc/passwd").is_err());
         assert!(normalise("a/../../b").is_err());
         assert!(normalise(&"x".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn components_are_stripped() {
+        assert_eq!(
+            strip_components("public/a/b.html", 0).as_deref(),
+            Some("public/a/b.html")
+        );
+        assert_eq!(
+            strip_components("public/a/b.html", 1).as_deref(),
+            Some("a/b.html")
+        );
+        assert_eq!(
+            strip_components("public/a/b.html", 2).as_deref(),
+            Some("b.html")
+        );
+        assert_eq!(strip_components("public/a/b.html", 3), None);
+        assert_eq!(strip_components("public", 1), None);
     }
 
     #[test]
