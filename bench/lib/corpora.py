@@ -79,11 +79,16 @@ def _add_gzip_side_files(root: Path) -> int:
 
 
 def _url_paths(root: Path) -> list[str]:
-    """Every servable file of `root` as a URL path, sorted, `.gz` side files excluded."""
+    """Every servable file of `root` as a URL path, sorted, `.gz` side files excluded.
+
+    Dotfiles (the docs' `.buildinfo`) are left out: kiln hides them by policy, as a
+    deployment should, so they are not part of what a site serves."""
     paths = []
     for path in root.rglob("*"):
-        if path.is_file() and path.suffix != ".gz":
-            paths.append("/" + quote(path.relative_to(root).as_posix()))
+        relative = path.relative_to(root)
+        hidden = any(part.startswith(".") for part in relative.parts)
+        if path.is_file() and path.suffix != ".gz" and not hidden:
+            paths.append("/" + quote(relative.as_posix()))
     return sorted(paths)
 
 

@@ -41,9 +41,11 @@ pub struct ServeArgs {
     /// Event-loop threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Most connections open at once; accepting pauses beyond.
-    #[arg(long, default_value_t = 10_000)]
-    pub max_connections: usize,
+    /// Most connections open at once; accepting pauses beyond. Default: the
+    /// open-file limit (raised to its hard maximum at start) less a reserve
+    /// for listeners, event loops and the pack.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Write a combined-format access log to PATH, or `-` for stdout.
     #[arg(long, value_name = "PATH|-")]
     pub access_log: Option<PathBuf>,
@@ -91,6 +93,34 @@ pub fn open_site(path: &Path) -> anyhow::Result<Pack> {
     let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(pack)
+}
+
+/// Raises the soft open-file limit to the hard one (a server's connections
+/// are its files) and returns how many connections fit under it, leaving room
+/// for every thread's listeners, epoll and waker, and the process's own files.
+fn connection_budget(threads: usize, addresses: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    let reserve = 64 + threads * (addresses + 2);
+    usize::try_from(limit.rlim_cur)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(reserve)
+        .max(1)
 }
 
 fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
@@ -143,9 +173,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    if args.max_connections == 0 {
-        bail!("--max-connections must be at least 1");
-    }
+    let max_connections = match args.max_connections {
+        Some(0) => bail!("--max-connections must be at least 1"),
+        Some(n) => n,
+        None => connection_budget(threads, args.listen.len().max(2)),
+    };
     let (site, pack_path, routes) = if args.dummy {
         (Site::dummy(), None, 0)
     } else {
@@ -170,7 +202,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         header_timeout_ms,
         keepalive_timeout_ms,
         send_timeout_ms,
-        max_connections: args.max_connections,
+        max_connections,
         sendfile_min: args.sendfile_min,
         server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
