@@ -87,7 +87,18 @@ fn max_connections_pauses_accepting() {
 fn descriptor_exhaustion_pauses_accepting() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let server = Server::start_with_fd_limit(&[pack.to_str().unwrap(), "--threads", "1"], Some(32));
+    // The cap is set above the descriptor limit so that accept(2) itself
+    // fails with EMFILE (the default cap would stay below the limit).
+    let server = Server::start_with_fd_limit(
+        &[
+            pack.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--max-connections",
+            "1000",
+        ],
+        Some(32),
+    );
     let conns: Vec<TcpStream> = (0..40)
         .map(|_| {
             let mut c = server.connect();
@@ -111,4 +122,30 @@ fn descriptor_exhaustion_pauses_accepting() {
         assert_eq!(r.body, HELLO);
     }
     assert_eq!(server.get("/hello.txt", "").body, HELLO);
+}
+
+#[test]
+fn default_cap_follows_the_descriptor_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    // 300 descriptors: the default cap leaves a reserve and admits the rest,
+    // so 200 idle keep-alive clients do not lock a new one out.
+    let server =
+        Server::start_with_fd_limit(&[pack.to_str().unwrap(), "--threads", "1"], Some(300));
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| {
+            let mut c = server.connect();
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
+            c
+        })
+        .collect();
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+    assert!(
+        !server.stderr_text().contains("pausing accepts"),
+        "{}",
+        server.stderr_text()
+    );
+    drop(idle);
 }
