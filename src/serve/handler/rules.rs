@@ -66,28 +66,7 @@ impl Rules {
     pub fn compile(pack: &Pack) -> Rules {
         let list = pack
             .rules()
-            .map(|r| {
-                let mut names: Vec<&[u8]> = Vec::new();
-                let from = r
-                    .from
-                    .split(|&c| c == b'/')
-                    .filter(|s| !s.is_empty())
-                    .map(|seg| match seg {
-                        b"*" => Pattern::Splat,
-                        [b':', name @ ..] if !name.is_empty() && names.len() < MAX_CAPTURES => {
-                            names.push(name);
-                            Pattern::Capture(names.len() - 1)
-                        }
-                        _ => Pattern::Literal(seg.to_vec()),
-                    })
-                    .collect();
-                Rule {
-                    from,
-                    to: compile_template(r.to, &names),
-                    status: r.status,
-                    force: r.force,
-                }
-            })
+            .map(|r| Rule::compile(r.from, r.to, r.status, r.force))
             .collect();
         Rules { list }
     }
@@ -125,6 +104,29 @@ fn compile_template(to: &[u8], names: &[&[u8]]) -> Vec<Piece> {
 }
 
 impl Rule {
+    /// Compiles one `from` pattern and `to` template.
+    pub fn compile(from: &[u8], to: &[u8], status: u16, force: bool) -> Rule {
+        let mut names: Vec<&[u8]> = Vec::new();
+        let from = from
+            .split(|&c| c == b'/')
+            .filter(|s| !s.is_empty())
+            .map(|seg| match seg {
+                b"*" => Pattern::Splat,
+                [b':', name @ ..] if !name.is_empty() && names.len() < MAX_CAPTURES => {
+                    names.push(name);
+                    Pattern::Capture(names.len() - 1)
+                }
+                _ => Pattern::Literal(seg.to_vec()),
+            })
+            .collect();
+        Rule {
+            from,
+            to: compile_template(to, &names),
+            status,
+            force,
+        }
+    }
+
     /// Matches `path` (a route key) and fills `caps`.
     pub fn matches<'p>(&self, path: &'p [u8], caps: &mut Captures<'p>) -> bool {
         let mut rest = path;
@@ -168,32 +170,7 @@ mod tests {
     use super::*;
 
     fn rule(from: &str, to: &str) -> Rule {
-        let names: Vec<&[u8]> = from
-            .split('/')
-            .filter_map(|s| s.strip_prefix(':'))
-            .map(str::as_bytes)
-            .collect();
-        let mut n = 0;
-        let from = from
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                if s == "*" {
-                    Pattern::Splat
-                } else if s.starts_with(':') {
-                    n += 1;
-                    Pattern::Capture(n - 1)
-                } else {
-                    Pattern::Literal(s.as_bytes().to_vec())
-                }
-            })
-            .collect();
-        Rule {
-            from,
-            to: compile_template(to.as_bytes(), &names),
-            status: 301,
-            force: false,
-        }
+        Rule::compile(from.as_bytes(), to.as_bytes(), 301, false)
     }
 
     fn apply(r: &Rule, path: &str) -> Option<String> {
