@@ -5,10 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -233,11 +231,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     } else {
         table(&pack, args.headers)?
     };
-    // `kiln inspect site.pack | head` closes the pipe early: not an error.
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        written => written.context("cannot write to stdout"),
-    }
+    crate::report::to_stdout(&text)
 }
 
 #[cfg(test)]

@@ -12,4 +12,5 @@
 pub mod build;
 pub mod inspect;
 pub mod pack;
+pub mod report;
 pub mod serve;

@@ -41,13 +41,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
             let bytes = kiln::pack::verify::verify(&opened)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
-            println!(
-                "{}: ok ({} routes, {} variants, {bytes} bytes checked)",
+            kiln::report::to_stdout(&format!(
+                "{}: ok ({} routes, {} variants, {bytes} bytes checked)\n",
                 pack.display(),
                 opened.route_count(),
                 opened.variant_count()
-            );
-            Ok(())
+            ))
         }
     }
 }

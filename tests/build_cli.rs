@@ -396,7 +396,11 @@ fn a_closed_stdout_is_not_a_failure() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     assert!(pack.exists());
-    for args in [&["inspect", p(&pack)][..], &["inspect", "--json", p(&pack)]] {
+    for args in [
+        &["inspect", p(&pack)][..],
+        &["inspect", "--json", p(&pack)],
+        &["verify", p(&pack)],
+    ] {
         let o = kiln_into_closed_pipe(args);
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(stderr(&o).is_empty(), "{}", stderr(&o));

@@ -17,7 +17,7 @@ pub mod source;
 pub mod urlpath;
 
 use std::fmt;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -430,12 +430,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             args.output.display(),
             args.source.display()
         );
-        // The pack is written: a reader that went away (`| head`) is not a
-        // failure, and must not be a panic.
-        match std::io::stdout().lock().write_all(summary.as_bytes()) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            written => written.context("cannot write to stdout")?,
-        }
+        crate::report::to_stdout(&summary)?;
     }
     Ok(())
 }
