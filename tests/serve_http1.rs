@@ -237,6 +237,45 @@ fn access_log_in_combined_format() {
 }
 
 #[test]
+fn access_log_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--access-log",
+        "-",
+    ]);
+    server.get("/hello.txt", "");
+    server.get("/missing", "");
+    server.signal(libc::SIGTERM);
+    assert!(
+        server
+            .wait_exit(std::time::Duration::from_secs(15))
+            .is_some()
+    );
+    // The reader thread may still be draining the pipe after the exit.
+    let start = std::time::Instant::now();
+    while server.stdout.lock().unwrap().lines().count() < 2
+        && start.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let text = server.stdout.lock().unwrap().clone();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("\"GET /hello.txt HTTP/1.1\" 200 12 "),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("\"GET /missing HTTP/1.1\" 404 "),
+        "{text}"
+    );
+}
+
+#[test]
 fn bad_site_argument_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.bin");

@@ -245,6 +245,9 @@ pub struct Server {
     pub port: u16,
     /// Everything the server wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
+    /// Everything the server wrote to stdout after its start-up line (the
+    /// access log with `--access-log -`).
+    pub stdout: Arc<Mutex<String>>,
     pub startup: String,
 }
 
@@ -296,9 +299,14 @@ impl Server {
         let mut startup = String::new();
         out.read_line(&mut startup).expect("start-up line");
         // Keep draining stdout (the access log may go there).
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let out_sink = Arc::clone(&stdout);
         std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = out.read_to_end(&mut sink);
+            for line in out.lines().map_while(Result::ok) {
+                let mut s = out_sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
         });
         let port = startup
             .split("http://127.0.0.1:")
@@ -315,6 +323,7 @@ impl Server {
             child,
             port,
             stderr,
+            stdout,
             startup,
         }
     }
