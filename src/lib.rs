@@ -10,6 +10,7 @@
 //!   that maps a request to prepared pack bytes.
 
 pub mod build;
+pub mod httpdate;
 pub mod inspect;
 pub mod pack;
 pub mod report;

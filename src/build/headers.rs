@@ -95,32 +95,12 @@ pub fn etag_for(hash: &[u8; 32]) -> String {
 }
 
 /// An IMF-fixdate (RFC 9110 §5.6.7), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-/// Times outside 1970–9999 are clamped to that range.
+/// Times outside 1970–9999 are clamped to that range, the years the format
+/// can express.
 pub fn http_date(unix_secs: i64) -> String {
-    // Clamped to years 1970..=9999, the range the format can express.
-    let secs = unix_secs.clamp(0, 253_402_300_799);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // 1970-01-01 was a Thursday.
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-    // Civil-from-days (H. Hinnant's algorithm), valid for all days ≥ 0 here.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{weekday}, {day:02} {} {year:04} {h:02}:{m:02}:{s:02} GMT",
-        MONTHS[(month - 1) as usize]
-    )
+    let mut out = [0u8; 29];
+    crate::httpdate::format_imf(unix_secs.clamp(0, 253_402_300_799), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Everything that goes into one variant's header block.

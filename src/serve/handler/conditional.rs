@@ -1,7 +1,7 @@
 //! Conditional requests (`If-None-Match`, `If-Modified-Since`, RFC 9110
 //! §13) and byte ranges (`Range`, `If-Range`, RFC 9110 §14).
 
-use super::super::date::parse_http_date;
+use crate::httpdate::parse_http_date;
 
 fn strip_weak(tag: &[u8]) -> &[u8] {
     tag.strip_prefix(b"W/").unwrap_or(tag)
