@@ -169,6 +169,18 @@ pub fn parse_redirects(text: &str, file: &str) -> anyhow::Result<(Vec<RedirectRu
             ));
             continue;
         }
+        // The server matches a splat only as the whole last segment (as
+        // Netlify documents it): anything else would be stored as a rule
+        // that never fires.
+        let splat_ok = |from: &str| match from.find('*') {
+            None => true,
+            Some(at) => from.ends_with("/*") && at == from.len() - 1,
+        };
+        if !splat_ok(from) {
+            bail!(
+                "{file}:{line}: '*' must be the whole last segment of the source path, as in /news/*"
+            );
+        }
         let Some(&to) = fields.get(1) else {
             bail!("{file}:{line}: missing target");
         };
@@ -388,6 +400,14 @@ mod tests {
             ("/ok /b\nrel /b\n", "_redirects:2: the source path"),
             ("/a\n", "_redirects:1: missing target"),
             ("/a b\n", "_redirects:1: the target must be"),
+            (
+                "/blog* /b\n",
+                "_redirects:1: '*' must be the whole last segment",
+            ),
+            (
+                "/a/*/c /b\n",
+                "_redirects:1: '*' must be the whole last segment",
+            ),
         ] {
             let err = parse_redirects(text, "_redirects").unwrap_err().to_string();
             assert!(err.starts_with(needle), "{err}");
