@@ -1,6 +1,6 @@
 //! Hot reload: the pack replaced by rename under continuous keep-alive load
 //! loses no request; a corrupt replacement is refused and the old pack keeps
-//! serving; SIGHUP reloads.
+//! serving; SIGHUP reloads, and fires a directory site again.
 
 mod common;
 
@@ -115,4 +115,22 @@ fn sighup_reloads() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(version(&server), "one");
+}
+
+#[test]
+fn sighup_refires_a_directory_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("public");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("version.txt"), "one").unwrap();
+    let server = Server::start(&[site.to_str().unwrap(), "--threads", "1"]);
+    assert_eq!(version(&server), "one");
+    std::fs::write(site.join("version.txt"), "two").unwrap();
+    server.signal(libc::SIGHUP);
+    wait_for(&server, "two");
+    assert!(
+        !server.stderr_text().contains("failed"),
+        "{}",
+        server.stderr_text()
+    );
 }

@@ -14,7 +14,6 @@ use std::sync::atomic::Ordering;
 
 use super::handler::Site;
 use super::net::{Shared, Waker};
-use crate::pack::{Pack, verify};
 
 /// Blocks the signals the control thread handles, in the calling thread and
 /// every thread spawned after, and returns a signalfd for them.
@@ -73,17 +72,17 @@ pub fn watch(pack: &Path) -> io::Result<Watch> {
     Ok(Watch { fd, name })
 }
 
-/// Opens, verifies and publishes the pack at `path`.
+/// Opens the site at `path` as at start-up (a pack is verified, a directory
+/// or tar is fired into a fresh preview pack) and publishes it.
 pub fn reload(path: &Path, shared: &Shared) {
-    let opened = Pack::open(path).and_then(|p| verify::verify(&p).map(|_| p));
-    match opened {
+    match super::open_site(path) {
         Ok(pack) => {
             let routes = pack.route_count();
             shared.publish(Site::from_pack(pack));
             tracing::info!("reloaded {}: {routes} routes", path.display());
         }
         Err(e) => tracing::error!(
-            "reload of {} failed: {e}; still serving the previous pack",
+            "reload of {} failed: {e:#}; still serving the previous pack",
             path.display()
         ),
     }

@@ -178,6 +178,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => connection_budget(threads, args.listen.len().max(2)),
     };
+    // Blocked before anything starts a thread (a preview build starts
+    // rayon's pool): a thread spawned earlier would keep the default action,
+    // and SIGHUP or SIGTERM would kill the process instead of reaching the
+    // control thread. A signal during the preview build waits for it.
+    let signals = control::block_signals().context("cannot set up signal handling")?;
     let (site, pack_path, routes) = if args.dummy {
         (Site::dummy(), None, 0)
     } else {
@@ -216,7 +221,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if urls.is_empty() {
         bail!("no address to listen on");
     }
-    let signals = control::block_signals().context("cannot set up signal handling")?;
     let shared = Arc::new(Shared::new(site));
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
