@@ -34,9 +34,10 @@ pub enum Seg {
 /// `writev` as the headers. Measured on loopback (wrk, 32 connections, one
 /// core; a pack of bodies of each size): `writev` from the
 /// mapping ties `sendfile` from 16 KiB to 256 KiB and beats it at 1 MiB,
-/// because loopback copies either way. `sendfile` pays off on a real NIC
-/// (no copy into the socket) and under kTLS, so it takes over where the
-/// loopback cost was a tie.
+/// because loopback copies either way. Off loopback `sendfile` avoids the
+/// copy into the socket, and under kTLS it is the only zero-copy path, so it
+/// takes over where the loopback cost was a tie (not yet measured off
+/// loopback).
 pub const SENDFILE_MIN: u64 = 256 * 1024;
 
 /// The output of one batch of requests on one connection.

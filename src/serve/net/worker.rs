@@ -304,7 +304,12 @@ impl Worker {
                     Some(libc::EAGAIN) => return,
                     Some(libc::EINTR | libc::ECONNABORTED) => continue,
                     Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        tracing::warn!("accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms");
+                        if !self.accept_error_logged {
+                            self.accept_error_logged = true;
+                            tracing::warn!(
+                                "accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms until descriptors free up"
+                            );
+                        }
                         self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
                         return;
                     }
