@@ -226,18 +226,10 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
             batch.close = true;
             break;
         }
-        let req = handler::Request {
-            method: head.method,
-            target: head.target,
-            accept_encoding: head.accept_encoding,
-            if_none_match: head.if_none_match,
-            if_modified_since: head.if_modified_since,
-            range: head.range,
-            if_range: head.if_range,
-        };
-        let target_ok = head.target != b"*" || head.method == Method::Options;
+        let req = &head.request;
+        let target_ok = req.target != b"*" || req.method == Method::Options;
         let resp = if target_ok {
-            handler::handle(ctx.site, &req, ctx.scratch)
+            handler::handle(ctx.site, req, ctx.scratch)
         } else {
             handler::builtin(400, b"400 Bad Request\n")
         };
@@ -247,7 +239,7 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
             (false, 0) => ConnectionLine::KeepAlive,
             (false, _) => ConnectionLine::Omit,
         };
-        let head_only = head.method == Method::Head;
+        let head_only = req.method == Method::Head;
         let sent = write_response(
             out,
             ctx.date,
@@ -262,7 +254,7 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
                 ctx.date.second(),
                 &Entry {
                     peer: ctx.peer,
-                    request: Some((head.method_token, head.target, head.minor_version)),
+                    request: Some((head.method_token, req.target, head.minor_version)),
                     status: resp.status,
                     bytes: sent,
                     referer: head.referer,

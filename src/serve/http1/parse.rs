@@ -5,7 +5,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::serve::handler::Method;
+use crate::serve::handler::{Method, Request};
 
 /// Most header fields accepted in one request head.
 pub const MAX_HEADERS: usize = 100;
@@ -17,12 +17,11 @@ pub const MAX_HEAD: usize = 16 * 1024;
 /// A parsed request head; every slice borrows the read buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestHead<'b> {
-    /// The method as the handler tells methods apart.
-    pub method: Method,
+    /// What the handler needs: method, target and the header values it
+    /// acts on.
+    pub request: Request<'b>,
     /// The method as sent, for the access log.
     pub method_token: &'b [u8],
-    /// The raw request target.
-    pub target: &'b [u8],
     /// `1` for HTTP/1.1, `0` for HTTP/1.0.
     pub minor_version: u8,
     /// Whether the connection may stay open after this request.
@@ -31,16 +30,6 @@ pub struct RequestHead<'b> {
     pub content_length: u64,
     /// Bytes of the head, blank line included.
     pub head_len: usize,
-    /// Header values passed on to the handler (see `handler::Request`).
-    pub accept_encoding: Option<&'b [u8]>,
-    /// See `handler::Request::if_none_match`.
-    pub if_none_match: Option<&'b [u8]>,
-    /// See `handler::Request::if_modified_since`.
-    pub if_modified_since: Option<&'b [u8]>,
-    /// See `handler::Request::range`.
-    pub range: Option<&'b [u8]>,
-    /// See `handler::Request::if_range`.
-    pub if_range: Option<&'b [u8]>,
     /// For the access log.
     pub referer: Option<&'b [u8]>,
     /// For the access log.
@@ -107,18 +96,20 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         return Parsed::Error(414);
     }
     let mut head = RequestHead {
-        method: Method::from_token(method_token.as_bytes()),
+        request: Request {
+            method: Method::from_token(method_token.as_bytes()),
+            target: target.as_bytes(),
+            accept_encoding: None,
+            if_none_match: None,
+            if_modified_since: None,
+            range: None,
+            if_range: None,
+        },
         method_token: method_token.as_bytes(),
-        target: target.as_bytes(),
         minor_version: minor,
         keep_alive: minor == 1,
         content_length: 0,
         head_len,
-        accept_encoding: None,
-        if_none_match: None,
-        if_modified_since: None,
-        range: None,
-        if_range: None,
         referer: None,
         user_agent: None,
     };
@@ -130,9 +121,9 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
             4 if is(b"host") => hosts += 1,
-            5 if is(b"range") => head.range = Some(value),
+            5 if is(b"range") => head.request.range = Some(value),
             7 if is(b"referer") => head.referer = Some(value),
-            8 if is(b"if-range") => head.if_range = Some(value),
+            8 if is(b"if-range") => head.request.if_range = Some(value),
             10 if is(b"connection") => {
                 if has_token(value, b"close") {
                     head.keep_alive = false;
@@ -141,15 +132,15 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
                 }
             }
             10 if is(b"user-agent") => head.user_agent = Some(value),
-            13 if is(b"if-none-match") => head.if_none_match = Some(value),
+            13 if is(b"if-none-match") => head.request.if_none_match = Some(value),
             14 if is(b"content-length") => match (parse_length(value), length) {
                 (Some(n), None) => length = Some(n),
                 (Some(n), Some(prev)) if n == prev => {}
                 _ => return Parsed::Error(400),
             },
-            15 if is(b"accept-encoding") => head.accept_encoding = Some(value),
+            15 if is(b"accept-encoding") => head.request.accept_encoding = Some(value),
             17 if is(b"transfer-encoding") => transfer_encoding = true,
-            17 if is(b"if-modified-since") => head.if_modified_since = Some(value),
+            17 if is(b"if-modified-since") => head.request.if_modified_since = Some(value),
             _ => {}
         }
     }
@@ -263,7 +254,7 @@ mod tests {
             }
             if let Parsed::Complete(head) = parse_request(&buf) {
                 assert!(head.head_len <= buf.len());
-                let _ = crate::serve::handler::normalize(head.target, &mut path);
+                let _ = crate::serve::handler::normalize(head.request.target, &mut path);
             }
         }
     }
