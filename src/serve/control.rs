@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::handler::Site;
 use super::net::{Shared, Waker};
+use super::stack::CurrentSite;
 
 /// Blocks the signals the control thread handles, in the calling thread and
 /// every thread spawned after, and returns a signalfd for them.
@@ -74,11 +75,11 @@ pub fn watch(pack: &Path) -> io::Result<Watch> {
 
 /// Opens the site at `path` as at start-up (a pack is verified, a directory
 /// or tar is fired into a fresh preview pack) and publishes it.
-pub fn reload(path: &Path, shared: &Shared) {
+pub fn reload(path: &Path, current: &CurrentSite) {
     match super::open_site(path) {
         Ok(pack) => {
             let routes = pack.route_count();
-            shared.publish(Site::from_pack(pack));
+            current.publish(Site::from_pack(pack));
             tracing::info!("reloaded {}: {routes} routes", path.display());
         }
         Err(e) => tracing::error!(
@@ -113,6 +114,7 @@ pub fn run(
     pack: Option<PathBuf>,
     watched: Option<Watch>,
     shared: Arc<Shared>,
+    current: Arc<CurrentSite>,
     wakers: Vec<Arc<Waker>>,
 ) {
     let mut buf = vec![0u8; 4096];
@@ -140,7 +142,7 @@ pub fn run(
                 let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
                 if signo == libc::SIGHUP {
                     if let Some(p) = pack.as_deref() {
-                        reload(p, &shared);
+                        reload(p, &current);
                     }
                 } else if shared.shutdown.swap(true, Ordering::AcqRel) {
                     tracing::warn!("second signal: exiting now");
@@ -162,7 +164,7 @@ pub fn run(
                 && event_names(&buf[..n as usize]).iter().any(|n| n == name)
                 && let Some(p) = pack.as_deref()
             {
-                reload(p, &shared);
+                reload(p, &current);
             }
         }
     }

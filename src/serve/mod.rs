@@ -1,8 +1,9 @@
 //! `kiln serve`: answers HTTP/1.1 from a pack's memory mapping.
 //!
-//! Layers: `net` (sockets, event loops, timers), `http1` (the protocol),
-//! `handler` (request → prepared pack bytes, protocol-agnostic), and
-//! `control` (signals, hot reload).
+//! Layers: `net` (sockets, event loops, timers), `stack` (a connection's
+//! protocols as the loop drives them), `http1` (the protocol), `handler`
+//! (request → prepared pack bytes, protocol-agnostic), and `control`
+//! (signals, hot reload).
 
 pub mod access_log;
 pub mod control;
@@ -12,6 +13,7 @@ pub mod http1;
 pub mod net;
 pub mod output;
 pub mod server_headers;
+pub mod stack;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -27,6 +29,7 @@ use handler::Site;
 use net::worker::{LoopConfig, Worker};
 use net::{Shared, Waker};
 use server_headers::ServerHeaders;
+use stack::{CurrentSite, Protocols, StackConfig};
 
 /// `kiln serve` options.
 #[derive(Args, Debug, Clone)]
@@ -209,6 +212,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         send_timeout_ms,
         max_connections,
         sendfile_min: args.sendfile_min,
+    });
+    let stack_config = Arc::new(StackConfig {
         server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
     });
@@ -221,13 +226,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if urls.is_empty() {
         bail!("no address to listen on");
     }
-    let shared = Arc::new(Shared::new(site));
+    let shared = Arc::new(Shared::default());
+    let current = Arc::new(CurrentSite::new(site));
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
-        let worker = Worker::new(l, waker, Arc::clone(&shared), Arc::clone(&config))?;
+        let stack = Protocols::new(Arc::clone(&current), Arc::clone(&stack_config));
+        let tagged = l.into_iter().map(|l| (l, 0)).collect();
+        let worker = Worker::new(
+            tagged,
+            waker,
+            Arc::clone(&shared),
+            Arc::clone(&config),
+            stack,
+        )?;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("kiln-loop-{i}"))
@@ -247,7 +261,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let pack = pack_path.clone();
         std::thread::Builder::new()
             .name("kiln-control".into())
-            .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
+            .spawn(move || control::run(signals, pack, watched, shared, current, wakers))?;
     }
     let threads_word = if threads == 1 { "thread" } else { "threads" };
     let announcement = match &pack_path {

@@ -1,6 +1,7 @@
 //! HTTP/1.1 (RFC 9112): turns the bytes of one read into responses. Every
 //! complete request in the buffer is parsed and answered into one `Output`,
-//! so a pipelined batch leaves in a single `writev`.
+//! so a pipelined batch leaves in a single `writev`. Sans-IO: [`Conn`] is
+//! one connection's state, fed the bytes the connection layer read.
 
 pub mod parse;
 
@@ -9,6 +10,7 @@ use std::net::IpAddr;
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
 use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
+use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
 pub use parse::{Parsed, RequestHead, parse_request};
@@ -279,4 +281,65 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
     }
     out.seal();
     batch
+}
+
+/// One connection's HTTP/1 state between reads. Idle, it owns no buffer.
+#[derive(Default)]
+pub struct Conn {
+    /// The start of an incomplete request (or requests left over from a
+    /// full batch); empty and unallocated otherwise.
+    partial: Vec<u8>,
+    /// Request body bytes still to arrive and be dropped.
+    discard: u64,
+    /// `partial` may hold complete requests left over from a full batch:
+    /// serve them before reading more.
+    backlog: bool,
+}
+
+impl Conn {
+    /// Answers what `bytes` (just read) complete, into `out`.
+    pub fn input(&mut self, bytes: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Step {
+        let mut partial = std::mem::take(&mut self.partial);
+        let from_partial = !partial.is_empty();
+        if from_partial {
+            partial.extend_from_slice(bytes);
+        }
+        let buf: &[u8] = if from_partial { &partial } else { bytes };
+        let skip = self.discard.min(buf.len() as u64) as usize;
+        self.discard -= skip as u64;
+        let buf = &buf[skip..];
+        let batch = serve_batch(buf, ctx, out);
+        self.discard += batch.discard;
+        self.backlog = batch.more;
+        let rest_len = buf.len() - batch.consumed;
+        let wait = if !batch.close && (rest_len > 0 || self.discard > 0) {
+            if from_partial {
+                partial.drain(..skip + batch.consumed);
+                self.partial = partial;
+            } else {
+                self.partial = buf[batch.consumed..].to_vec();
+            }
+            Wait::Request {
+                fresh: batch.responses > 0,
+            }
+        } else {
+            Wait::Idle
+        };
+        Step {
+            wait,
+            close: batch.close,
+            more: self.backlog && !batch.close,
+        }
+    }
+
+    /// Serves the requests left over from a full batch.
+    pub fn resume(&mut self, ctx: &mut Context<'_>, out: &mut Output) -> Step {
+        self.input(&[], ctx, out)
+    }
+
+    /// The head did not arrive in time: 408.
+    pub fn timeout(&mut self, ctx: &mut Context<'_>, out: &mut Output) {
+        write_error(out, ctx, 408);
+        out.seal();
+    }
 }

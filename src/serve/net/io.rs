@@ -3,11 +3,10 @@
 //! partially written batch.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use crate::serve::handler::Site;
-use crate::serve::output::{Output, Seg};
+use super::{Backing, Output, Seg};
 
 /// Linux's IOV_MAX.
 const IOV_MAX: usize = 1024;
@@ -47,7 +46,7 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> Io {
 pub struct Pending {
     /// Keeps the mapping the `Mapped`/`File` segments point into alive, even
     /// if a reload replaced the pack meanwhile.
-    pub site: Arc<Site>,
+    pub backing: Arc<dyn Backing>,
     /// The header bytes the `Own` segments index.
     pub bytes: Vec<u8>,
     /// What is left to send, from `next`.
@@ -65,10 +64,16 @@ pub enum Flush {
     Failed,
 }
 
-/// Sends `segs[from..]` (with `bytes` for `Own` and the pack of `site` for
-/// the others), advancing segments in place as they are sent.
-pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize) -> Flush {
-    let map: &[u8] = site.pack().map_or(&[], |p| p.bytes());
+/// Sends `segs[from..]` (with `bytes` for `Own` and `backing` for the
+/// others), advancing segments in place as they are sent.
+pub fn send(
+    fd: RawFd,
+    backing: &dyn Backing,
+    bytes: &[u8],
+    segs: &mut [Seg],
+    from: usize,
+) -> Flush {
+    let map: &[u8] = backing.bytes();
     let mut next = from;
     let mut iov: [libc::iovec; 256] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
@@ -76,13 +81,13 @@ pub fn send(fd: RawFd, site: &Site, bytes: &[u8], segs: &mut [Seg], from: usize)
     }; 256];
     while next < segs.len() {
         if let Seg::File { off, len } = segs[next] {
-            let Some(pack) = site.pack() else {
+            let Some(file) = backing.file() else {
                 return Flush::Failed;
             };
             let mut offset = off as libc::off_t;
             let chunk = len.min(1 << 30) as usize;
             // SAFETY: both descriptors are open; `offset` is a valid pointer.
-            let n = unsafe { libc::sendfile(fd, pack.file().as_raw_fd(), &mut offset, chunk) };
+            let n = unsafe { libc::sendfile(fd, file, &mut offset, chunk) };
             match classify(n) {
                 Io::Done(0) => return Flush::Failed,
                 Io::Interrupted => {}
@@ -180,12 +185,12 @@ pub enum Sent {
 
 /// Sends a freshly assembled batch; what the socket does not take is moved
 /// into a `Pending` (the header bytes copied, the body references kept).
-pub fn send_output(fd: RawFd, site: &Arc<Site>, out: &mut Output) -> Sent {
-    match send(fd, site, &out.bytes, &mut out.segs, 0) {
+pub fn send_output(fd: RawFd, backing: &Arc<dyn Backing>, out: &mut Output) -> Sent {
+    match send(fd, &**backing, &out.bytes, &mut out.segs, 0) {
         Flush::Done => Sent::All,
         Flush::Failed => Sent::Failed,
         Flush::Blocked(next) => Sent::Partly(Box::new(Pending {
-            site: Arc::clone(site),
+            backing: Arc::clone(backing),
             bytes: out.bytes.clone(),
             segs: out.segs[next..].to_vec(),
             next: 0,
@@ -196,12 +201,12 @@ pub fn send_output(fd: RawFd, site: &Arc<Site>, out: &mut Output) -> Sent {
 /// Resumes a pending batch.
 pub fn resume(fd: RawFd, pending: &mut Pending) -> Flush {
     let Pending {
-        site,
+        backing,
         bytes,
         segs,
         next,
     } = pending;
-    let r = send(fd, site, bytes, segs, *next);
+    let r = send(fd, &**backing, bytes, segs, *next);
     if let Flush::Blocked(at) = r {
         *next = at;
     }

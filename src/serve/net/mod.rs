@@ -1,20 +1,23 @@
 //! The connection layer: one event loop per thread, each with its own
 //! `SO_REUSEPORT` listeners, non-blocking sockets and edge-triggered epoll.
-//! Protocol work is delegated to `http1`; TLS would wrap the socket I/O in
-//! `io`, HTTP/2 would be another protocol next to `http1`.
+//!
+//! The loop knows sockets, deadlines and bytes, nothing of what they mean:
+//! each connection's protocol stack (TLS session, HTTP/1, …) sits behind
+//! the [`Stack`] trait, which takes the bytes read and hands back output as
+//! segments ([`Output`]) that point into a [`Backing`] (the pack mapping)
+//! or into the output's own buffer. This module imports no handler type.
 
 pub mod io;
 pub mod poller;
 pub mod worker;
 
-use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use socket2::{Domain, Socket, Type};
 
-use super::handler::Site;
+pub use super::output::{Output, Seg};
 
 /// Fails if another process listens on `addr` already: with
 /// `SO_REUSEPORT`, a second server of the same user would otherwise share
@@ -48,39 +51,79 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// State every thread reads and the control thread writes.
+#[derive(Default)]
 pub struct Shared {
-    /// Bumped after `site` is replaced; loops compare it once per iteration
-    /// and take the lock only when it changed.
-    pub generation: AtomicU64,
-    /// The site new requests are answered from.
-    pub site: Mutex<Arc<Site>>,
     /// Set on SIGTERM/SIGINT.
     pub shutdown: AtomicBool,
     /// Open connections over all threads, for `--max-connections`.
     pub live: AtomicUsize,
 }
 
-impl Shared {
-    pub fn new(site: Arc<Site>) -> Shared {
-        Shared {
-            generation: AtomicU64::new(0),
-            site: Mutex::new(site),
-            shutdown: AtomicBool::new(false),
-            live: AtomicUsize::new(0),
-        }
-    }
+/// What the `Mapped` and `File` segments of an [`Output`] point into: the
+/// pack's mapping and its file. A connection whose output the socket has
+/// not taken yet keeps an `Arc` of it, so a reload cannot unmap bytes still
+/// to be sent.
+pub trait Backing: Send + Sync {
+    /// The mapping `Seg::Mapped` offsets index.
+    fn bytes(&self) -> &[u8];
+    /// The file `Seg::File` ranges are sent from with `sendfile` (`None`
+    /// when there is no file: such segments then fail the connection).
+    fn file(&self) -> Option<RawFd>;
+}
 
-    /// Publishes a new site; requests already answered keep their Arc.
-    pub fn publish(&self, site: Arc<Site>) {
-        *self.site.lock().unwrap_or_else(|e| e.into_inner()) = site;
-        self.generation.fetch_add(1, Ordering::Release);
-    }
+/// What a connection waits for after its stack consumed some input;
+/// decides the deadline that applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing pending: the keep-alive deadline.
+    Idle,
+    /// Part of a request (or of a handshake) has arrived: the header
+    /// deadline. `fresh` when that part starts a new request (the previous
+    /// one was answered), which restarts the deadline; otherwise the
+    /// deadline set by the first byte keeps running.
+    Request { fresh: bool },
+}
 
-    pub fn current(&self) -> (u64, Arc<Site>) {
-        let generation = self.generation.load(Ordering::Acquire);
-        let site = Arc::clone(&self.site.lock().unwrap_or_else(|e| e.into_inner()));
-        (generation, site)
-    }
+/// The stack's answer to input (or to a `resume`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Which deadline applies next.
+    pub wait: Wait,
+    /// Close the connection once the output is sent (after lingering).
+    pub close: bool,
+    /// The stack can produce more output without more input (requests
+    /// left over from a full batch, a large body still to encrypt): call
+    /// `resume` once this output is sent, before reading again.
+    pub more: bool,
+}
+
+/// A connection's protocol stack, as the event loop drives it. One value
+/// per thread holds everything the thread's connections share (buffers,
+/// the site, the log); `Session` is one connection's state.
+pub trait Stack {
+    /// One connection's state; it should own no buffer while idle.
+    type Session;
+    /// Once per loop turn, before events: `unix_seconds` is the wall clock
+    /// (for `Date`), `draining` is set once shutdown began.
+    fn begin_turn(&mut self, unix_seconds: i64, draining: bool);
+    /// A connection was accepted on the listener tagged `listener`.
+    fn open(&mut self, listener: u32, peer: Option<IpAddr>) -> Self::Session;
+    /// Bytes arrived; output to send goes to `out` (cleared by the loop).
+    fn input(&mut self, session: &mut Self::Session, bytes: &[u8], out: &mut Output) -> Step;
+    /// The last output was sent and `Step::more` was set: produce more.
+    fn resume(&mut self, session: &mut Self::Session, out: &mut Output) -> Step;
+    /// The header deadline passed: the last words (a 408), if any; the
+    /// connection closes after them.
+    fn timeout(&mut self, session: &mut Self::Session, out: &mut Output);
+    /// The loop closes an idle connection (keep-alive timeout, shutdown):
+    /// a goodbye to send on a best-effort basis (a TLS close_notify).
+    fn goodbye(&mut self, session: &mut Self::Session, out: &mut Output);
+    /// What the output of the last call points into.
+    fn backing(&self) -> &std::sync::Arc<dyn Backing>;
+    /// About once a second: flush buffered logs.
+    fn tick(&mut self);
+    /// The loop ends: flush what is buffered.
+    fn finish(&mut self);
 }
 
 /// An eventfd that wakes one event loop (for shutdown).

@@ -1,10 +1,11 @@
 //! One thread's event loop: accepts on its own listeners, reads every
-//! readable connection into one per-thread buffer, lets `http1` answer the
-//! whole batch, writes it with one `writev`, and sweeps deadlines a few
-//! times a second with a clock read once per loop iteration.
+//! readable connection into one per-thread buffer, hands the bytes to the
+//! connection's protocol stack, writes what it answers with one `writev`,
+//! and sweeps deadlines a few times a second with a clock read once per
+//! loop iteration.
 //!
-//! An idle connection owns no buffer: only a partial request head (or a
-//! partially sent response) is kept per connection.
+//! An idle connection owns no buffer here: only output the socket has not
+//! taken yet is kept per connection (and whatever its stack keeps).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
@@ -13,13 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::io::{self, Flush, Io, Pending, Sent};
 use super::poller::{Event, Poller};
-use super::{Shared, Waker};
-use crate::serve::access_log::{AccessLog, Sink};
-use crate::serve::date::DateCache;
-use crate::serve::handler::{Scratch, Site};
-use crate::serve::http1::{self, Context};
-use crate::serve::output::Output;
-use crate::serve::server_headers::ServerHeaders;
+use super::{Output, Shared, Stack, Step, Wait, Waker};
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -48,10 +43,6 @@ pub struct LoopConfig {
     pub max_connections: usize,
     /// Bodies this long or longer are sent with `sendfile`.
     pub sendfile_min: u64,
-    /// The server's own header lines (security headers, HSTS).
-    pub server_headers: ServerHeaders,
-    /// Where access log lines go, if anywhere.
-    pub access_log: Option<Arc<Sink>>,
 }
 
 /// Where a connection is in its life; decides which deadline applies.
@@ -69,7 +60,7 @@ enum Phase {
 }
 
 /// One connection slot.
-struct Conn {
+struct Conn<S> {
     /// The socket; -1 when the slot is free.
     fd: RawFd,
     /// Which deadline applies and what a timeout does.
@@ -78,31 +69,28 @@ struct Conn {
     close_after: bool,
     /// Monotonic milliseconds at which `phase` times out.
     deadline: u64,
-    /// Request body bytes still to arrive and be dropped.
-    discard: u64,
-    /// `partial` may hold complete requests left over from a full batch:
-    /// serve them before reading more.
-    backlog: bool,
-    /// The start of an incomplete request; empty (unallocated) otherwise.
-    partial: Vec<u8>,
+    /// The stack has more output to give without input: ask for it before
+    /// reading again.
+    more: bool,
     /// Output the socket has not taken yet.
     pending: Option<Box<Pending>>,
-    /// For the access log.
-    peer: Option<IpAddr>,
+    /// The phase to return to once `pending` is sent.
+    after_send: Phase,
+    /// The connection's protocol stack; `None` when the slot is free.
+    session: Option<S>,
 }
 
-impl Conn {
-    fn free() -> Conn {
+impl<S> Conn<S> {
+    fn free() -> Conn<S> {
         Conn {
             fd: -1,
             phase: Phase::Idle,
             close_after: false,
             deadline: u64::MAX,
-            discard: 0,
-            backlog: false,
-            partial: Vec::new(),
+            more: false,
             pending: None,
-            peer: None,
+            after_send: Phase::Idle,
+            session: None,
         }
     }
 }
@@ -129,43 +117,36 @@ fn unix_seconds() -> i64 {
 }
 
 /// One thread's loop and everything it owns.
-pub struct Worker {
+pub struct Worker<S: Stack> {
     /// Readiness of every descriptor this thread owns.
     poller: Poller,
-    /// This thread's listeners, one per address; dropped at shutdown.
-    listeners: Vec<TcpListener>,
+    /// This thread's listeners, one per address, each with the tag its
+    /// connections are opened with; dropped at shutdown.
+    listeners: Vec<(TcpListener, u32)>,
     /// Woken by the control thread at shutdown.
     waker: Arc<Waker>,
     /// Connection slots, indexed by token.
-    conns: Vec<Conn>,
+    conns: Vec<Conn<S::Session>>,
     /// Free slot indices.
     free: Vec<usize>,
     /// Open connections of this thread.
     open: usize,
     /// Every read lands here first.
     read_buf: Box<[u8]>,
-    /// The batch being assembled.
+    /// The output being assembled.
     out: Output,
-    /// The handler's reusable buffers.
-    scratch: Scratch,
-    /// The `Date` line, reformatted once a second.
-    date: DateCache,
-    /// The site this thread answers from.
-    site: Arc<Site>,
-    /// The `Shared::generation` `site` was taken at.
-    generation: u64,
-    /// Reload and shutdown state from the control thread.
+    /// The protocols the connections speak.
+    stack: S,
+    /// Shutdown state from the control thread, and the connection count.
     shared: Arc<Shared>,
-    /// Timeouts, limits and prepared header lines.
+    /// Timeouts and limits.
     config: Arc<LoopConfig>,
-    /// This thread's access log buffer, when enabled.
-    log: Option<AccessLog>,
     /// Monotonic milliseconds, read once per iteration.
     now: u64,
     /// When deadlines were last checked.
     last_sweep: u64,
-    /// When the access log was last flushed.
-    last_log_flush: u64,
+    /// When the stack was last ticked (log flushes).
+    last_tick: u64,
     /// Accepting is paused until then (0: not paused).
     accept_paused_until: u64,
     /// Set when shutdown began: the time by which to exit anyway.
@@ -175,20 +156,19 @@ pub struct Worker {
     accept_error_logged: bool,
 }
 
-impl Worker {
+impl<S: Stack> Worker<S> {
     pub fn new(
-        listeners: Vec<TcpListener>,
+        listeners: Vec<(TcpListener, u32)>,
         waker: Arc<Waker>,
         shared: Arc<Shared>,
         config: Arc<LoopConfig>,
-    ) -> std::io::Result<Worker> {
+        stack: S,
+    ) -> std::io::Result<Worker<S>> {
         let poller = Poller::new(1024)?;
-        for (i, l) in listeners.iter().enumerate() {
+        for (i, (l, _)) in listeners.iter().enumerate() {
             poller.add_readable(l.as_raw_fd(), TOKEN_LISTENER | i as u64)?;
         }
         poller.add_readable(waker.raw(), TOKEN_WAKE)?;
-        let (generation, site) = shared.current();
-        let log = config.access_log.clone().map(AccessLog::new);
         Ok(Worker {
             poller,
             listeners,
@@ -198,16 +178,12 @@ impl Worker {
             open: 0,
             read_buf: vec![0u8; READ_BUF].into_boxed_slice(),
             out: Output::new(64 * 1024, config.sendfile_min),
-            scratch: Scratch::default(),
-            date: DateCache::new(),
-            site,
-            generation,
+            stack,
             shared,
             config,
-            log,
             now: monotonic_ms(),
             last_sweep: 0,
-            last_log_flush: 0,
+            last_tick: 0,
             accept_paused_until: 0,
             drain_deadline: None,
             accept_error_logged: false,
@@ -221,11 +197,8 @@ impl Worker {
             events.clear();
             self.poller.wait(SWEEP_MS as i32, |e| events.push(e))?;
             self.now = monotonic_ms();
-            self.date.update(unix_seconds());
-            let generation = self.shared.generation.load(Ordering::Acquire);
-            if generation != self.generation {
-                (self.generation, self.site) = self.shared.current();
-            }
+            self.stack
+                .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             for ev in &events {
                 self.dispatch(*ev);
             }
@@ -238,9 +211,7 @@ impl Worker {
                 break;
             }
         }
-        if let Some(log) = self.log.as_mut() {
-            log.flush();
-        }
+        self.stack.finish();
         let open: Vec<usize> = (0..self.conns.len())
             .filter(|&i| self.conns[i].fd >= 0)
             .collect();
@@ -278,7 +249,11 @@ impl Worker {
         if self.accept_paused_until != 0 || self.drain_deadline.is_some() {
             return;
         }
-        let Some(lfd) = self.listeners.get(listener).map(|l| l.as_raw_fd()) else {
+        let Some((lfd, tag)) = self
+            .listeners
+            .get(listener)
+            .map(|(l, t)| (l.as_raw_fd(), *t))
+        else {
             return;
         };
         loop {
@@ -320,11 +295,11 @@ impl Worker {
                 }
             }
             self.accept_error_logged = false;
-            self.register(fd, peer_ip(&addr));
+            self.register(fd, tag, peer_ip(&addr));
         }
     }
 
-    fn register(&mut self, fd: RawFd, peer: Option<IpAddr>) {
+    fn register(&mut self, fd: RawFd, tag: u32, peer: Option<IpAddr>) {
         let one: libc::c_int = 1;
         // SAFETY: valid option pointer and length; failure is harmless.
         unsafe {
@@ -360,7 +335,7 @@ impl Worker {
         self.conns[idx] = Conn {
             fd,
             deadline: self.now + first_deadline,
-            peer,
+            session: Some(self.stack.open(tag, peer)),
             ..Conn::free()
         };
         self.open += 1;
@@ -393,9 +368,8 @@ impl Worker {
                 self.drain_lingering(idx);
                 return;
             }
-            if conn.backlog {
-                self.conns[idx].backlog = false;
-                self.process(idx, 0);
+            if conn.more {
+                self.resume(idx);
                 continue;
             }
             let n = match io::read(conn.fd, &mut self.read_buf) {
@@ -407,71 +381,64 @@ impl Worker {
                     return;
                 }
             };
-            self.process(idx, n);
+            let conn = &mut self.conns[idx];
+            let Some(session) = conn.session.as_mut() else {
+                return;
+            };
+            self.out.clear();
+            let step = self
+                .stack
+                .input(session, &self.read_buf[..n], &mut self.out);
+            self.after_step(idx, step);
             // A short read emptied the socket; epoll reports new data as a
             // new edge, so no read is wasted on EAGAIN.
-            if n < self.read_buf.len() && !to_eof && !self.conns[idx].backlog {
+            if n < self.read_buf.len() && !to_eof && !self.conns[idx].more {
                 return;
             }
         }
     }
 
-    /// Answers what the last read (of `n` bytes, 0 to serve a backlog)
-    /// completed.
-    fn process(&mut self, idx: usize, n: usize) {
+    /// Asks the stack for the output it has without input.
+    fn resume(&mut self, idx: usize) {
         let conn = &mut self.conns[idx];
-        let mut partial = std::mem::take(&mut conn.partial);
-        let from_partial = !partial.is_empty();
-        if from_partial {
-            partial.extend_from_slice(&self.read_buf[..n]);
-        }
-        let buf: &[u8] = if from_partial {
-            &partial
-        } else {
-            &self.read_buf[..n]
+        conn.more = false;
+        let Some(session) = conn.session.as_mut() else {
+            return;
         };
-        let skip = conn.discard.min(buf.len() as u64) as usize;
-        conn.discard -= skip as u64;
-        let buf = &buf[skip..];
         self.out.clear();
-        let mut ctx = Context {
-            site: &self.site,
-            scratch: &mut self.scratch,
-            date: &self.date,
-            server_headers: &self.config.server_headers,
-            log: self.log.as_mut(),
-            peer: conn.peer,
-            draining: self.drain_deadline.is_some(),
-        };
-        let batch = http1::serve_batch(buf, &mut ctx, &mut self.out);
-        conn.discard += batch.discard;
-        conn.backlog = batch.more;
-        let rest_len = buf.len() - batch.consumed;
-        if batch.close {
+        let step = self.stack.resume(session, &mut self.out);
+        self.after_step(idx, step);
+    }
+
+    /// Applies what the stack answered: deadlines, then the output.
+    fn after_step(&mut self, idx: usize, step: Step) {
+        let conn = &mut self.conns[idx];
+        conn.more = step.more;
+        if step.close {
             conn.close_after = true;
-        } else if rest_len > 0 || conn.discard > 0 {
-            if from_partial {
-                partial.drain(..skip + batch.consumed);
-                conn.partial = partial;
-            } else {
-                conn.partial = buf[batch.consumed..].to_vec();
-            }
-            if conn.phase != Phase::Head || batch.responses > 0 {
-                conn.phase = Phase::Head;
-                conn.deadline = self.now + self.config.header_timeout_ms;
-            }
         } else {
-            conn.phase = Phase::Idle;
-            conn.deadline = self.now + self.config.keepalive_timeout_ms;
+            match step.wait {
+                Wait::Request { fresh } => {
+                    if conn.phase != Phase::Head || fresh {
+                        conn.phase = Phase::Head;
+                        conn.deadline = self.now + self.config.header_timeout_ms;
+                    }
+                }
+                Wait::Idle => {
+                    conn.phase = Phase::Idle;
+                    conn.deadline = self.now + self.config.keepalive_timeout_ms;
+                }
+            }
         }
         if !self.out.is_empty() {
-            match io::send_output(conn.fd, &self.site, &mut self.out) {
+            match io::send_output(conn.fd, self.stack.backing(), &mut self.out) {
                 Sent::Failed => {
                     self.close(idx);
                     return;
                 }
                 Sent::Partly(pending) => {
                     conn.pending = Some(pending);
+                    conn.after_send = conn.phase;
                     conn.phase = Phase::Sending;
                     conn.deadline = self.now + self.config.send_timeout_ms;
                     return;
@@ -479,7 +446,7 @@ impl Worker {
                 Sent::All => {}
             }
         }
-        if self.conns[idx].close_after {
+        if conn.close_after && !conn.more {
             self.start_linger(idx);
         }
     }
@@ -494,19 +461,21 @@ impl Worker {
             Flush::Blocked(_) => conn.deadline = self.now + self.config.send_timeout_ms,
             Flush::Done => {
                 conn.pending = None;
-                if conn.close_after || self.drain_deadline.is_some() {
+                if !conn.more && (conn.close_after || self.drain_deadline.is_some()) {
                     self.start_linger(idx);
                     return;
                 }
-                if conn.partial.is_empty() && conn.discard == 0 {
-                    conn.phase = Phase::Idle;
-                    conn.deadline = self.now + self.config.keepalive_timeout_ms;
-                } else {
-                    conn.phase = Phase::Head;
-                    conn.deadline = self.now + self.config.header_timeout_ms;
-                }
+                // The wait the stack asked for before the write blocked,
+                // with its deadline counted from now.
+                conn.phase = conn.after_send;
+                conn.deadline = self.now
+                    + match conn.after_send {
+                        Phase::Head => self.config.header_timeout_ms,
+                        _ => self.config.keepalive_timeout_ms,
+                    };
                 // Data that arrived while we were not reading raised its
-                // edge already: read now.
+                // edge already: read now (after any output the stack
+                // still has).
                 self.on_readable(idx, true);
             }
         }
@@ -520,8 +489,8 @@ impl Worker {
         unsafe { libc::shutdown(conn.fd, libc::SHUT_WR) };
         conn.phase = Phase::Lingering;
         conn.deadline = self.now + LINGER_MS;
-        conn.partial = Vec::new();
-        conn.discard = 0;
+        conn.more = false;
+        conn.session = None;
         self.drain_lingering(idx);
     }
 
@@ -543,8 +512,8 @@ impl Worker {
         self.listeners.clear();
         for idx in 0..self.conns.len() {
             let c = &self.conns[idx];
-            if c.fd >= 0 && c.pending.is_none() && c.phase != Phase::Lingering {
-                self.close(idx);
+            if c.fd >= 0 && c.pending.is_none() && !c.more && c.phase != Phase::Lingering {
+                self.close_idle(idx);
             }
         }
     }
@@ -559,7 +528,8 @@ impl Worker {
             }
             match c.phase {
                 Phase::Head => self.request_timeout(idx),
-                Phase::Idle | Phase::Sending | Phase::Lingering => self.close(idx),
+                Phase::Idle => self.close_idle(idx),
+                Phase::Sending | Phase::Lingering => self.close(idx),
             }
         }
         if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {
@@ -568,33 +538,42 @@ impl Worker {
                 self.accept(i);
             }
         }
-        if self.now >= self.last_log_flush + 1000 {
-            self.last_log_flush = self.now;
-            if let Some(log) = self.log.as_mut() {
-                log.flush();
-            }
+        if self.now >= self.last_tick + 1000 {
+            self.last_tick = self.now;
+            self.stack.tick();
         }
     }
 
-    /// The request head did not arrive in time: 408, then close.
+    /// The request head did not arrive in time: the stack's last words
+    /// (408), then close.
     fn request_timeout(&mut self, idx: usize) {
         self.out.clear();
-        let conn = &self.conns[idx];
-        let mut ctx = Context {
-            site: &self.site,
-            scratch: &mut self.scratch,
-            date: &self.date,
-            server_headers: &self.config.server_headers,
-            log: self.log.as_mut(),
-            peer: conn.peer,
-            draining: true,
-        };
-        http1::write_error(&mut self.out, &mut ctx, 408);
-        self.out.seal();
-        match io::send_output(conn.fd, &self.site, &mut self.out) {
+        let conn = &mut self.conns[idx];
+        if let Some(session) = conn.session.as_mut() {
+            self.stack.timeout(session, &mut self.out);
+        }
+        if self.out.is_empty() {
+            self.close(idx);
+            return;
+        }
+        match io::send_output(conn.fd, self.stack.backing(), &mut self.out) {
             Sent::All => self.start_linger(idx),
             Sent::Partly(_) | Sent::Failed => self.close(idx),
         }
+    }
+
+    /// Closes a connection with no request in progress, after one
+    /// best-effort write of the stack's goodbye.
+    fn close_idle(&mut self, idx: usize) {
+        self.out.clear();
+        let conn = &mut self.conns[idx];
+        if let Some(session) = conn.session.as_mut() {
+            self.stack.goodbye(session, &mut self.out);
+        }
+        if !self.out.is_empty() {
+            let _ = io::send_output(conn.fd, self.stack.backing(), &mut self.out);
+        }
+        self.close(idx);
     }
 }
 
