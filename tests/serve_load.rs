@@ -56,14 +56,14 @@ fn max_connections_pauses_accepting() {
     ]);
     let mut first: Vec<TcpStream> = (0..4)
         .map(|_| {
-            let mut c = server.connect();
+            let mut c = server.connect_plain();
             c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
                 .unwrap();
             assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);
             c
         })
         .collect();
-    let mut extra = server.connect();
+    let mut extra = server.connect_plain();
     extra
         .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
@@ -101,7 +101,7 @@ fn descriptor_exhaustion_pauses_accepting() {
     );
     let conns: Vec<TcpStream> = (0..40)
         .map(|_| {
-            let mut c = server.connect();
+            let mut c = server.connect_plain();
             c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
                 .unwrap();
             c
@@ -134,7 +134,7 @@ fn default_cap_follows_the_descriptor_limit() {
         Server::start_with_fd_limit(&[pack.to_str().unwrap(), "--threads", "1"], Some(300));
     let idle: Vec<TcpStream> = (0..200)
         .map(|_| {
-            let mut c = server.connect();
+            let mut c = server.connect_plain();
             c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
                 .unwrap();
             assert_eq!(read_response(&mut c, false).unwrap().body, HELLO);

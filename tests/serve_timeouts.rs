@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -24,7 +23,7 @@ fn server(extra: &[&str]) -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-fn read_all(s: &mut TcpStream) -> String {
+fn read_all(s: &mut impl Read) -> String {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
@@ -33,7 +32,7 @@ fn read_all(s: &mut TcpStream) -> String {
 #[test]
 fn stalled_clients_are_cut_off_and_others_served() {
     let (_dir, s) = server(&["--header-timeout", "1"]);
-    let mut stalled: Vec<TcpStream> = (0..300)
+    let mut stalled: Vec<Client> = (0..300)
         .map(|_| {
             let mut c = s.connect();
             c.write_all(b"GET /hello.txt HTTP/1.1\r\nHo").unwrap();

@@ -75,6 +75,23 @@ pub fn watch(pack: &Path) -> io::Result<Watch> {
 
 /// Opens the site at `path` as at start-up (a pack is verified, a directory
 /// or tar is fired into a fresh preview pack) and publishes it.
+/// Re-reads the certificates of `source` and publishes them; bad new ones
+/// are logged and the old ones keep serving.
+pub fn reload_tls(source: &super::tls::Source, current: &CurrentSite) {
+    if matches!(source, super::tls::Source::SelfSigned(_)) {
+        return;
+    }
+    match super::load_tls(source) {
+        Ok(config) => {
+            current.publish_tls(config);
+            tracing::info!("reloaded TLS certificates");
+        }
+        Err(e) => tracing::error!(
+            "reload of TLS certificates failed: {e:#}; still serving the previous ones"
+        ),
+    }
+}
+
 pub fn reload(path: &Path, current: &CurrentSite) {
     match super::open_site(path) {
         Ok(pack) => {
@@ -112,6 +129,7 @@ fn event_names(buf: &[u8]) -> Vec<OsString> {
 pub fn run(
     signals: OwnedFd,
     pack: Option<PathBuf>,
+    tls: Option<super::tls::Source>,
     watched: Option<Watch>,
     shared: Arc<Shared>,
     current: Arc<CurrentSite>,
@@ -143,6 +161,9 @@ pub fn run(
                 if signo == libc::SIGHUP {
                     if let Some(p) = pack.as_deref() {
                         reload(p, &current);
+                    }
+                    if let Some(source) = tls.as_ref() {
+                        reload_tls(source, &current);
                     }
                 } else if shared.shutdown.swap(true, Ordering::AcqRel) {
                     tracing::warn!("second signal: exiting now");

@@ -14,6 +14,7 @@ pub mod net;
 pub mod output;
 pub mod server_headers;
 pub mod stack;
+pub mod tls;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -41,6 +42,23 @@ pub struct ServeArgs {
     /// [::1]:8080. Port 0 picks a free port, printed at start-up.
     #[arg(long = "listen", value_name = "ADDR:PORT")]
     pub listen: Vec<SocketAddr>,
+    /// Address to listen on with TLS (repeatable; needs --tls-cert and
+    /// --tls-key, or --tls-self-signed).
+    #[arg(long = "listen-tls", value_name = "ADDR:PORT")]
+    pub listen_tls: Vec<SocketAddr>,
+    /// PEM certificate chain for TLS, leaf first (repeatable, paired in
+    /// order with --tls-key; chosen per connection by SNI, the first is
+    /// the fallback).
+    #[arg(long = "tls-cert", value_name = "FILE")]
+    pub tls_cert: Vec<PathBuf>,
+    /// PEM private key (PKCS#8, SEC1 or RSA) of the --tls-cert at the same
+    /// position.
+    #[arg(long = "tls-key", value_name = "FILE")]
+    pub tls_key: Vec<PathBuf>,
+    /// Serve TLS with a certificate made at start for localhost and the
+    /// listen addresses (for development; prints its SHA-256 fingerprint).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_self_signed: bool,
     /// Event-loop threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -133,17 +151,25 @@ fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
     Ok(Duration::from_secs_f64(s).as_millis().max(1) as u64)
 }
 
+/// A thread's listeners, each with the stack tag of its connections.
+type Listeners = Vec<(std::net::TcpListener, u32)>;
+
 /// Binds every address once per thread (the first bind resolves port 0).
-fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net::TcpListener>>> {
-    let defaults = args.listen.is_empty();
-    let addrs: Vec<SocketAddr> = if defaults {
-        vec!["127.0.0.1:8080".parse()?, "[::1]:8080".parse()?]
+fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Listeners>> {
+    let defaults = args.listen.is_empty() && args.listen_tls.is_empty();
+    let addrs: Vec<(SocketAddr, u32)> = if defaults {
+        vec![
+            ("127.0.0.1:8080".parse()?, stack::CLEARTEXT),
+            ("[::1]:8080".parse()?, stack::CLEARTEXT),
+        ]
     } else {
-        args.listen.clone()
+        let clear = args.listen.iter().map(|a| (*a, stack::CLEARTEXT));
+        clear
+            .chain(args.listen_tls.iter().map(|a| (*a, stack::TLS)))
+            .collect()
     };
-    let mut per_thread: Vec<Vec<std::net::TcpListener>> =
-        (0..threads).map(|_| Vec::new()).collect();
-    for addr in addrs {
+    let mut per_thread: Vec<Listeners> = (0..threads).map(|_| Vec::new()).collect();
+    for (addr, tag) in addrs {
         let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
             Ok(l) => l,
             Err(e) if defaults && addr.is_ipv6() => {
@@ -153,12 +179,81 @@ fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net
             Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
         };
         let bound = first.local_addr()?;
-        per_thread[0].push(first);
+        per_thread[0].push((first, tag));
         for listeners in per_thread.iter_mut().skip(1) {
-            listeners.push(net::bind(bound).with_context(|| format!("cannot listen on {bound}"))?);
+            let l = net::bind(bound).with_context(|| format!("cannot listen on {bound}"))?;
+            listeners.push((l, tag));
         }
     }
     Ok(per_thread)
+}
+
+/// Where TLS certificates come from, when any listener speaks TLS.
+fn tls_source(args: &ServeArgs) -> anyhow::Result<Option<tls::Source>> {
+    let wants_tls = !args.listen_tls.is_empty();
+    let has_files = !args.tls_cert.is_empty() || !args.tls_key.is_empty();
+    if !wants_tls {
+        if has_files || args.tls_self_signed {
+            bail!("TLS certificates given but no --listen-tls address");
+        }
+        return Ok(None);
+    }
+    if args.tls_self_signed {
+        let mut names = vec!["localhost".to_string()];
+        for addr in &args.listen_tls {
+            let ip = addr.ip();
+            if ip.is_unspecified() {
+                names.extend(["127.0.0.1".to_string(), "::1".to_string()]);
+            } else {
+                names.push(ip.to_string());
+            }
+        }
+        names.dedup();
+        return Ok(Some(tls::Source::SelfSigned(names)));
+    }
+    if args.tls_cert.is_empty() {
+        bail!("--listen-tls needs --tls-cert FILE --tls-key FILE (or --tls-self-signed)");
+    }
+    if args.tls_cert.len() != args.tls_key.len() {
+        bail!(
+            "--tls-cert and --tls-key come in pairs: {} certificates, {} keys",
+            args.tls_cert.len(),
+            args.tls_key.len()
+        );
+    }
+    let pairs = args
+        .tls_cert
+        .iter()
+        .zip(&args.tls_key)
+        .map(|(cert, key)| tls::PairPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+        })
+        .collect();
+    Ok(Some(tls::Source::Files(pairs)))
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Loads the certificates of `source` into a server configuration; the
+/// error is one line naming the file and the problem.
+pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let resolver = tls::certs::load(source, now_unix()).map_err(anyhow::Error::msg)?;
+    if let tls::Source::SelfSigned(names) = source {
+        let fingerprint = tls::certs::first_fingerprint(&resolver);
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(
+            stdout,
+            "kiln: self-signed certificate for {} (SHA-256 {fingerprint})",
+            names.join(", ")
+        )
+        .and_then(|()| stdout.flush());
+    }
+    tls::server_config(resolver, &[b"http/1.1"], false).map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -179,7 +274,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let max_connections = match args.max_connections {
         Some(0) => bail!("--max-connections must be at least 1"),
         Some(n) => n,
-        None => connection_budget(threads, args.listen.len().max(2)),
+        None => connection_budget(threads, (args.listen.len() + args.listen_tls.len()).max(2)),
     };
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
@@ -217,31 +312,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
     });
+    let tls_source = tls_source(&args)?;
     let listeners = bind_all(&args, threads)?;
     let urls: Vec<String> = listeners[0]
         .iter()
-        .filter_map(|l| l.local_addr().ok())
-        .map(|a| format!("http://{a}/"))
+        .filter_map(|(l, tag)| {
+            let scheme = if *tag == stack::TLS { "https" } else { "http" };
+            l.local_addr().ok().map(|a| format!("{scheme}://{a}/"))
+        })
         .collect();
     if urls.is_empty() {
         bail!("no address to listen on");
     }
+    let tls_config = match &tls_source {
+        Some(source) => Some(load_tls(source)?),
+        None => None,
+    };
     let shared = Arc::new(Shared::default());
-    let current = Arc::new(CurrentSite::new(site));
+    let current = Arc::new(CurrentSite::new(site, tls_config));
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
-        let stack = Protocols::new(Arc::clone(&current), Arc::clone(&stack_config));
-        let tagged = l.into_iter().map(|l| (l, 0)).collect();
-        let worker = Worker::new(
-            tagged,
-            waker,
-            Arc::clone(&shared),
-            Arc::clone(&config),
-            stack,
-        )?;
+        let stack = Protocols::new(
+            Arc::clone(&current),
+            Arc::clone(&stack_config),
+            args.sendfile_min,
+        );
+        let worker = Worker::new(l, waker, Arc::clone(&shared), Arc::clone(&config), stack)?;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("kiln-loop-{i}"))
@@ -261,7 +360,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let pack = pack_path.clone();
         std::thread::Builder::new()
             .name("kiln-control".into())
-            .spawn(move || control::run(signals, pack, watched, shared, current, wakers))?;
+            .spawn(move || {
+                control::run(signals, pack, tls_source, watched, shared, current, wakers)
+            })?;
     }
     let threads_word = if threads == 1 { "thread" } else { "threads" };
     let announcement = match &pack_path {

@@ -1,48 +1,64 @@
 //! The protocol stack of kiln's connections, as the event loop sees it
-//! through [`net::Stack`]: per thread, the site being served, the handler's
-//! buffers, the `Date` line and the access log; per connection, the
+//! through [`net::Stack`]: per thread, the site being served, the TLS
+//! configuration, the handler's buffers, the `Date` line and the access
+//! log; per connection, the TLS session (on TLS listeners) and the
 //! protocol's state. The loop knows none of this; the protocols know
-//! nothing of sockets.
+//! nothing of sockets, and HTTP/1 nothing of TLS.
 
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rustls::ServerConfig;
+
 use super::access_log::{AccessLog, Sink};
 use super::date::DateCache;
 use super::handler::{Scratch, Site};
 use super::http1;
-use super::net::{self, Backing, Output, Step};
+use super::net::{self, Backing, Output, Step, Wait};
 use super::server_headers::ServerHeaders;
+use super::tls::TlsSession;
 
-/// The site new requests are answered from, replaced by reloads.
+/// The tag of cleartext listeners.
+pub const CLEARTEXT: u32 = 0;
+/// The tag of TLS listeners.
+pub const TLS: u32 = 1;
+
+/// What new requests are answered with: the site and the TLS
+/// configuration, each replaced by reloads.
 pub struct CurrentSite {
-    /// Bumped after `site` is replaced; threads compare it once per loop
+    /// Bumped after either is replaced; threads compare it once per loop
     /// turn and take the lock only when it changed.
     generation: AtomicU64,
-    /// The site itself.
-    site: Mutex<Arc<Site>>,
+    /// The site and the TLS configuration (`None` without TLS listeners).
+    state: Mutex<(Arc<Site>, Option<Arc<ServerConfig>>)>,
 }
 
 impl CurrentSite {
-    pub fn new(site: Arc<Site>) -> CurrentSite {
+    pub fn new(site: Arc<Site>, tls: Option<Arc<ServerConfig>>) -> CurrentSite {
         CurrentSite {
             generation: AtomicU64::new(0),
-            site: Mutex::new(site),
+            state: Mutex::new((site, tls)),
         }
     }
 
     /// Publishes a new site; responses in flight keep their Arc.
     pub fn publish(&self, site: Arc<Site>) {
-        *self.site.lock().unwrap_or_else(|e| e.into_inner()) = site;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = site;
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    fn get(&self) -> (u64, Arc<Site>) {
+    /// Publishes new certificates; connections already open keep theirs.
+    pub fn publish_tls(&self, tls: Arc<ServerConfig>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(tls);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn get(&self) -> (u64, Arc<Site>, Option<Arc<ServerConfig>>) {
         let generation = self.generation.load(Ordering::Acquire);
-        let site = Arc::clone(&self.site.lock().unwrap_or_else(|e| e.into_inner()));
-        (generation, site)
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (generation, Arc::clone(&state.0), state.1.clone())
     }
 }
 
@@ -74,6 +90,12 @@ pub struct Protocols {
     site: Arc<Site>,
     /// `site` again, as what output segments point into.
     backing: Arc<dyn Backing>,
+    /// What new TLS sessions start from.
+    tls: Option<Arc<ServerConfig>>,
+    /// Plaintext a TLS session decrypted from the last read.
+    plain_in: Vec<u8>,
+    /// HTTP/1's output on a TLS connection, before encryption.
+    plain_out: Output,
     /// The handler's reusable buffers.
     scratch: Scratch,
     /// The `Date` line, reformatted once a second.
@@ -90,13 +112,29 @@ pub struct Protocols {
 pub struct Session {
     /// For the access log.
     peer: Option<IpAddr>,
+    /// The TLS session on TLS listeners; boxed, as rustls' state is large.
+    tls: Option<Box<TlsSession>>,
+    /// A TLS handshake failed to start: close at the first input.
+    broken: bool,
+    /// No request was answered yet: on TLS the handshake and the first
+    /// request share the header deadline.
+    answered: bool,
+    /// HTTP/1 has requests left over from a full batch, to serve once the
+    /// TLS session's unsent output is out.
+    http1_more: bool,
+    /// The step that left TLS output unsent, answered again by `resume`.
+    last: Step,
     /// The HTTP/1 state between reads.
     http1: http1::Conn,
 }
 
 impl Protocols {
-    pub fn new(current: Arc<CurrentSite>, config: Arc<StackConfig>) -> Protocols {
-        let (generation, site) = current.get();
+    pub fn new(
+        current: Arc<CurrentSite>,
+        config: Arc<StackConfig>,
+        sendfile_min: u64,
+    ) -> Protocols {
+        let (generation, site, tls) = current.get();
         let backing: Arc<dyn Backing> = site.clone();
         let log = config.access_log.clone().map(AccessLog::new);
         Protocols {
@@ -104,6 +142,9 @@ impl Protocols {
             generation,
             site,
             backing,
+            tls,
+            plain_in: Vec::with_capacity(64 * 1024),
+            plain_out: Output::new(64 * 1024, sendfile_min),
             scratch: Scratch::default(),
             date: DateCache::new(),
             draining: false,
@@ -111,18 +152,65 @@ impl Protocols {
             log,
         }
     }
+}
 
-    /// What the HTTP/1 code needs besides the connection's own state.
-    fn context(&mut self, peer: Option<IpAddr>) -> http1::Context<'_> {
+/// What the HTTP/1 code needs besides the connection's own state; a macro
+/// rather than a method so that it borrows only these fields of the
+/// `Protocols` (the plaintext buffers stay free for the same call).
+macro_rules! context {
+    ($p:expr, $peer:expr) => {
         http1::Context {
-            site: &self.site,
-            scratch: &mut self.scratch,
-            date: &self.date,
-            server_headers: &self.config.server_headers,
-            log: self.log.as_mut(),
-            peer,
-            draining: self.draining,
+            site: &$p.site,
+            scratch: &mut $p.scratch,
+            date: &$p.date,
+            server_headers: &$p.config.server_headers,
+            log: $p.log.as_mut(),
+            peer: $peer,
+            draining: $p.draining,
         }
+    };
+}
+
+const IDLE_STEP: Step = Step {
+    wait: Wait::Idle,
+    close: false,
+    more: false,
+};
+
+/// The step of a connection whose TLS session failed: send the alert
+/// (already in the output) and close.
+const FAILED_STEP: Step = Step {
+    wait: Wait::Idle,
+    close: true,
+    more: false,
+};
+
+impl Protocols {
+    /// Encrypts HTTP/1's output (`plain_out`) for a TLS session and turns
+    /// HTTP/1's step into the connection's.
+    fn seal_tls(&mut self, session: &mut Session, step: Step, out: &mut Output) -> Step {
+        let Some(tls) = session.tls.as_mut() else {
+            return FAILED_STEP;
+        };
+        if !self.plain_out.is_empty() {
+            session.answered = true;
+        }
+        let unsent = match tls.send(&self.plain_out, &self.backing, step.close, out) {
+            Ok(unsent) => unsent,
+            Err(_) => return FAILED_STEP,
+        };
+        session.http1_more = step.more;
+        let wait = match step.wait {
+            Wait::Idle if !session.answered => Wait::Request { fresh: false },
+            wait => wait,
+        };
+        let step = Step {
+            wait,
+            close: step.close,
+            more: unsent || step.more,
+        };
+        session.last = step;
+        step
     }
 }
 
@@ -133,35 +221,124 @@ impl net::Stack for Protocols {
         self.date.update(unix_seconds);
         self.draining = draining;
         if self.current.generation.load(Ordering::Acquire) != self.generation {
-            (self.generation, self.site) = self.current.get();
+            (self.generation, self.site, self.tls) = self.current.get();
             self.backing = self.site.clone();
         }
     }
 
-    fn open(&mut self, _listener: u32, peer: Option<IpAddr>) -> Session {
+    fn open(&mut self, listener: u32, peer: Option<IpAddr>) -> Session {
+        let mut broken = false;
+        let tls = match (listener, &self.tls) {
+            (TLS, Some(config)) => match TlsSession::new(Arc::clone(config)) {
+                Ok(session) => Some(Box::new(session)),
+                Err(e) => {
+                    tracing::warn!("TLS session: {e}");
+                    broken = true;
+                    None
+                }
+            },
+            _ => None,
+        };
         Session {
             peer,
+            tls,
+            broken,
+            answered: false,
+            http1_more: false,
+            last: IDLE_STEP,
             http1: http1::Conn::default(),
         }
     }
 
     fn input(&mut self, session: &mut Session, bytes: &[u8], out: &mut Output) -> Step {
-        let mut ctx = self.context(session.peer);
-        session.http1.input(bytes, &mut ctx, out)
+        if session.broken {
+            return FAILED_STEP;
+        }
+        let Some(tls) = session.tls.as_mut() else {
+            let mut ctx = context!(self, session.peer);
+            return session.http1.input(bytes, &mut ctx, out);
+        };
+        self.plain_in.clear();
+        if tls.receive(bytes, &mut self.plain_in).is_err() {
+            let _ = tls.flush(out);
+            return FAILED_STEP;
+        }
+        if tls.is_handshaking() || tls.has_unsent() {
+            // Handshake flights (or nothing) go out; plaintext cannot have
+            // arrived before the handshake is done.
+            if tls.flush(out).is_err() {
+                return FAILED_STEP;
+            }
+            return Step {
+                wait: Wait::Request { fresh: false },
+                close: false,
+                more: tls.has_unsent(),
+            };
+        }
+        let plain_in = std::mem::take(&mut self.plain_in);
+        self.plain_out.clear();
+        let mut ctx = context!(self, session.peer);
+        let step = session
+            .http1
+            .input(&plain_in, &mut ctx, &mut self.plain_out);
+        self.plain_in = plain_in;
+        self.seal_tls(session, step, out)
     }
 
     fn resume(&mut self, session: &mut Session, out: &mut Output) -> Step {
-        let mut ctx = self.context(session.peer);
-        session.http1.resume(&mut ctx, out)
+        let Some(tls) = session.tls.as_mut() else {
+            let mut ctx = context!(self, session.peer);
+            return session.http1.resume(&mut ctx, out);
+        };
+        if tls.has_unsent() {
+            let unsent = match tls.resume(out) {
+                Ok(unsent) => unsent,
+                Err(_) => return FAILED_STEP,
+            };
+            return Step {
+                more: unsent || session.http1_more,
+                ..session.last
+            };
+        }
+        if !session.http1_more {
+            return session.last;
+        }
+        self.plain_out.clear();
+        let mut ctx = context!(self, session.peer);
+        let step = session.http1.resume(&mut ctx, &mut self.plain_out);
+        self.seal_tls(session, step, out)
     }
 
     fn timeout(&mut self, session: &mut Session, out: &mut Output) {
-        let mut ctx = self.context(session.peer);
-        ctx.draining = true;
-        session.http1.timeout(&mut ctx, out);
+        match session.tls.as_mut() {
+            None => {
+                let mut ctx = context!(self, session.peer);
+                ctx.draining = true;
+                session.http1.timeout(&mut ctx, out);
+            }
+            // A client that stalls mid-handshake gets no answer.
+            Some(tls) if tls.is_handshaking() => {}
+            Some(_) => {
+                self.plain_out.clear();
+                let mut ctx = context!(self, session.peer);
+                ctx.draining = true;
+                session.http1.timeout(&mut ctx, &mut self.plain_out);
+                let close = Step {
+                    close: true,
+                    ..IDLE_STEP
+                };
+                self.seal_tls(session, close, out);
+            }
+        }
     }
 
-    fn goodbye(&mut self, _session: &mut Session, _out: &mut Output) {}
+    fn goodbye(&mut self, session: &mut Session, out: &mut Output) {
+        if let Some(tls) = session.tls.as_mut()
+            && !tls.is_handshaking()
+        {
+            tls.close_notify(out);
+        }
+    }
 
     fn backing(&self) -> &Arc<dyn Backing> {
         &self.backing

@@ -1,6 +1,11 @@
 //! Shared by the `serve_*` integration tests: writes packs byte for byte with
 //! `PackWriter`, starts the real binary on an ephemeral port, and speaks raw
 //! HTTP/1.1 over std sockets.
+//!
+//! With `KILN_TEST_TLS=1` in the environment, every server also listens
+//! with TLS (a self-signed certificate) and `Server::connect` speaks TLS
+//! to it: the same tests then run over HTTPS (`./test` runs the serve
+//! suite both ways).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -13,6 +18,150 @@ use std::time::{Duration, Instant};
 use kiln::pack::{
     Encoding, HeadBlock, HeadBlockBuilder, PackWriter, RouteIn, RouteKind, RuleIn, VariantIn,
 };
+
+/// Whether this run speaks TLS to the servers it starts.
+pub fn tls_mode() -> bool {
+    std::env::var_os("KILN_TEST_TLS").is_some_and(|v| v == "1")
+}
+
+/// A client connection: plain TCP, or TLS over it in TLS mode.
+pub enum Client {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Client {
+    /// The TCP connection underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Client::Plain(s) => s,
+            Client::Tls(s) => &s.sock,
+        }
+    }
+
+    pub fn set_read_timeout(&self, d: Option<Duration>) -> std::io::Result<()> {
+        self.tcp().set_read_timeout(d)
+    }
+}
+
+impl Read for Client {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Client::Plain(s) => s.read(buf),
+            // Plaintext already decrypted is read first, even when the
+            // connection failed since (a write after the server closed);
+            // a server that closes without close_notify reads as the end
+            // of the stream, as over TCP.
+            Client::Tls(s) => loop {
+                match s.conn.reader().read(buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
+                    other => return other,
+                }
+                if s.conn.read_tls(&mut s.sock)? == 0 {
+                    return Ok(0);
+                }
+                s.conn
+                    .process_new_packets()
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            },
+        }
+    }
+}
+
+impl Write for Client {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Client::Plain(s) => s.write(buf),
+            Client::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Client::Plain(s) => s.flush(),
+            Client::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Accepts the server's self-signed certificate: these tests check HTTP
+/// over TLS, not certificate validation (tests/serve_tls.rs does that).
+#[derive(Debug)]
+struct AcceptAnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS client configuration that trusts any server certificate, with
+/// `alpn` offered.
+pub fn insecure_client_config(alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
+}
+
+/// Opens a TLS session over `tcp` for `name`, completing the handshake.
+pub fn tls_client(tcp: TcpStream, name: &str, config: Arc<rustls::ClientConfig>) -> Client {
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(config, server_name).unwrap();
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
+    while stream.conn.is_handshaking() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .expect("TLS handshake");
+    }
+    Client::Tls(Box::new(stream))
+}
 
 /// 2023-11-14T22:13:20Z.
 pub const LAST_MODIFIED: i64 = 1_700_000_000;
@@ -241,6 +390,8 @@ pub fn version_pack(path: &Path, version: &str) {
 
 /// A running `kiln serve`; killed on drop.
 pub struct Server {
+    /// The TLS port, in TLS mode.
+    pub tls_port: Option<u16>,
     pub child: Child,
     pub port: u16,
     /// Everything the server wrote to stderr so far.
@@ -277,10 +428,16 @@ impl Server {
                 })
             };
         }
+        let tls_args: &[&str] = if tls_mode() {
+            &["--listen-tls", "127.0.0.1:0", "--tls-self-signed"]
+        } else {
+            &[]
+        };
         let mut child = command
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            .args(tls_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -298,6 +455,10 @@ impl Server {
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut startup = String::new();
         out.read_line(&mut startup).expect("start-up line");
+        if startup.contains("self-signed certificate") {
+            startup.clear();
+            out.read_line(&mut startup).expect("start-up line");
+        }
         // Keep draining stdout (the access log may go there).
         let stdout = Arc::new(Mutex::new(String::new()));
         let out_sink = Arc::clone(&stdout);
@@ -319,7 +480,13 @@ impl Server {
                     stderr.lock().unwrap()
                 )
             });
+        let tls_port = startup
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok());
         Server {
+            tls_port,
             child,
             port,
             stderr,
@@ -328,7 +495,21 @@ impl Server {
         }
     }
 
-    pub fn connect(&self) -> TcpStream {
+    /// A connection to the server: TLS in TLS mode (handshake done),
+    /// plain TCP otherwise.
+    pub fn connect(&self) -> Client {
+        match self.tls_port {
+            Some(port) => {
+                let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                tls_client(s, "localhost", insecure_client_config(&[b"http/1.1"]))
+            }
+            None => Client::Plain(self.connect_plain()),
+        }
+    }
+
+    /// A plain TCP connection to the cleartext listener.
+    pub fn connect_plain(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s

@@ -1,0 +1,261 @@
+//! Certificates: PEM pairs read and checked at start and at every reload
+//! (readable, parseable, in date, key matching the certificate), the
+//! certificate of each connection chosen by SNI against the names each one
+//! carries, and the in-memory self-signed certificate of `--tls-self-signed`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::aws_lc_rs::sign::any_supported_type;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+/// A certificate chain and its key, as given on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairPaths {
+    /// `--tls-cert`: the PEM chain, leaf first.
+    pub cert: PathBuf,
+    /// `--tls-key`: the PEM private key (PKCS#8, SEC1 or PKCS#1).
+    pub key: PathBuf,
+}
+
+/// Where certificates come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Files, re-read at every reload.
+    Files(Vec<PairPaths>),
+    /// A certificate made in memory at start for these names and
+    /// addresses; a reload keeps it.
+    SelfSigned(Vec<String>),
+}
+
+/// One loaded certificate with the names it is served for.
+#[derive(Debug)]
+struct Entry {
+    /// DNS names from the subject alternative names (or the common name
+    /// when there are none), lower case; `*.example.com` for wildcards.
+    names: Vec<String>,
+    /// The chain and signing key rustls serves.
+    key: Arc<CertifiedKey>,
+}
+
+/// Chooses a certificate by SNI: an exact name first, then a wildcard
+/// covering exactly one leftmost label, else the first pair.
+#[derive(Debug)]
+pub struct SniResolver {
+    /// In command-line order; never empty.
+    entries: Vec<Entry>,
+}
+
+impl SniResolver {
+    fn choose(&self, server_name: Option<&str>) -> &Arc<CertifiedKey> {
+        if let Some(name) = server_name {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(e) = self.entries.iter().find(|e| e.names.contains(&name)) {
+                return &e.key;
+            }
+            if let Some((_, parent)) = name.split_once('.') {
+                let wildcard = format!("*.{parent}");
+                if let Some(e) = self.entries.iter().find(|e| e.names.contains(&wildcard)) {
+                    return &e.key;
+                }
+            }
+        }
+        &self.entries[0].key
+    }
+
+    /// Every name of every certificate, for the start-up log.
+    pub fn names(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .flat_map(|e| e.names.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(self.choose(client_hello.server_name())))
+    }
+}
+
+/// Loads every pair of `source`; the error is one line naming the file and
+/// what is wrong with it.
+pub fn load(source: &Source, now_unix: i64) -> Result<SniResolver, String> {
+    let entries = match source {
+        Source::Files(pairs) => pairs
+            .iter()
+            .map(|p| load_pair(p, now_unix))
+            .collect::<Result<Vec<_>, _>>()?,
+        Source::SelfSigned(names) => vec![self_signed(names)?.0],
+    };
+    if entries.is_empty() {
+        return Err("no certificate given (--tls-cert and --tls-key, or --tls-self-signed)".into());
+    }
+    Ok(SniResolver { entries })
+}
+
+fn load_pair(paths: &PairPaths, now_unix: i64) -> Result<Entry, String> {
+    let cert_name = paths.cert.display();
+    let key_name = paths.key.display();
+    let cert_pem = read(&paths.cert)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{cert_name}: not a PEM certificate chain ({e})"))?;
+    let Some(leaf) = chain.first() else {
+        return Err(format!("{cert_name}: no CERTIFICATE block in the file"));
+    };
+    let names = check_leaf(leaf, now_unix).map_err(|e| format!("{cert_name}: {e}"))?;
+    let key_pem = read(&paths.key)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| format!("{key_name}: no usable PEM private key ({e})"))?;
+    let signing = any_supported_type(&key)
+        .map_err(|e| format!("{key_name}: unsupported private key ({e})"))?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified.keys_match().map_err(|e| {
+        format!("{key_name}: this key does not belong to the certificate in {cert_name} ({e})")
+    })?;
+    Ok(Entry {
+        names,
+        key: Arc::new(certified),
+    })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+}
+
+/// Checks the validity period and returns the names the leaf is for.
+fn check_leaf(leaf: &CertificateDer<'_>, now_unix: i64) -> Result<Vec<String>, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("the first certificate cannot be parsed ({e})"))?;
+    let validity = cert.validity();
+    if validity.not_after.timestamp() < now_unix {
+        return Err(format!("the certificate expired on {}", validity.not_after));
+    }
+    if validity.not_before.timestamp() > now_unix {
+        return Err(format!(
+            "the certificate is not valid before {}",
+            validity.not_before
+        ));
+    }
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                x509_parser::extensions::GeneralName::DNSName(d) => {
+                    names.push(d.trim_end_matches('.').to_ascii_lowercase());
+                }
+                x509_parser::extensions::GeneralName::IPAddress(ip) => {
+                    if let Some(ip) = ip_from_bytes(ip) {
+                        names.push(ip);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if names.is_empty() {
+        for cn in cert.subject().iter_common_name() {
+            if let Ok(cn) = cn.as_str() {
+                names.push(cn.to_ascii_lowercase());
+            }
+        }
+    }
+    Ok(names)
+}
+
+fn ip_from_bytes(b: &[u8]) -> Option<String> {
+    match b.len() {
+        4 => Some(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(b).ok()?).to_string()),
+        16 => Some(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(b).ok()?).to_string()),
+        _ => None,
+    }
+}
+
+/// Makes a P-256 certificate for `names` (DNS names or IP addresses) in
+/// memory; returns it with its SHA-256 fingerprint (colon-separated hex).
+fn self_signed(names: &[String]) -> Result<(Entry, String), String> {
+    let generated = rcgen::generate_simple_self_signed(names.to_vec())
+        .map_err(|e| format!("cannot make a self-signed certificate: {e}"))?;
+    let der = generated.cert.der().clone();
+    let fingerprint = fingerprint(&der);
+    let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
+        .map_err(|e| format!("self-signed key: {e}"))?;
+    let signing = any_supported_type(&key).map_err(|e| format!("self-signed key: {e}"))?;
+    Ok((
+        Entry {
+            names: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+            key: Arc::new(CertifiedKey::new(vec![der], signing)),
+        },
+        fingerprint,
+    ))
+}
+
+/// SHA-256 of a DER certificate, as browsers show it.
+pub fn fingerprint(der: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    let mut out = String::with_capacity(95);
+    for (i, b) in digest.as_ref().iter().enumerate() {
+        if i > 0 {
+            out.push(':');
+        }
+        let _ = write!(out, "{b:02X}");
+    }
+    out
+}
+
+/// The SHA-256 fingerprint of the first certificate `resolver` serves.
+pub fn first_fingerprint(resolver: &SniResolver) -> String {
+    fingerprint(&resolver.entries[0].key.cert[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(names: &[&str]) -> Entry {
+        let (mut e, _) = self_signed(&[names[0].to_string()]).unwrap();
+        e.names = names.iter().map(|n| n.to_string()).collect();
+        e
+    }
+
+    #[test]
+    fn sni_picks_exact_then_wildcard_then_first() {
+        let r = SniResolver {
+            entries: vec![
+                entry(&["default.test"]),
+                entry(&["*.example.com"]),
+                entry(&["www.example.com", "example.com"]),
+            ],
+        };
+        let pick = |name: Option<&str>| {
+            let chosen = r.choose(name);
+            r.entries
+                .iter()
+                .position(|e| Arc::ptr_eq(&e.key, chosen))
+                .unwrap()
+        };
+        assert_eq!(pick(Some("www.example.com")), 2);
+        assert_eq!(pick(Some("WWW.Example.COM.")), 2);
+        assert_eq!(pick(Some("example.com")), 2);
+        assert_eq!(pick(Some("img.example.com")), 1);
+        assert_eq!(
+            pick(Some("a.b.example.com")),
+            0,
+            "a wildcard covers one label"
+        );
+        assert_eq!(pick(Some("other.test")), 0);
+        assert_eq!(pick(None), 0);
+    }
+
+    #[test]
+    fn fingerprint_is_colon_hex() {
+        let f = fingerprint(b"abc");
+        assert_eq!(f.len(), 32 * 3 - 1);
+        assert!(f.starts_with("BA:78:16:BF"), "{f}");
+    }
+}

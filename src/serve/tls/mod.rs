@@ -1,0 +1,70 @@
+//! TLS for kiln's listeners: rustls driven sans-IO inside the event loops
+//! (no async runtime). `certs` loads and chooses certificates, `session`
+//! is one connection's TLS state between the loop and the protocol,
+//! `ktls` hands a finished handshake's keys to the kernel where it can
+//! take them.
+//!
+//! Settings (RFC 8446 and the issue's choices): TLS 1.3 and 1.2, AEAD
+//! suites only, X25519 and P-256 key exchange, session resumption by
+//! tickets with rotating keys (and a session cache for TLS 1.2 clients
+//! without tickets), no 0-RTT, ALPN `http/1.1`.
+
+pub mod certs;
+pub mod session;
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::crypto::aws_lc_rs::{self as provider, cipher_suite, kx_group};
+use rustls::server::ServerSessionMemoryCache;
+use rustls::{ServerConfig, version};
+
+pub use certs::{PairPaths, SniResolver, Source};
+pub use session::TlsSession;
+
+/// TLS 1.2 sessions remembered for clients that do not take tickets.
+const SESSION_CACHE: usize = 4096;
+
+/// The crypto provider: aws-lc-rs (see the notes of the TLS issue for the
+/// measurement against ring), restricted to the suites and groups above.
+fn provider() -> CryptoProvider {
+    CryptoProvider {
+        cipher_suites: vec![
+            cipher_suite::TLS13_AES_128_GCM_SHA256,
+            cipher_suite::TLS13_AES_256_GCM_SHA384,
+            cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+            cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            cipher_suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+            cipher_suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            cipher_suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ],
+        kx_groups: vec![kx_group::X25519, kx_group::SECP256R1],
+        ..provider::default_provider()
+    }
+}
+
+/// Builds the server configuration every new connection starts from.
+/// `alpn`: the protocols offered, most preferred first.
+pub fn server_config(
+    resolver: SniResolver,
+    alpn: &[&[u8]],
+    ktls: bool,
+) -> Result<Arc<ServerConfig>, String> {
+    let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
+        .with_protocol_versions(&[&version::TLS13, &version::TLS12])
+        .map_err(|e| format!("TLS configuration: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
+    config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    // One ticket per full handshake: a browser resumes with one, and each
+    // ticket costs an encryption on the handshake path.
+    config.send_tls13_tickets = 1;
+    config.max_early_data_size = 0;
+    // kTLS needs the traffic secrets once the handshake is done.
+    config.enable_secret_extraction = ktls;
+    Ok(Arc::new(config))
+}
