@@ -63,29 +63,78 @@ fn lookup_order_and_rules() {
     assert_eq!(r.status, 200);
 }
 
+/// The coding `/` is served in when each of `lines` is sent as its own
+/// `Accept-Encoding` line. GET and HEAD must agree, and the body must be
+/// that variant's.
+fn negotiated(s: &Server, lines: &[&str]) -> &'static str {
+    let headers = field_lines("Accept-Encoding", lines);
+    let get = s.get("/", &headers);
+    let head = s.request("HEAD", "/", &headers);
+    for r in [&get, &head] {
+        assert_eq!(r.status, 200, "{lines:?}");
+        assert_eq!(r.header("Vary").as_deref(), Some("Accept-Encoding"));
+    }
+    let (coding, body) = match get.header("Content-Encoding").as_deref() {
+        None => ("identity", HOME),
+        Some("gzip") => ("gzip", HOME_GZ),
+        Some("br") => ("br", HOME_BR),
+        Some(other) => panic!("{lines:?}: unexpected coding {other}"),
+    };
+    assert_eq!(get.body, body, "{lines:?}");
+    assert_eq!(
+        (
+            head.header("Content-Encoding"),
+            head.header("Content-Length")
+        ),
+        (get.header("Content-Encoding"), get.header("Content-Length")),
+        "{lines:?}: HEAD differs from GET"
+    );
+    coding
+}
+
+/// `Name: value` lines, one per value.
+fn field_lines(name: &str, values: &[&str]) -> String {
+    values.iter().map(|v| format!("{name}: {v}\r\n")).collect()
+}
+
 #[test]
 fn content_negotiation() {
     let (_dir, s) = server();
-    let pick = |ae: &str| {
-        let r = s.get("/", &format!("Accept-Encoding: {ae}\r\n"));
-        assert_eq!(r.status, 200);
-        assert_eq!(r.header("Vary").as_deref(), Some("Accept-Encoding"));
-        (r.header("Content-Encoding"), r.body)
-    };
-    assert_eq!(pick("gzip"), (Some("gzip".into()), HOME_GZ.to_vec()));
-    assert_eq!(pick("gzip, br"), (Some("br".into()), HOME_BR.to_vec()));
-    assert_eq!(
-        pick("gzip, br;q=0.5"),
-        (Some("gzip".into()), HOME_GZ.to_vec())
-    );
-    assert_eq!(pick("*"), (Some("br".into()), HOME_BR.to_vec()));
-    assert_eq!(pick("*;q=0, identity"), (None, HOME.to_vec()));
-    assert_eq!(pick("zstd"), (None, HOME.to_vec()));
-    // Nothing acceptable: identity anyway (no 406).
-    assert_eq!(pick("identity;q=0, zstd"), (None, HOME.to_vec()));
-    let r = s.get("/", "");
-    assert_eq!(r.header("Content-Encoding"), None);
-    assert_eq!(r.body, HOME);
+    for (accept, want) in [
+        ("gzip", "gzip"),
+        ("gzip, br", "br"),
+        ("gzip, br;q=0.5", "gzip"),
+        ("*", "br"),
+        ("*;q=0, identity", "identity"),
+        ("zstd", "identity"),
+        // Nothing acceptable: identity anyway (no 406).
+        ("identity;q=0, zstd", "identity"),
+        ("*;q=0", "identity"),
+    ] {
+        assert_eq!(negotiated(&s, &[accept]), want, "{accept}");
+    }
+    assert_eq!(negotiated(&s, &[]), "identity");
+}
+
+#[test]
+fn q_values_below_one_keep_compression() {
+    let (_dir, s) = server();
+    for (accept, want) in [
+        // An unlisted identity is acceptable, not preferred.
+        ("br;q=0.9", "br"),
+        ("gzip;q=0.5, br;q=0.9", "br"),
+        ("gzip;q=0.5", "gzip"),
+        ("gzip;q=0.001", "gzip"),
+        ("identity;q=0.5, gzip;q=0.6", "gzip"),
+        ("*;q=0.5", "br"),
+        ("br;q=0.5, *;q=0.1", "br"),
+        // Identity wins when the client weights it higher, by name or by `*`.
+        ("br;q=0.9, identity", "identity"),
+        ("gzip;q=0.5, identity;q=0.6", "identity"),
+        ("br;q=0.5, gzip;q=0, *", "identity"),
+    ] {
+        assert_eq!(negotiated(&s, &[accept]), want, "{accept}");
+    }
 }
 
 #[test]
@@ -183,4 +232,180 @@ Accept-Ranges: bytes\r\nContent-Range: bytes 0-4/12\r\nContent-Length: 5";
     let r = read_response(&mut c, true).unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Content-Length").as_deref(), Some("12"));
+}
+
+/// A second before `/hello.txt` was last modified, and a day after.
+const EARLIER: &str = "Tue, 14 Nov 2023 22:13:19 GMT";
+const LATER: &str = "Wed, 15 Nov 2023 00:00:00 GMT";
+
+#[test]
+fn preconditions() {
+    let (_dir, s) = server();
+    let failed = common_lines("HTTP/1.1 412 Precondition Failed", true) + "Content-Length: 0";
+    let cases: &[(&str, String, u16)] = &[
+        // If-Match: strong comparison against the selected variant's ETag.
+        ("/hello.txt", "If-Match: \"hello\"\r\n".into(), 200),
+        ("/hello.txt", "If-Match: \"x\", \"hello\"\r\n".into(), 200),
+        ("/hello.txt", "If-Match: *\r\n".into(), 200),
+        ("/hello.txt", "If-Match: \"x\"\r\n".into(), 412),
+        ("/hello.txt", "If-Match: W/\"hello\"\r\n".into(), 412),
+        ("/hello.txt", "If-Match: \"x\", W/\"hello\"\r\n".into(), 412),
+        ("/hello.txt", "If-Match: \"hello \"\r\n".into(), 412),
+        ("/", "If-Match: \"home\"\r\n".into(), 200),
+        (
+            "/",
+            "Accept-Encoding: gzip\r\nIf-Match: \"home\"\r\n".into(),
+            412,
+        ),
+        (
+            "/",
+            "Accept-Encoding: gzip\r\nIf-Match: \"home-gz\"\r\n".into(),
+            200,
+        ),
+        // If-Unmodified-Since: a later change fails it; a bad date is ignored.
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {LAST_MODIFIED_HTTP}\r\n"),
+            200,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {LATER}\r\n"),
+            200,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {EARLIER}\r\n"),
+            412,
+        ),
+        (
+            "/hello.txt",
+            "If-Unmodified-Since: yesterday\r\n".into(),
+            200,
+        ),
+        // RFC 9110 §13.2.2: If-Match, else If-Unmodified-Since; then
+        // If-None-Match, else If-Modified-Since.
+        (
+            "/hello.txt",
+            format!("If-Match: \"hello\"\r\nIf-Unmodified-Since: {EARLIER}\r\n"),
+            200,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Match: \"x\"\r\nIf-Unmodified-Since: {LATER}\r\n"),
+            412,
+        ),
+        (
+            "/hello.txt",
+            "If-Match: \"x\"\r\nIf-None-Match: \"hello\"\r\n".into(),
+            412,
+        ),
+        (
+            "/hello.txt",
+            "If-Match: \"hello\"\r\nIf-None-Match: \"hello\"\r\n".into(),
+            304,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {EARLIER}\r\nIf-None-Match: \"hello\"\r\n"),
+            412,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {EARLIER}\r\nIf-Modified-Since: {LATER}\r\n"),
+            412,
+        ),
+        (
+            "/hello.txt",
+            format!("If-Unmodified-Since: {LATER}\r\nIf-Modified-Since: {LATER}\r\n"),
+            304,
+        ),
+        (
+            "/hello.txt",
+            "If-Match: \"x\"\r\nRange: bytes=0-4\r\n".into(),
+            412,
+        ),
+        // Only a response that would otherwise be 2xx has preconditions
+        // (RFC 9110 §13.2.1): not the 404 page, not a redirect.
+        ("/nope", "If-Match: \"x\"\r\n".into(), 404),
+        ("/nope", format!("If-Unmodified-Since: {EARLIER}\r\n"), 404),
+        ("/gone/x", "If-Match: \"x\"\r\n".into(), 404),
+        ("/dir", "If-Match: \"x\"\r\n".into(), 301),
+        ("/blog/2024/hello", "If-Match: \"x\"\r\n".into(), 301),
+        // A rewrite serves the target's representation, preconditions too.
+        ("/app/x", "If-Match: \"x\"\r\n".into(), 412),
+    ];
+    for (path, headers, status) in cases {
+        for method in ["GET", "HEAD"] {
+            let r = s.request(method, path, headers);
+            assert_eq!(r.status, *status, "{method} {path} {headers:?}");
+            if r.status == 412 {
+                assert_eq!(r.head, failed, "{method} {path} {headers:?}");
+                assert!(r.body.is_empty());
+            }
+        }
+    }
+    // Passed preconditions leave Range to If-Range.
+    let r = s.get("/hello.txt", "If-Match: \"hello\"\r\nRange: bytes=0-4\r\n");
+    assert_eq!((r.status, r.body.as_slice()), (206, &b"Hello"[..]));
+    let r = s.get(
+        "/hello.txt",
+        &format!("If-Unmodified-Since: {LATER}\r\nRange: bytes=0-4\r\nIf-Range: \"old\"\r\n"),
+    );
+    assert_eq!((r.status, r.body.as_slice()), (200, HELLO));
+    // A 412 is framed (Content-Length: 0) and keeps the connection open.
+    let mut c = s.connect();
+    c.write_all(
+        b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Match: \"x\"\r\n\r\n\
+GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let r = read_response(&mut c, false).unwrap();
+    assert_eq!(r.status, 412);
+    assert_eq!(r.header("Connection"), None);
+    let r = read_response(&mut c, false).unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, HELLO));
+}
+
+#[test]
+fn repeated_list_fields_are_one_list() {
+    let (_dir, s) = server();
+    assert_eq!(negotiated(&s, &["br", "gzip;q=0.5"]), "br");
+    assert_eq!(negotiated(&s, &["gzip", "identity"]), "gzip");
+    assert_eq!(
+        negotiated(&s, &["identity;q=0.1", "", "gzip;q=0.2"]),
+        "gzip"
+    );
+    let cases: &[(&str, &str, &[&str], u16)] = &[
+        ("/", "If-None-Match", &["\"home\"", "\"x\""], 304),
+        ("/", "If-None-Match", &["\"x\"", "\"home\""], 304),
+        ("/", "If-None-Match", &["\"x\"", "\"y\""], 200),
+        ("/hello.txt", "If-Match", &["\"hello\"", "\"x\""], 200),
+        ("/hello.txt", "If-Match", &["\"x\"", "\"hello\""], 200),
+        ("/hello.txt", "If-Match", &["\"x\"", "\"y\", \"z\""], 412),
+    ];
+    for (path, name, values, status) in cases {
+        for method in ["GET", "HEAD"] {
+            let r = s.request(method, path, &field_lines(name, values));
+            assert_eq!(r.status, *status, "{method} {path} {name}: {values:?}");
+        }
+    }
+}
+
+/// Each list field may come on up to four lines; a fifth is refused rather
+/// than acted on in part.
+#[test]
+fn list_fields_beyond_four_lines_get_431() {
+    let (_dir, s) = server();
+    for (name, value) in [
+        ("Accept-Encoding", "gzip"),
+        ("If-None-Match", "\"x\""),
+        ("If-Match", "*"),
+    ] {
+        let r = s.get("/", &field_lines(name, &[value; 4]));
+        assert_eq!(r.status, 200, "{name} on four lines");
+        let r = s.get("/", &field_lines(name, &[value; 5]));
+        assert_eq!(r.status, 431, "{name} on five lines");
+        assert_eq!(r.header("Connection").as_deref(), Some("close"));
+    }
 }

@@ -547,10 +547,17 @@ impl Server {
 
     /// `GET path` with extra header lines, connection closed after.
     pub fn get(&self, path: &str, headers: &str) -> Response {
-        let raw = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{headers}Connection: close\r\n\r\n");
+        self.request("GET", path, headers)
+    }
+
+    /// `method path` with extra header lines, connection closed after; a
+    /// HEAD response is read without a body.
+    pub fn request(&self, method: &str, path: &str, headers: &str) -> Response {
+        let raw =
+            format!("{method} {path} HTTP/1.1\r\nHost: t\r\n{headers}Connection: close\r\n\r\n");
         let mut s = self.connect();
         s.write_all(raw.as_bytes()).unwrap();
-        read_response(&mut s, false).expect("a response")
+        read_response(&mut s, method == "HEAD").expect("a response")
     }
 }
 

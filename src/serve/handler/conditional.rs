@@ -1,30 +1,81 @@
-//! Conditional requests (`If-None-Match`, `If-Modified-Since`, RFC 9110
-//! §13) and byte ranges (`Range`, `If-Range`, RFC 9110 §14).
+//! Conditional requests (RFC 9110 §13: `If-Match`, `If-Unmodified-Since`,
+//! `If-None-Match`, `If-Modified-Since`) and byte ranges (`Range`,
+//! `If-Range`, RFC 9110 §14).
 
+use super::{FieldLines, Request};
 use crate::httpdate::parse_http_date;
+
+/// What a request's preconditions decide (RFC 9110 §13.2.2, steps 1 to 4;
+/// `If-Range`, step 5, is left to the range code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precondition {
+    /// Every condition holds: serve the resource (or the range).
+    Holds,
+    /// `If-None-Match` or `If-Modified-Since` found the client's copy
+    /// current: 304.
+    NotModified,
+    /// `If-Match` or `If-Unmodified-Since` failed: 412.
+    Failed,
+}
+
+/// Evaluates the preconditions of a GET or HEAD against the selected
+/// variant's ETag and the resource's modification time, in the RFC's order:
+/// `If-Match`, else `If-Unmodified-Since`; then `If-None-Match`, else
+/// `If-Modified-Since`.
+pub fn evaluate(req: &Request<'_>, etag: &[u8], last_modified: i64) -> Precondition {
+    let unchanged = if !req.if_match.is_empty() {
+        any_match(&req.if_match, etag)
+    } else {
+        req.if_unmodified_since
+            .is_none_or(|since| unmodified_since(since, last_modified))
+    };
+    if !unchanged {
+        return Precondition::Failed;
+    }
+    let client_current = if !req.if_none_match.is_empty() {
+        none_match(&req.if_none_match, etag)
+    } else {
+        req.if_modified_since
+            .is_some_and(|since| not_modified_since(since, last_modified))
+    };
+    if client_current {
+        Precondition::NotModified
+    } else {
+        Precondition::Holds
+    }
+}
 
 fn strip_weak(tag: &[u8]) -> &[u8] {
     tag.strip_prefix(b"W/").unwrap_or(tag)
 }
 
-/// `If-None-Match` against the selected variant's ETag, weak comparison.
-pub fn none_match(header: &[u8], etag: &[u8]) -> bool {
-    let header = header.trim_ascii();
-    if header == b"*" {
-        return true;
-    }
-    if etag.is_empty() {
-        return false;
-    }
+/// `If-Match`: `*`, or a listed tag equal to the ETag by strong comparison,
+/// so a weak tag on either side never matches.
+fn any_match(header: &FieldLines<'_>, etag: &[u8]) -> bool {
+    let strong = etag.first() == Some(&b'"');
+    header
+        .elements()
+        .any(|tag| tag == b"*" || (strong && tag == etag))
+}
+
+/// `If-None-Match`: `*`, or a listed tag equal to the ETag by weak
+/// comparison.
+fn none_match(header: &FieldLines<'_>, etag: &[u8]) -> bool {
     let ours = strip_weak(etag);
     header
-        .split(|&c| c == b',')
-        .any(|t| strip_weak(t.trim_ascii()) == ours)
+        .elements()
+        .any(|tag| tag == b"*" || (!etag.is_empty() && strip_weak(tag) == ours))
+}
+
+/// `If-Unmodified-Since`: true when the resource has not changed since.
+/// An invalid date is ignored (the condition holds).
+fn unmodified_since(header: &[u8], last_modified: i64) -> bool {
+    parse_http_date(header).is_none_or(|since| last_modified <= since)
 }
 
 /// `If-Modified-Since`: true when the resource has not changed since.
 /// An invalid date is ignored (the condition is false).
-pub fn not_modified_since(header: &[u8], last_modified: i64) -> bool {
+fn not_modified_since(header: &[u8], last_modified: i64) -> bool {
     parse_http_date(header).is_some_and(|since| last_modified <= since)
 }
 
@@ -126,11 +177,29 @@ mod tests {
         assert_eq!(parse_range(b"bytes=x-1", 10), Full);
     }
 
+    fn lines(values: &[&'static str]) -> FieldLines<'static> {
+        let mut field = FieldLines::default();
+        for v in values {
+            field.push(v.as_bytes()).unwrap();
+        }
+        field
+    }
+
     #[test]
     fn validators() {
-        assert!(none_match(b"\"a\", W/\"b\"", b"\"b\""));
-        assert!(none_match(b"*", b""));
-        assert!(!none_match(b"\"a\"", b"\"b\""));
+        assert!(none_match(&lines(&["\"a\", W/\"b\""]), b"\"b\""));
+        assert!(none_match(&lines(&["\"a\"", "W/\"b\""]), b"W/\"b\""));
+        assert!(none_match(&lines(&["*"]), b""));
+        assert!(!none_match(&lines(&["\"a\""]), b"\"b\""));
+        assert!(!none_match(&lines(&[""]), b""));
+        assert!(any_match(&lines(&["\"a\", \"b\""]), b"\"b\""));
+        assert!(any_match(&lines(&["\"a\"", "\"b\""]), b"\"b\""));
+        assert!(any_match(&lines(&["*"]), b""));
+        assert!(!any_match(&lines(&["W/\"b\""]), b"\"b\""));
+        assert!(!any_match(&lines(&["W/\"b\""]), b"W/\"b\""));
+        assert!(!any_match(&lines(&["\"b\""]), b"W/\"b\""));
+        assert!(!any_match(&lines(&[""]), b"\"b\""));
+        assert!(!any_match(&lines(&["\"a,b\""]), b"\"b\""));
         assert!(if_range_holds(b"\"b\"", b"\"b\"", 0));
         assert!(!if_range_holds(b"W/\"b\"", b"\"b\"", 0));
         assert!(if_range_holds(
@@ -146,5 +215,60 @@ mod tests {
             b"Sun, 06 Nov 1994 08:49:36 GMT",
             784_111_777
         ));
+        assert!(unmodified_since(
+            b"Sun, 06 Nov 1994 08:49:37 GMT",
+            784_111_777
+        ));
+        assert!(!unmodified_since(
+            b"Sun, 06 Nov 1994 08:49:36 GMT",
+            784_111_777
+        ));
+        assert!(unmodified_since(b"not a date", 784_111_777));
+    }
+
+    /// RFC 9110 §13.2.2: each row's headers and the outcome, for a resource
+    /// with ETag `"e"` modified at `NOW`.
+    #[test]
+    fn evaluation_order() {
+        use crate::serve::handler::Method;
+        use Precondition::*;
+        const BEFORE: &str = "Sun, 06 Nov 1994 08:49:36 GMT";
+        const NOW: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+        type Row = (
+            &'static [&'static str],
+            Option<&'static str>,
+            &'static [&'static str],
+            Option<&'static str>,
+            Precondition,
+        );
+        // If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since.
+        let rows: &[Row] = &[
+            (&[], None, &[], None, Holds),
+            (&["\"e\""], None, &[], None, Holds),
+            (&["\"x\""], None, &[], None, Failed),
+            (&[], Some(NOW), &[], None, Holds),
+            (&[], Some(BEFORE), &[], None, Failed),
+            (&[], Some("garbage"), &[], None, Holds),
+            (&["\"e\""], Some(BEFORE), &[], None, Holds),
+            (&["\"x\""], Some(NOW), &[], None, Failed),
+            (&["\"x\""], None, &["\"e\""], None, Failed),
+            (&[], Some(BEFORE), &[], Some(NOW), Failed),
+            (&["\"e\""], None, &["\"e\""], None, NotModified),
+            (&[], Some(NOW), &[], Some(NOW), NotModified),
+            (&[], None, &["\"x\""], Some(NOW), Holds),
+            (&[], None, &[], Some(BEFORE), Holds),
+        ];
+        for &(im, ius, inm, ims, want) in rows {
+            let mut req = Request::new(Method::Get, b"/");
+            req.if_match = lines(im);
+            req.if_unmodified_since = ius.map(str::as_bytes);
+            req.if_none_match = lines(inm);
+            req.if_modified_since = ims.map(str::as_bytes);
+            assert_eq!(
+                evaluate(&req, b"\"e\"", 784_111_777),
+                want,
+                "{im:?} {ius:?} {inm:?} {ims:?}"
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! the not-found page, a built-in 404.
 
 mod conditional;
+mod field_lines;
 mod negotiate;
 mod path;
 mod rules;
@@ -14,7 +15,8 @@ mod rules;
 use std::sync::Arc;
 
 use crate::pack::{Pack, RouteKind};
-use conditional::RangeAsk;
+use conditional::{Precondition, RangeAsk};
+pub use field_lines::{FieldLines, MAX_FIELD_LINES, TooManyLines};
 pub use path::{PathError, normalize};
 pub use rules::Rules;
 
@@ -50,15 +52,38 @@ pub struct Request<'r> {
     /// The raw request target (origin-form, absolute-form or `*`).
     pub target: &'r [u8],
     /// Selects the stored variant.
-    pub accept_encoding: Option<&'r [u8]>,
+    pub accept_encoding: FieldLines<'r>,
+    /// Precondition: 412 unless a tag matches the variant's ETag strongly.
+    pub if_match: FieldLines<'r>,
+    /// Precondition by date, when `If-Match` is absent: 412 if the
+    /// resource changed since.
+    pub if_unmodified_since: Option<&'r [u8]>,
     /// Conditional GET: 304 when a tag matches.
-    pub if_none_match: Option<&'r [u8]>,
+    pub if_none_match: FieldLines<'r>,
     /// Conditional GET by date, when `If-None-Match` is absent.
     pub if_modified_since: Option<&'r [u8]>,
     /// A byte range of the selected variant.
     pub range: Option<&'r [u8]>,
     /// Applies `range` only if the resource is unchanged.
     pub if_range: Option<&'r [u8]>,
+}
+
+impl<'r> Request<'r> {
+    /// A request without any of the header fields the handler reads; the
+    /// protocol fills in those it receives.
+    pub fn new(method: Method, target: &'r [u8]) -> Request<'r> {
+        Request {
+            method,
+            target,
+            accept_encoding: FieldLines::default(),
+            if_match: FieldLines::default(),
+            if_unmodified_since: None,
+            if_none_match: FieldLines::default(),
+            if_modified_since: None,
+            range: None,
+            if_range: None,
+        }
+    }
 }
 
 /// Header lines the protocol layer writes after `Response::head`.
@@ -195,6 +220,18 @@ fn corrupt<'a>() -> Response<'a> {
     builtin(500, b"500 Internal Server Error\n")
 }
 
+/// 412: no body, and none of the variant's lines. It describes no
+/// representation, and the variant's `Cache-Control` would let a shared
+/// cache store the failure and hand it to requests without the
+/// precondition.
+const PRECONDITION_FAILED: Response<'static> = Response {
+    status: 412,
+    head: b"",
+    overrides: 0,
+    extra: Extra::Length,
+    body: Body::Empty,
+};
+
 /// Answers `req` from `site`. Allocation-free.
 pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -> Response<'a> {
     match req.method {
@@ -310,14 +347,17 @@ fn rule_response<'a>(
 }
 
 /// Serves a stored route with `status`. `req` is given when content
-/// negotiation and (for a 200 with validators) conditionals and ranges
+/// negotiation and (for a 200 with validators) preconditions and ranges
 /// apply; `None` serves identity as is (not-found pages, status rewrites).
+/// A redirect or a not-found page ignores preconditions, as RFC 9110
+/// §13.2.1 asks of any response that would not be 2xx.
 fn serve_route<'a>(
     route: crate::pack::Route<'a>,
     status: u16,
     req: Option<&Request<'_>>,
 ) -> Option<Response<'a>> {
-    let accept = req.and_then(|r| r.accept_encoding);
+    let no_accept = FieldLines::default();
+    let accept = req.map_or(&no_accept, |r| &r.accept_encoding);
     let variant = negotiate::choose(&route, accept)?;
     let full = Response {
         status,
@@ -332,19 +372,18 @@ fn serve_route<'a>(
     let Some(req) = req.filter(|_| status == 200 && route.has_validators()) else {
         return Some(full);
     };
-    let not_modified = match (req.if_none_match, req.if_modified_since) {
-        (Some(inm), _) => conditional::none_match(inm, variant.etag),
-        (None, Some(ims)) => conditional::not_modified_since(ims, route.last_modified()),
-        (None, None) => false,
-    };
-    if not_modified {
-        return Some(Response {
-            status: 304,
-            head: &variant.head[..variant.repr_at],
-            overrides: variant.overrides,
-            extra: Extra::Nothing,
-            body: Body::Empty,
-        });
+    match conditional::evaluate(req, variant.etag, route.last_modified()) {
+        Precondition::Holds => {}
+        Precondition::NotModified => {
+            return Some(Response {
+                status: 304,
+                head: &variant.head[..variant.repr_at],
+                overrides: variant.overrides,
+                extra: Extra::Nothing,
+                body: Body::Empty,
+            });
+        }
+        Precondition::Failed => return Some(PRECONDITION_FAILED),
     }
     let Some(range) = req.range.filter(|_| req.method == Method::Get) else {
         return Some(full);

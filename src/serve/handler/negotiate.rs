@@ -1,9 +1,18 @@
 //! `Accept-Encoding` negotiation (RFC 9110 §12.5.3) over a route's stored
-//! variants.
+//! variants: the coding the client weights highest, then the smallest body.
 //!
-//! When nothing stored is acceptable (even identity excluded by `identity;q=0`
-//! or `*;q=0`), identity is sent: the RFC's SHOULD, and friendlier than a 406.
+//! An unlisted identity is acceptable, not preferred: it ranks below every
+//! coding the client accepts, whatever that coding's q, so `br;q=0.5` gets
+//! br. Identity beats a coding only when the client weights it higher, by
+//! name or through `*` (which covers identity too).
+//!
+//! When nothing stored is acceptable, identity is sent. The RFC says so
+//! while identity is acceptable; when `identity;q=0` or `*;q=0` excluded it
+//! as well, the RFC allows either a 406 or disregarding the field (§12.1,
+//! §15.5.7). kiln disregards it, as nginx does: the resource is more use
+//! to the client than an error, and browsers never send such a field.
 
+use super::FieldLines;
 use crate::pack::{Encoding, Route, Variant};
 
 /// A q-value in thousandths (`q=0.5` → 500); malformed values count as 0.
@@ -33,14 +42,33 @@ fn qvalue(params: &[u8]) -> u16 {
     1000
 }
 
-/// The q-value the client gives each encoding, in `Encoding` order.
-fn weights(accept: Option<&[u8]>) -> [u16; 4] {
-    let Some(accept) = accept else {
-        return [1000, 0, 0, 0];
-    };
-    let mut explicit: [Option<u16>; 4] = [None; 4];
+/// How much the client wants one coding, in increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Preference {
+    /// Not listed, or listed with q=0.
+    Refused,
+    /// Identity that neither its name nor `*` weights: acceptable, but
+    /// behind every coding the client lists.
+    Unlisted,
+    /// Listed, by name or through `*`, with this q in thousandths (> 0).
+    Weighted(u16),
+}
+
+impl Preference {
+    fn from_qvalue(q: u16) -> Preference {
+        if q == 0 {
+            Preference::Refused
+        } else {
+            Preference::Weighted(q)
+        }
+    }
+}
+
+/// What the client wants of each encoding, in `Encoding` order.
+fn preferences(accept: &FieldLines<'_>) -> [Preference; 4] {
+    let mut listed: [Option<u16>; 4] = [None; 4];
     let mut star = None;
-    for item in accept.split(|&c| c == b',') {
+    for item in accept.elements() {
         let (token, params) = match item.iter().position(|&c| c == b';') {
             Some(semi) => (&item[..semi], &item[semi..]),
             None => (item, &b""[..]),
@@ -52,40 +80,42 @@ fn weights(accept: Option<&[u8]>) -> [u16; 4] {
             .ok()
             .and_then(Encoding::from_token)
         {
-            explicit[e as usize] = Some(qvalue(params));
+            listed[e as usize] = Some(qvalue(params));
         }
     }
-    let mut w = [0; 4];
-    for (i, slot) in w.iter_mut().enumerate() {
-        let fallback = if i == Encoding::Identity as usize {
-            1000
-        } else {
-            0
+    let mut prefs = [Preference::Refused; 4];
+    for (i, pref) in prefs.iter_mut().enumerate() {
+        *pref = match listed[i].or(star) {
+            Some(q) => Preference::from_qvalue(q),
+            None if i == Encoding::Identity as usize => Preference::Unlisted,
+            None => Preference::Refused,
         };
-        *slot = explicit[i].or(star).unwrap_or(fallback);
     }
-    w
+    prefs
 }
 
-/// The variant to send: highest q, then smallest body; identity if nothing
-/// stored is acceptable. `None` only for a corrupt route without identity.
-pub fn choose<'p>(route: &Route<'p>, accept: Option<&[u8]>) -> Option<Variant<'p>> {
-    let w = weights(accept);
-    let mut best: Option<(u16, usize, Variant<'p>)> = None;
+/// The variant to send: the client's strongest preference, then the
+/// smallest body; identity if nothing stored is acceptable. `None` only for
+/// a corrupt route without identity.
+pub fn choose<'p>(route: &Route<'p>, accept: &FieldLines<'_>) -> Option<Variant<'p>> {
+    let prefs = preferences(accept);
+    let mut best: Option<(Preference, Variant<'p>)> = None;
     for v in route.variants() {
-        let q = w[v.encoding as usize];
-        if q == 0 {
+        let pref = prefs[v.encoding as usize];
+        if pref == Preference::Refused {
             continue;
         }
         let better = match &best {
             None => true,
-            Some((bq, blen, _)) => q > *bq || (q == *bq && v.body.len() < *blen),
+            Some((best_pref, best_v)) => {
+                pref > *best_pref || (pref == *best_pref && v.body.len() < best_v.body.len())
+            }
         };
         if better {
-            best = Some((q, v.body.len(), v));
+            best = Some((pref, v));
         }
     }
-    best.map(|(_, _, v)| v)
+    best.map(|(_, v)| v)
         .or_else(|| route.variant(Encoding::Identity))
 }
 
@@ -93,15 +123,36 @@ pub fn choose<'p>(route: &Route<'p>, accept: Option<&[u8]>) -> Option<Variant<'p
 mod tests {
     use super::*;
 
+    fn prefs(lines: &[&'static str]) -> [Preference; 4] {
+        let mut accept = FieldLines::default();
+        for line in lines {
+            accept.push(line.as_bytes()).unwrap();
+        }
+        preferences(&accept)
+    }
+
     #[test]
-    fn weights_follow_the_rfc() {
-        assert_eq!(weights(None), [1000, 0, 0, 0]);
-        assert_eq!(weights(Some(b"")), [1000, 0, 0, 0]);
-        assert_eq!(weights(Some(b"gzip, br;q=0.5")), [1000, 500, 0, 1000]);
-        assert_eq!(weights(Some(b"*")), [1000, 1000, 1000, 1000]);
-        assert_eq!(weights(Some(b"*;q=0, gzip")), [0, 0, 0, 1000]);
-        assert_eq!(weights(Some(b"identity;q=0, zstd;q=0.25")), [0, 0, 250, 0]);
-        assert_eq!(weights(Some(b"GZIP;Q=1.0, br;q=2")), [1000, 0, 0, 1000]);
-        assert_eq!(weights(Some(b"br;q=0.0001")), [1000, 0, 0, 0]);
+    fn preferences_follow_the_rfc() {
+        use Preference::{Refused as R, Unlisted as U, Weighted as W};
+        // Order: identity, br, zstd, gzip.
+        assert_eq!(prefs(&[]), [U, R, R, R]);
+        assert_eq!(prefs(&[""]), [U, R, R, R]);
+        assert_eq!(prefs(&["gzip, br;q=0.5"]), [U, W(500), R, W(1000)]);
+        assert_eq!(prefs(&["br;q=0.9"]), [U, W(900), R, R]);
+        assert_eq!(prefs(&["br;q=0.9, identity"]), [W(1000), W(900), R, R]);
+        assert_eq!(prefs(&["*"]), [W(1000), W(1000), W(1000), W(1000)]);
+        assert_eq!(prefs(&["*;q=0, gzip"]), [R, R, R, W(1000)]);
+        assert_eq!(prefs(&["identity;q=0, zstd;q=0.25"]), [R, R, W(250), R]);
+        assert_eq!(prefs(&["GZIP;Q=1.0, br;q=2"]), [U, R, R, W(1000)]);
+        assert_eq!(prefs(&["br;q=0.0001"]), [U, R, R, R]);
+        assert_eq!(prefs(&["br", "gzip;q=0.5"]), [U, W(1000), R, W(500)]);
+        assert_eq!(prefs(&["br;x=\"a,gzip\""]), [U, W(1000), R, R]);
+    }
+
+    #[test]
+    fn an_unlisted_identity_ranks_below_any_acceptable_coding() {
+        assert!(Preference::Unlisted < Preference::Weighted(1));
+        assert!(Preference::Refused < Preference::Unlisted);
+        assert_eq!(Preference::from_qvalue(0), Preference::Refused);
     }
 }

@@ -85,6 +85,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         410 => "Gone",
+        412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",

@@ -38,6 +38,11 @@ pub struct RequestHead<'b> {
 
 /// The result of looking at the start of a buffer.
 #[derive(Clone, Copy, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per request and matched at once, never stored; \
+              boxing the head would allocate on the hot path"
+)]
 pub enum Parsed<'b> {
     Complete(RequestHead<'b>),
     /// The head is not complete yet and still within limits.
@@ -96,15 +101,10 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         return Parsed::Error(414);
     }
     let mut head = RequestHead {
-        request: Request {
-            method: Method::from_token(method_token.as_bytes()),
-            target: target.as_bytes(),
-            accept_encoding: None,
-            if_none_match: None,
-            if_modified_since: None,
-            range: None,
-            if_range: None,
-        },
+        request: Request::new(
+            Method::from_token(method_token.as_bytes()),
+            target.as_bytes(),
+        ),
         method_token: method_token.as_bytes(),
         minor_version: minor,
         keep_alive: minor == 1,
@@ -116,6 +116,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
     let mut hosts = 0;
     let mut length: Option<u64> = None;
     let mut transfer_encoding = false;
+    let mut too_many_lines = false;
     for h in req.headers.iter() {
         let (name, value) = (h.name.as_bytes(), h.value);
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
@@ -123,6 +124,9 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
             4 if is(b"host") => hosts += 1,
             5 if is(b"range") => head.request.range = Some(value),
             7 if is(b"referer") => head.referer = Some(value),
+            8 if is(b"if-match") => {
+                too_many_lines |= head.request.if_match.push(value).is_err();
+            }
             8 if is(b"if-range") => head.request.if_range = Some(value),
             10 if is(b"connection") => {
                 if has_token(value, b"close") {
@@ -132,17 +136,27 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
                 }
             }
             10 if is(b"user-agent") => head.user_agent = Some(value),
-            13 if is(b"if-none-match") => head.request.if_none_match = Some(value),
+            13 if is(b"if-none-match") => {
+                too_many_lines |= head.request.if_none_match.push(value).is_err();
+            }
             14 if is(b"content-length") => match (parse_length(value), length) {
                 (Some(n), None) => length = Some(n),
                 (Some(n), Some(prev)) if n == prev => {}
                 _ => return Parsed::Error(400),
             },
-            15 if is(b"accept-encoding") => head.request.accept_encoding = Some(value),
+            15 if is(b"accept-encoding") => {
+                too_many_lines |= head.request.accept_encoding.push(value).is_err();
+            }
             17 if is(b"transfer-encoding") => transfer_encoding = true,
             17 if is(b"if-modified-since") => head.request.if_modified_since = Some(value),
+            19 if is(b"if-unmodified-since") => head.request.if_unmodified_since = Some(value),
             _ => {}
         }
+    }
+    if too_many_lines {
+        // A list field on more than `MAX_FIELD_LINES` lines: refused
+        // rather than read in part.
+        return Parsed::Error(431);
     }
     if hosts > 1 || (minor == 1 && hosts == 0) {
         return Parsed::Error(400);
