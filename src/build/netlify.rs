@@ -15,16 +15,20 @@ use anyhow::bail;
 use super::urlpath::{encode_location, percent_decode};
 
 /// Headers that the builder or the server own: setting them from `_headers`
-/// would break framing or content negotiation, so it is refused.
+/// would break framing or content negotiation, or make 304 and 206 answers
+/// contradict the validators and ranges the server computes, so a line
+/// setting one is refused.
 const RESERVED_HEADERS: &[&str] = &[
     "content-length",
     "transfer-encoding",
     "content-encoding",
     "content-range",
+    "accept-ranges",
+    "etag",
+    "last-modified",
     "connection",
     "keep-alive",
     "date",
-    "etag",
     "upgrade",
     "trailer",
     "te",
