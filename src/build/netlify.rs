@@ -117,14 +117,17 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// The headers every matching block adds to `path`, in file order. Every
-/// matching block contributes; a name set by several lines (in one block or
-/// in several) gets their values joined with ", ", as Netlify does, except
-/// `Set-Cookie`, whose values may hold commas and must stay separate lines
-/// (RFC 9110 §5.3).
-pub fn headers_for(rules: &[HeaderRule], path: &[u8]) -> Vec<(String, String)> {
+/// The headers the blocks matching any of `paths` add, in file order, each
+/// block once however many of the paths it matches. A name set by several
+/// lines (in one block or in several) gets their values joined with ", ",
+/// as Netlify does, except `Set-Cookie`, whose values may hold commas and
+/// must stay separate lines (RFC 9110 §5.3).
+pub fn headers_for(rules: &[HeaderRule], paths: &[&[u8]]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
-    for rule in rules.iter().filter(|r| pattern_matches(&r.pattern, path)) {
+    let matching = rules
+        .iter()
+        .filter(|r| paths.iter().any(|path| pattern_matches(&r.pattern, path)));
+    for rule in matching {
         for (name, value) in &rule.headers {
             let joined = out
                 .iter_mut()
@@ -333,7 +336,7 @@ mod tests {
         let rules = parse_headers(text, "_headers").unwrap();
         assert_eq!(rules.len(), 2);
         assert_eq!(rules[1].line, 6);
-        let h = headers_for(&rules, b"/blog/post");
+        let h = headers_for(&rules, &[b"/blog/post"]);
         assert_eq!(
             h,
             vec![
@@ -345,11 +348,16 @@ mod tests {
                 ("Cache-Control".to_owned(), "no-store".to_owned()),
             ]
         );
-        assert_eq!(headers_for(&rules, b"/blog/a/b").len(), 2);
+        assert_eq!(headers_for(&rules, &[b"/blog/a/b"]).len(), 2);
+        assert_eq!(
+            headers_for(&rules, &[b"/blog/post", b"/blog/post.html", b"/x"]),
+            h,
+            "a block matching several URLs of a file applies once"
+        );
         let cookies =
             "/*\n  Set-Cookie: a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT\n  set-cookie: b=2\n";
         let rules = parse_headers(cookies, "_headers").unwrap();
-        assert_eq!(headers_for(&rules, b"/").len(), 2, "never joined");
+        assert_eq!(headers_for(&rules, &[b"/"]).len(), 2, "never joined");
     }
 
     #[test]
