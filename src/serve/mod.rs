@@ -159,8 +159,12 @@ fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // A log line that cannot be written is dropped: by default the
+    // subscriber reports the failure with eprintln!, which panics when
+    // stderr is a closed pipe or a full device, and the thread logging dies.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
@@ -242,13 +246,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    {
-        let shared = Arc::clone(&shared);
-        let pack = pack_path.clone();
-        std::thread::Builder::new()
-            .name("kiln-control".into())
-            .spawn(move || control::run(signals, pack, watched, shared, wakers))?;
-    }
+    let control = control::spawn(
+        signals,
+        pack_path.clone(),
+        watched,
+        Arc::clone(&shared),
+        wakers,
+    )?;
     let threads_word = if threads == 1 { "thread" } else { "threads" };
     let announcement = match &pack_path {
         Some(p) => format!(
@@ -270,6 +274,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             Ok(Err(e)) => tracing::error!("event loop failed: {e}"),
             Err(_) => tracing::error!("event loop panicked"),
         }
+    }
+    if let Some(failure) = control.failure() {
+        bail!("{failure}; the server shut down");
     }
     tracing::info!("stopped");
     Ok(())
