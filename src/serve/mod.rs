@@ -9,6 +9,7 @@ pub mod control;
 pub mod date;
 pub mod handler;
 pub mod http1;
+pub mod listen;
 pub mod net;
 pub mod output;
 pub mod server_headers;
@@ -24,6 +25,7 @@ use clap::Args;
 
 use crate::pack::{Pack, verify};
 use handler::Site;
+use listen::Listen;
 use net::worker::{LoopConfig, Worker};
 use net::{Shared, Waker};
 use server_headers::ServerHeaders;
@@ -34,10 +36,13 @@ pub struct ServeArgs {
     /// The pack to serve.
     #[arg(required_unless_present = "dummy")]
     pub site: Option<PathBuf>,
-    /// Address to listen on (repeatable). Default: 127.0.0.1:8080 and
-    /// [::1]:8080. Port 0 picks a free port, printed at start-up.
-    #[arg(long = "listen", value_name = "ADDR:PORT")]
-    pub listen: Vec<SocketAddr>,
+    /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
+    /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
+    /// to at start); IPv6 addresses not typed out are skipped on a machine
+    /// without IPv6. Default: 127.0.0.1:8080 and [::1]:8080. Port 0 picks a
+    /// free port, one per value, printed at start-up.
+    #[arg(long = "listen", value_name = "ADDR")]
+    pub listen: Vec<String>,
     /// Event-loop threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -130,29 +135,63 @@ fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
     Ok(Duration::from_secs_f64(s).as_millis().max(1) as u64)
 }
 
-/// Binds every address once per thread (the first bind resolves port 0).
-fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Vec<std::net::TcpListener>>> {
-    let defaults = args.listen.is_empty();
-    let addrs: Vec<SocketAddr> = if defaults {
-        vec!["127.0.0.1:8080".parse()?, "[::1]:8080".parse()?]
-    } else {
-        args.listen.clone()
-    };
+/// The default port, on loopback, when no `--listen` is given.
+const DEFAULT_PORT: u16 = 8080;
+
+/// The addresses `--listen` asks for, or the default.
+fn listen_addresses(values: &[String]) -> anyhow::Result<Vec<Listen>> {
+    if values.is_empty() {
+        return Ok(vec![Listen::loopback(DEFAULT_PORT)]);
+    }
+    values
+        .iter()
+        .map(|v| Listen::parse(v).map_err(|why| anyhow::anyhow!("--listen {v:?}: {why}")))
+        .collect()
+}
+
+/// True when binding failed because the machine has no IPv6 (no stack, or
+/// no such address on any interface).
+fn no_ipv6(addr: SocketAddr, e: &std::io::Error) -> bool {
+    addr.is_ipv6()
+        && matches!(
+            e.raw_os_error(),
+            Some(libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT | libc::EADDRNOTAVAIL)
+        )
+}
+
+/// Binds every address once per thread, each address once however many
+/// values name it. The first bind of a value resolves port 0, and its
+/// other addresses get the same port.
+fn bind_all(listens: &[Listen], threads: usize) -> anyhow::Result<Vec<Vec<std::net::TcpListener>>> {
     let mut per_thread: Vec<Vec<std::net::TcpListener>> =
         (0..threads).map(|_| Vec::new()).collect();
-    for addr in addrs {
-        let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
-            Ok(l) => l,
-            Err(e) if defaults && addr.is_ipv6() => {
-                tracing::info!("not listening on {addr}: {e}");
+    let mut bound: Vec<SocketAddr> = Vec::new();
+    for listen in listens {
+        let mut chosen_port = None;
+        for &asked in &listen.addrs {
+            let mut addr = asked;
+            if let (0, Some(port)) = (addr.port(), chosen_port) {
+                addr.set_port(port);
+            }
+            if addr.port() != 0 && bound.contains(&addr) {
                 continue;
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
-        };
-        let bound = first.local_addr()?;
-        per_thread[0].push(first);
-        for listeners in per_thread.iter_mut().skip(1) {
-            listeners.push(net::bind(bound).with_context(|| format!("cannot listen on {bound}"))?);
+            let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
+                Ok(l) => l,
+                Err(e) if listen.implied && no_ipv6(addr, &e) => {
+                    tracing::info!("not listening on {addr}: no IPv6 on this machine ({e})");
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+            };
+            let local = first.local_addr()?;
+            chosen_port.get_or_insert(local.port());
+            bound.push(local);
+            per_thread[0].push(first);
+            for listeners in per_thread.iter_mut().skip(1) {
+                listeners
+                    .push(net::bind(local).with_context(|| format!("cannot listen on {local}"))?);
+            }
         }
     }
     Ok(per_thread)
@@ -168,6 +207,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+    let listens = listen_addresses(&args.listen)?;
     let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
     let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
     let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
@@ -180,7 +220,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let max_connections = match args.max_connections {
         Some(0) => bail!("--max-connections must be at least 1"),
         Some(n) => n,
-        None => connection_budget(threads, args.listen.len().max(2)),
+        None => connection_budget(threads, listens.iter().map(|l| l.addrs.len()).sum()),
     };
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
@@ -216,7 +256,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
     });
-    let listeners = bind_all(&args, threads)?;
+    let listeners = bind_all(&listens, threads)?;
     let urls: Vec<String> = listeners[0]
         .iter()
         .filter_map(|l| l.local_addr().ok())
