@@ -1,5 +1,6 @@
 //! The `kiln` command line: one binary, one subcommand per job.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,7 +56,9 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kiln: error: {e:#}");
+            // Not eprintln!: with stderr a closed pipe or a full device it
+            // would panic, and the exit status would no longer be 1.
+            let _ = writeln!(std::io::stderr(), "kiln: error: {e:#}");
             ExitCode::FAILURE
         }
     }

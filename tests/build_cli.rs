@@ -182,6 +182,34 @@ fn unreadable_file_is_named() {
 }
 
 #[test]
+fn headers_the_server_owns_are_refused_naming_file_line_and_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let headers_file = src.join("_headers");
+    let out = dir.path().join("x.pack");
+    for (name, value) in [
+        ("Last-Modified", "Tue, 14 Nov 2023 22:13:20 GMT"),
+        ("ETag", "\"v1\""),
+        ("Content-Length", "3"),
+        ("Content-Encoding", "gzip"),
+        ("Content-Range", "bytes 0-1/2"),
+        ("Accept-Ranges", "none"),
+        ("Transfer-Encoding", "chunked"),
+        ("last-modified", "Tue, 14 Nov 2023 22:13:20 GMT"),
+    ] {
+        std::fs::write(
+            &headers_file,
+            format!("/*\n  X-Fine: 1\n/docs/*\n  {name}: {value}\n"),
+        )
+        .unwrap();
+        let o = kiln(&["build", p(&src), "-o", p(&out)]);
+        assert_one_line_error(&o, &format!("{}:4: {name} ", p(&headers_file)));
+        assert!(!out.exists(), "{name}: no pack written");
+    }
+}
+
+#[test]
 fn unwritable_output_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("site");

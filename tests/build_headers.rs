@@ -244,9 +244,67 @@ fn headers_file_adds_and_replaces() {
         let h = head(&variant(&vary, "/404.html", e));
         assert!(h.contains("\r\nVary: origin, accept-encoding\r\n"), "{h}");
     }
-    // Stripped route `/page` matches no `/page.html` block: only the `/*` one.
-    let stripped = head(&variant(&pack, "/page", Encoding::Identity));
-    assert!(stripped.contains("X-Frame-Options: DENY") && !stripped.contains("x-special"));
+}
+
+/// The `X-` lines of a route's identity head, in order.
+fn x_lines(pack: &Pack, kind: RouteKind, key: &str) -> Vec<String> {
+    let route = pack
+        .lookup(kind, key.as_bytes())
+        .unwrap_or_else(|| panic!("no route {key}"));
+    head(&route.variant(Encoding::Identity).unwrap())
+        .lines()
+        .filter(|l| l.starts_with("X-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn headers_blocks_apply_to_every_url_of_the_file() {
+    let rules = b"/page.html\n  X-Page: file\n/page\n  X-Stripped: route\n\
+/docs/index.html\n  X-Docs-Index: file\n/docs/\n  X-Docs-Dir: dir\n\
+/docs/*\n  X-Docs-All: splat\n/*.html\n  X-Html: yes\n/r\n  X-Rewrite: r\n\
+/blog/_wildcard.html\n  X-Fallback: file\n/blog/\n  X-Blog: dir\n";
+    let (_dir, pack) = build(
+        &[
+            ("_headers", rules),
+            ("_redirects", b"/r /page.html 200\n"),
+            ("docs/guide.html", b"guide"),
+            ("blog/_wildcard.html", b"fallback"),
+        ],
+        &BuildOptions::default(),
+    );
+    let page = ["X-Page: file", "X-Stripped: route", "X-Html: yes"];
+    let docs = [
+        "X-Docs-Index: file",
+        "X-Docs-Dir: dir",
+        "X-Docs-All: splat",
+        "X-Html: yes",
+    ];
+    let guide = ["X-Docs-All: splat", "X-Html: yes"];
+    let fallback = ["X-Html: yes", "X-Fallback: file", "X-Blog: dir"];
+    for (kind, key, expected) in [
+        (RouteKind::Exact, "/page.html", &page[..]),
+        (RouteKind::Exact, "/page", &page),
+        (RouteKind::Exact, "/docs/", &docs),
+        (RouteKind::Exact, "/docs/index.html", &docs),
+        (RouteKind::Exact, "/docs/guide", &guide),
+        (RouteKind::Exact, "/docs/guide.html", &guide),
+        (
+            RouteKind::Exact,
+            "/r",
+            &[
+                "X-Page: file",
+                "X-Stripped: route",
+                "X-Html: yes",
+                "X-Rewrite: r",
+            ],
+        ),
+        (RouteKind::Wildcard, "/blog/", &fallback),
+        (RouteKind::Exact, "/blog/_wildcard.html", &fallback[..2]),
+        (RouteKind::Exact, "/tiny.txt", &[]),
+    ] {
+        assert_eq!(x_lines(&pack, kind, key), expected, "{key}");
+    }
 }
 
 #[test]

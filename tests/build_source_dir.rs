@@ -45,7 +45,13 @@ fn ignore_rules_and_well_known() {
         "sub/.cache/a.html",
         "sub/ok.html",
         ".well-known/security.txt",
+        ".well-known/acme-challenge/token",
         ".well-known/.hidden/x.txt",
+        ".well-known/.DS_Store",
+        ".well-known/.git/config",
+        ".well-known/security.txt~",
+        ".well-known/#security.txt#",
+        ".well-known/acme-challenge/.swp",
         "sub/.well-known/no.txt",
     ] {
         write(root, p, "x");
@@ -53,7 +59,7 @@ fn ignore_rules_and_well_known() {
     assert_eq!(
         paths(root),
         [
-            ".well-known/.hidden/x.txt",
+            ".well-known/acme-challenge/token",
             ".well-known/security.txt",
             "index.html",
             "sub/ok.html"

@@ -133,6 +133,35 @@ fn plain_archive_with_links_builds() {
 }
 
 #[test]
+fn ignore_rules_apply_under_well_known() {
+    let kept = [
+        ".well-known/security.txt",
+        ".well-known/acme-challenge/token",
+    ];
+    let ignored = [
+        ".well-known/.DS_Store",
+        ".well-known/.git/config",
+        ".well-known/security.txt~",
+        ".well-known/acme-challenge/.hidden",
+        "sub/.well-known/security.txt",
+    ];
+    let entries: Vec<Vec<u8>> = kept
+        .iter()
+        .chain(&ignored)
+        .map(|name| file_entry(format!("./{name}").as_bytes(), b"x"))
+        .collect();
+    let built = build_bytes(&archive(&entries), "site.tar").unwrap();
+    let pack = open(&built.pack);
+    for name in kept {
+        assert!(body(&pack, &format!("/{name}")).is_some(), "{name} kept");
+    }
+    for name in ignored {
+        assert_eq!(body(&pack, &format!("/{name}")), None, "{name} ignored");
+    }
+    assert_eq!(built.report.files, kept.len() as u64);
+}
+
+#[test]
 fn absolute_names_are_refused() {
     let err = refused(&archive(&[file_entry(b"/etc/passwd", b"x")]));
     assert!(

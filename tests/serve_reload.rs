@@ -1,6 +1,7 @@
 //! Hot reload: the pack replaced by rename under continuous keep-alive load
 //! loses no request; a corrupt replacement is refused and the old pack keeps
-//! serving; SIGHUP reloads, and fires a directory site again.
+//! serving; SIGHUP reloads, and fires a directory site again, also when no
+//! log line can be written.
 
 mod common;
 
@@ -133,4 +134,33 @@ fn sighup_refires_a_directory_site() {
         "{}",
         server.stderr_text()
     );
+}
+
+#[test]
+fn sighup_reloads_while_logs_cannot_be_written() {
+    for (what, stderr) in unwritable_outputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let site = dir.path().join("public");
+        std::fs::create_dir(&site).unwrap();
+        std::fs::write(site.join("version.txt"), "one").unwrap();
+        let mut server = Server::launch(
+            &[site.to_str().unwrap(), "--threads", "1"],
+            Launch {
+                stderr: Some(stderr),
+                ..Launch::default()
+            },
+        );
+        // Each reload logs a line: the second shows the first did not
+        // cost the signal handling.
+        for v in ["two", "three"] {
+            std::fs::write(site.join("version.txt"), v).unwrap();
+            server.signal(libc::SIGHUP);
+            wait_for(&server, v);
+        }
+        server.signal(libc::SIGTERM);
+        let status = server
+            .wait_exit(Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("stderr to {what}: SIGTERM did not stop the server"));
+        assert!(status.success(), "stderr to {what}: {status:?}");
+    }
 }

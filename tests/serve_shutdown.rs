@@ -1,5 +1,6 @@
 //! Graceful shutdown: SIGTERM stops accepting, closes idle connections,
-//! lets a response in flight finish, and exits.
+//! lets a response in flight finish, and exits, also when no log line can
+//! be written.
 
 mod common;
 
@@ -75,4 +76,37 @@ fn sigint_with_nothing_in_flight_exits_promptly() {
         .wait_exit(Duration::from_secs(15))
         .expect("server exits");
     assert!(status.success());
+}
+
+#[test]
+fn sigterm_stops_a_server_whose_logs_cannot_be_written() {
+    for (what, stderr) in unwritable_outputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = sample_pack(dir.path());
+        // The access log goes to stdout, closed after the start-up line.
+        let mut server = Server::launch(
+            &[
+                pack.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--access-log",
+                "-",
+            ],
+            Launch {
+                stderr: Some(stderr),
+                drain_stdout: false,
+                ..Launch::default()
+            },
+        );
+        assert_eq!(server.get("/hello.txt", "").body, HELLO, "{what}");
+        // The log is flushed once a second: let a flush fail, then the
+        // loop that logged must still answer.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(server.get("/hello.txt", "").body, HELLO, "{what}");
+        server.signal(libc::SIGTERM);
+        let status = server
+            .wait_exit(Duration::from_secs(15))
+            .unwrap_or_else(|| panic!("stderr to {what}: SIGTERM did not stop the server"));
+        assert!(status.success(), "stderr to {what}: {status:?}");
+    }
 }

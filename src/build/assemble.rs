@@ -160,7 +160,7 @@ pub fn assemble(
         let validators = route.validators();
         let (set, last_modified) = match &route.target {
             Target::File(i) => {
-                let custom = headers_for(input.header_rules, &route.headers_path());
+                let custom = headers_for(input.header_rules, &plan.headers_paths(route));
                 let cache_key = (*i, validators, custom);
                 let set = match sets.get(&cache_key) {
                     Some(set) => *set,

@@ -6,8 +6,9 @@
 //! (not for identity), `Accept-Ranges` (only with validators); then
 //! `Content-Length`.
 //!
-//! A custom header with the name of a generated one replaces it in place
-//! instead of being sent twice.
+//! A custom `Cache-Control`, `Vary` or `Content-Type` replaces the generated
+//! one in place instead of being sent twice; the validators, `Accept-Ranges`
+//! and the framing headers cannot be set from `_headers` (see `netlify`).
 
 use crate::pack::{Encoding, HeadBlock, HeadBlockBuilder};
 
@@ -136,11 +137,7 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         b.line("ETag", etag);
     }
     if let Some(t) = v.last_modified {
-        let generated = http_date(t);
-        b.line(
-            "Last-Modified",
-            custom("Last-Modified").unwrap_or(&generated),
-        );
+        b.line("Last-Modified", &http_date(t));
     }
     b.line(
         "Cache-Control",
@@ -160,19 +157,9 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         }
         (false, None) => {}
     }
-    let generated = [
-        "Last-Modified",
-        "Cache-Control",
-        "Vary",
-        "Content-Type",
-        "Accept-Ranges",
-    ];
+    let replaceable = ["Cache-Control", "Vary", "Content-Type"];
     for (name, value) in v.custom {
-        let replaces = generated.iter().any(|g| g.eq_ignore_ascii_case(name));
-        // Last-Modified without validators is not generated: keep the custom one.
-        let dropped_validator =
-            v.last_modified.is_none() && name.eq_ignore_ascii_case("Last-Modified");
-        if !replaces || dropped_validator {
+        if !replaceable.iter().any(|g| g.eq_ignore_ascii_case(name)) {
             b.line(name, value);
         }
     }
@@ -185,8 +172,8 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         b.line("Content-Encoding", v.encoding.token());
     }
     // Ranges are served only where validators apply (stored 200 responses).
-    if let Some(value) = custom("Accept-Ranges").or(v.etag.map(|_| "bytes")) {
-        b.line("Accept-Ranges", value);
+    if v.etag.is_some() {
+        b.line("Accept-Ranges", "bytes");
     }
     b.finish(v.content_length)
 }

@@ -17,7 +17,7 @@ pub mod source;
 pub mod urlpath;
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -421,8 +421,11 @@ impl BuildArgs {
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let opts = args.options()?;
     let report = build_pack(&args.source, &args.output, &opts)?;
+    // A warning that cannot be written does not fail the build (eprintln!
+    // would panic on a closed or full stderr).
+    let mut stderr = std::io::stderr();
     for w in &report.warnings {
-        eprintln!("kiln: warning: {w}");
+        let _ = writeln!(stderr, "kiln: warning: {w}");
     }
     if !args.quiet {
         let summary = format!(

@@ -15,16 +15,20 @@ use anyhow::bail;
 use super::urlpath::{encode_location, percent_decode};
 
 /// Headers that the builder or the server own: setting them from `_headers`
-/// would break framing or content negotiation, so it is refused.
+/// would break framing or content negotiation, or make 304 and 206 answers
+/// contradict the validators and ranges the server computes, so a line
+/// setting one is refused.
 const RESERVED_HEADERS: &[&str] = &[
     "content-length",
     "transfer-encoding",
     "content-encoding",
     "content-range",
+    "accept-ranges",
+    "etag",
+    "last-modified",
     "connection",
     "keep-alive",
     "date",
-    "etag",
     "upgrade",
     "trailer",
     "te",
@@ -113,14 +117,17 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// The headers every matching block adds to `path`, in file order. Every
-/// matching block contributes; a name set by several lines (in one block or
-/// in several) gets their values joined with ", ", as Netlify does, except
-/// `Set-Cookie`, whose values may hold commas and must stay separate lines
-/// (RFC 9110 §5.3).
-pub fn headers_for(rules: &[HeaderRule], path: &[u8]) -> Vec<(String, String)> {
+/// The headers the blocks matching any of `paths` add, in file order, each
+/// block once however many of the paths it matches. A name set by several
+/// lines (in one block or in several) gets their values joined with ", ",
+/// as Netlify does, except `Set-Cookie`, whose values may hold commas and
+/// must stay separate lines (RFC 9110 §5.3).
+pub fn headers_for(rules: &[HeaderRule], paths: &[&[u8]]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
-    for rule in rules.iter().filter(|r| pattern_matches(&r.pattern, path)) {
+    let matching = rules
+        .iter()
+        .filter(|r| paths.iter().any(|path| pattern_matches(&r.pattern, path)));
+    for rule in matching {
         for (name, value) in &rule.headers {
             let joined = out
                 .iter_mut()
@@ -329,7 +336,7 @@ mod tests {
         let rules = parse_headers(text, "_headers").unwrap();
         assert_eq!(rules.len(), 2);
         assert_eq!(rules[1].line, 6);
-        let h = headers_for(&rules, b"/blog/post");
+        let h = headers_for(&rules, &[b"/blog/post"]);
         assert_eq!(
             h,
             vec![
@@ -341,11 +348,16 @@ mod tests {
                 ("Cache-Control".to_owned(), "no-store".to_owned()),
             ]
         );
-        assert_eq!(headers_for(&rules, b"/blog/a/b").len(), 2);
+        assert_eq!(headers_for(&rules, &[b"/blog/a/b"]).len(), 2);
+        assert_eq!(
+            headers_for(&rules, &[b"/blog/post", b"/blog/post.html", b"/x"]),
+            h,
+            "a block matching several URLs of a file applies once"
+        );
         let cookies =
             "/*\n  Set-Cookie: a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT\n  set-cookie: b=2\n";
         let rules = parse_headers(cookies, "_headers").unwrap();
-        assert_eq!(headers_for(&rules, b"/").len(), 2, "never joined");
+        assert_eq!(headers_for(&rules, &[b"/"]).len(), 2, "never joined");
     }
 
     #[test]

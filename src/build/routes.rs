@@ -11,6 +11,8 @@
 //! or `:placeholder` go to the pack's rule list, in file order, for the
 //! server to evaluate at run time.
 //!
+//! `_headers` blocks follow the file: see `RoutePlan::headers_paths`.
+//!
 //! Keys are percent-decoded paths (raw bytes), starting with '/'.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,14 +119,6 @@ impl PlannedRoute {
     pub fn validators(&self) -> bool {
         self.status == 200 && matches!(self.target, Target::File(_))
     }
-
-    /// The path `_headers` patterns are matched against.
-    pub fn headers_path(&self) -> Vec<u8> {
-        match self.kind {
-            RouteKind::NotFound => format!("/{NOT_FOUND_FILE}").into_bytes(),
-            _ => self.key.clone(),
-        }
-    }
 }
 
 /// The routing decisions for a site.
@@ -139,6 +133,31 @@ pub struct RoutePlan {
     pub shadowed: Vec<usize>,
     /// One line each (duplicate wildcards, rules skipped as repeated).
     pub warnings: Vec<String>,
+    /// By file index: the URLs of the file, its own path first, then the
+    /// `/dir/` and stripped keys that serve it.
+    pub file_urls: Vec<Vec<Vec<u8>>>,
+}
+
+impl RoutePlan {
+    /// The paths `_headers` patterns are matched against for `route`.
+    ///
+    /// A user writes a block for a file and expects it on every URL of that
+    /// file, so a route serving a file gets the blocks matching any of the
+    /// file's URLs (`/page.html` and `/page`, `/dir/index.html` and `/dir/`),
+    /// and a route that is not one of them (a `_redirects` rewrite, a
+    /// `_wildcard.*` fallback) also those matching its own key. A block for
+    /// a rewrite's key stays on the rewrite: it does not reach the file's
+    /// own URLs. Redirects carry no `_headers`.
+    pub fn headers_paths<'a>(&'a self, route: &'a PlannedRoute) -> Vec<&'a [u8]> {
+        let Target::File(i) = route.target else {
+            return Vec::new();
+        };
+        let mut paths: Vec<&[u8]> = self.file_urls[i].iter().map(Vec::as_slice).collect();
+        if !route.key.is_empty() && !paths.contains(&route.key.as_slice()) {
+            paths.push(&route.key);
+        }
+        paths
+    }
 }
 
 /// Plans every route for `files` (sorted, without `_headers`/`_redirects`).
@@ -355,6 +374,15 @@ pub fn plan_routes(
         exact.insert(key, planned);
     }
 
+    plan.file_urls = files
+        .iter()
+        .map(|f| vec![format!("/{}", f.path).into_bytes()])
+        .collect();
+    for r in exact.values() {
+        if let (Origin::Index | Origin::Stripped, Target::File(i)) = (r.origin, &r.target) {
+            plan.file_urls[*i].push(r.key.clone());
+        }
+    }
     plan.routes.extend(exact.into_values());
     plan.routes.extend(wildcards.into_values());
     if opts.not_found

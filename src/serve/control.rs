@@ -3,6 +3,11 @@
 //! pack's directory (the pack replaced by rename or rewritten: reload).
 //! A reload opens and verifies the new pack before publishing it; a bad
 //! one is logged and the old one keeps serving.
+//!
+//! Without this thread the server would ignore SIGTERM and SIGHUP (they are
+//! blocked everywhere) and could only be killed, so whatever ends it — an
+//! error it cannot get past, or a panic — shuts the server down, and
+//! `serve::run` reports it with a non-zero exit.
 
 use std::ffi::OsString;
 use std::io;
@@ -10,7 +15,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 
 use super::handler::Site;
 use super::net::{Shared, Waker};
@@ -124,9 +130,37 @@ fn event_names(buf: &[u8]) -> Vec<OsString> {
     names
 }
 
-/// Runs the control loop until the process exits; `pack` is `None` in
-/// dummy mode, `watched` when the pack's directory could be watched.
-pub fn run(
+/// The running control thread.
+pub struct Control {
+    /// Returns why the loop ended (it never ends otherwise).
+    handle: JoinHandle<io::Error>,
+    /// Set, before the shutdown starts, when the thread is ending.
+    ended: Arc<AtomicBool>,
+}
+
+impl Control {
+    /// Why the control thread ended, once the event loops have stopped;
+    /// `None` when it is still running, as after a shutdown by signal.
+    pub fn failure(self) -> Option<String> {
+        if !self.ended.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(match self.handle.join() {
+            Ok(e) => format!("the control thread stopped: {e}"),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("no message");
+                format!("the control thread panicked: {message}")
+            }
+        })
+    }
+}
+
+/// Starts the control thread (see `run`); its end shuts the server down.
+pub fn spawn(
     signals: OwnedFd,
     pack: Option<PathBuf>,
     tls: Option<super::tls::Source>,
@@ -134,8 +168,74 @@ pub fn run(
     shared: Arc<Shared>,
     current: Arc<CurrentSite>,
     wakers: Vec<Arc<Waker>>,
-) {
+) -> io::Result<Control> {
+    supervise(shared, wakers, move |shared, wakers| {
+        run(signals, pack, tls, watched, shared, &current, wakers)
+    })
+}
+
+/// Starts a shutdown when dropped: on the control thread, dropped however
+/// the thread ends, unwinding included.
+struct ShutdownOnExit {
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<Waker>>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Drop for ShutdownOnExit {
+    fn drop(&mut self) {
+        self.ended.store(true, Ordering::Release);
+        self.shared.shutdown.store(true, Ordering::Release);
+        for w in &self.wakers {
+            w.wake();
+        }
+    }
+}
+
+/// Runs `body` on the control thread; when it returns or panics, the event
+/// loops are told to shut down.
+fn supervise<F>(shared: Arc<Shared>, wakers: Vec<Arc<Waker>>, body: F) -> io::Result<Control>
+where
+    F: FnOnce(&Shared, &[Arc<Waker>]) -> io::Error + Send + 'static,
+{
+    let ended = Arc::new(AtomicBool::new(false));
+    let guard = ShutdownOnExit {
+        shared,
+        wakers,
+        ended: Arc::clone(&ended),
+    };
+    let handle = std::thread::Builder::new()
+        .name("kiln-control".into())
+        .spawn(move || {
+            // Owned by the thread, so dropped when it ends, however it ends.
+            let guard = guard;
+            body(&guard.shared, &guard.wakers)
+        })?;
+    Ok(Control { handle, ended })
+}
+
+/// True for the errors a read or poll is simply retried after.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Runs the control loop; returns only on an error it cannot get past.
+/// `pack` is `None` in dummy mode, `watched` when the pack's directory
+/// could be watched.
+fn run(
+    signals: OwnedFd,
+    pack: Option<PathBuf>,
+    tls: Option<super::tls::Source>,
+    mut watched: Option<Watch>,
+    shared: &Shared,
+    current: &CurrentSite,
+    wakers: &[Arc<Waker>],
+) -> io::Error {
     let mut buf = vec![0u8; 4096];
+    let siginfo_len = std::mem::size_of::<libc::signalfd_siginfo>();
     loop {
         let mut fds = [
             libc::pollfd {
@@ -151,26 +251,40 @@ pub fn run(
         ];
         // SAFETY: two valid pollfds.
         if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
-            continue;
+            let e = io::Error::last_os_error();
+            if is_transient(&e) {
+                continue;
+            }
+            return io::Error::new(e.kind(), format!("poll: {e}"));
         }
         if fds[0].revents != 0 {
-            // SAFETY: reads one signalfd_siginfo into a buffer large enough.
-            let n = unsafe { libc::read(signals.as_raw_fd(), buf.as_mut_ptr().cast(), 128) };
-            if n == 128 {
+            // SAFETY: reads at most one signalfd_siginfo into a larger buffer.
+            let n =
+                unsafe { libc::read(signals.as_raw_fd(), buf.as_mut_ptr().cast(), siginfo_len) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if !is_transient(&e) {
+                    return io::Error::new(e.kind(), format!("reading signals: {e}"));
+                }
+            } else if n as usize != siginfo_len {
+                return io::Error::other(format!(
+                    "reading signals: {n} bytes instead of {siginfo_len}"
+                ));
+            } else {
                 let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
                 if signo == libc::SIGHUP {
                     if let Some(p) = pack.as_deref() {
-                        reload(p, &current);
+                        reload(p, current);
                     }
                     if let Some(source) = tls.as_ref() {
-                        reload_tls(source, &current);
+                        reload_tls(source, current);
                     }
                 } else if shared.shutdown.swap(true, Ordering::AcqRel) {
                     tracing::warn!("second signal: exiting now");
                     std::process::exit(1);
                 } else {
                     tracing::info!("shutting down: finishing responses in flight");
-                    for w in &wakers {
+                    for w in wakers {
                         w.wake();
                     }
                 }
@@ -181,12 +295,105 @@ pub fn run(
         {
             // SAFETY: reads into our buffer.
             let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n > 0
-                && event_names(&buf[..n as usize]).iter().any(|n| n == name)
+            if n < 0 {
+                // A watch that cannot be read would wake every poll: drop
+                // it, signals still work.
+                let e = io::Error::last_os_error();
+                if !is_transient(&e) {
+                    tracing::warn!(
+                        "stopped watching the pack for replacement ({e}); reload with SIGHUP"
+                    );
+                    watched = None;
+                }
+            } else if event_names(&buf[..n as usize]).iter().any(|n| n == name)
                 && let Some(p) = pack.as_deref()
             {
-                reload(p, &current);
+                reload(p, current);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A shared state, one waker, and a way to see the waker was woken.
+    fn server_state() -> (Arc<Shared>, Arc<Waker>) {
+        (Arc::new(Shared::default()), Arc::new(Waker::new().unwrap()))
+    }
+
+    fn woken(waker: &Waker) -> bool {
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from a non-blocking eventfd.
+        let n = unsafe { libc::read(waker.raw(), (&mut count as *mut u64).cast(), 8) };
+        n == 8 && count > 0
+    }
+
+    fn wait_ended(control: &Control) {
+        let start = Instant::now();
+        while !control.ended.load(Ordering::Acquire) {
+            assert!(start.elapsed() < Duration::from_secs(10), "still running");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_control_loop_that_cannot_read_signals_shuts_the_server_down() {
+        let (shared, waker) = server_state();
+        // /dev/null is always readable and yields no signal: the loop can
+        // never receive SIGTERM again and must not run on deaf.
+        let not_signals = OwnedFd::from(File::open("/dev/null").unwrap());
+        let control = spawn(
+            not_signals,
+            None,
+            None,
+            None,
+            Arc::clone(&shared),
+            Arc::new(CurrentSite::new(Site::dummy(), None)),
+            vec![Arc::clone(&waker)],
+        )
+        .unwrap();
+        wait_ended(&control);
+        assert!(shared.shutdown.load(Ordering::Acquire));
+        assert!(woken(&waker));
+        let failure = control.failure().expect("a failure");
+        assert!(failure.contains("reading signals: 0 bytes"), "{failure}");
+    }
+
+    #[test]
+    fn a_panicking_control_thread_shuts_the_server_down() {
+        let (shared, waker) = server_state();
+        let control = supervise(Arc::clone(&shared), vec![Arc::clone(&waker)], |_, _| {
+            panic!("log write failed")
+        })
+        .unwrap();
+        wait_ended(&control);
+        assert!(shared.shutdown.load(Ordering::Acquire));
+        assert!(woken(&waker));
+        let failure = control.failure().expect("a failure");
+        assert!(failure.contains("panicked: log write failed"), "{failure}");
+    }
+
+    #[test]
+    fn a_running_control_thread_is_no_failure() {
+        let (shared, waker) = server_state();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let control = supervise(
+            Arc::clone(&shared),
+            vec![Arc::clone(&waker)],
+            move |_, _| {
+                let _ = stopped.recv();
+                io::Error::other("stopped by the test")
+            },
+        )
+        .unwrap();
+        assert!(control.failure().is_none());
+        assert!(!shared.shutdown.load(Ordering::Acquire));
+        assert!(!woken(&waker));
+        drop(stop);
     }
 }

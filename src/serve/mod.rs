@@ -10,6 +10,7 @@ pub mod control;
 pub mod date;
 pub mod handler;
 pub mod http1;
+pub mod listen;
 pub mod net;
 pub mod output;
 pub mod server_headers;
@@ -27,6 +28,7 @@ use clap::Args;
 
 use crate::pack::{Pack, verify};
 use handler::Site;
+use listen::Listen;
 use net::worker::{LoopConfig, Worker};
 use net::{Shared, Waker};
 use server_headers::ServerHeaders;
@@ -38,14 +40,17 @@ pub struct ServeArgs {
     /// The pack to serve.
     #[arg(required_unless_present = "dummy")]
     pub site: Option<PathBuf>,
-    /// Address to listen on (repeatable). Default: 127.0.0.1:8080 and
-    /// [::1]:8080. Port 0 picks a free port, printed at start-up.
-    #[arg(long = "listen", value_name = "ADDR:PORT")]
-    pub listen: Vec<SocketAddr>,
-    /// Address to listen on with TLS (repeatable; needs --tls-cert and
-    /// --tls-key, or --tls-self-signed).
-    #[arg(long = "listen-tls", value_name = "ADDR:PORT")]
-    pub listen_tls: Vec<SocketAddr>,
+    /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
+    /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
+    /// to at start); IPv6 addresses not typed out are skipped on a machine
+    /// without IPv6. Default: 127.0.0.1:8080 and [::1]:8080. Port 0 picks a
+    /// free port, one per value, printed at start-up.
+    #[arg(long = "listen", value_name = "ADDR")]
+    pub listen: Vec<String>,
+    /// Address to listen on with TLS (repeatable, the same forms as
+    /// --listen; needs --tls-cert and --tls-key, or --tls-self-signed).
+    #[arg(long = "listen-tls", value_name = "ADDR")]
+    pub listen_tls: Vec<String>,
     /// PEM certificate chain for TLS, leaf first (repeatable, paired in
     /// order with --tls-key; chosen per connection by SNI, the first is
     /// the fallback).
@@ -154,42 +159,80 @@ fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
 /// A thread's listeners, each with the stack tag of its connections.
 type Listeners = Vec<(std::net::TcpListener, u32)>;
 
-/// Binds every address once per thread (the first bind resolves port 0).
-fn bind_all(args: &ServeArgs, threads: usize) -> anyhow::Result<Vec<Listeners>> {
-    let defaults = args.listen.is_empty() && args.listen_tls.is_empty();
-    let addrs: Vec<(SocketAddr, u32)> = if defaults {
-        vec![
-            ("127.0.0.1:8080".parse()?, stack::CLEARTEXT),
-            ("[::1]:8080".parse()?, stack::CLEARTEXT),
-        ]
-    } else {
-        let clear = args.listen.iter().map(|a| (*a, stack::CLEARTEXT));
-        clear
-            .chain(args.listen_tls.iter().map(|a| (*a, stack::TLS)))
-            .collect()
+/// The default port, on loopback, when no `--listen` is given.
+const DEFAULT_PORT: u16 = 8080;
+
+/// The addresses `--listen` and `--listen-tls` ask for, each with the
+/// stack tag of its connections, or the default.
+fn listen_addresses(args: &ServeArgs) -> anyhow::Result<Vec<(Listen, u32)>> {
+    if args.listen.is_empty() && args.listen_tls.is_empty() {
+        return Ok(vec![(Listen::loopback(DEFAULT_PORT), stack::CLEARTEXT)]);
+    }
+    let parse = |flag: &str, v: &String, tag: u32| {
+        Listen::parse(v)
+            .map(|l| (l, tag))
+            .map_err(|why| anyhow::anyhow!("--{flag} {v:?}: {why}"))
     };
+    let clear = args
+        .listen
+        .iter()
+        .map(|v| parse("listen", v, stack::CLEARTEXT));
+    let tls = args
+        .listen_tls
+        .iter()
+        .map(|v| parse("listen-tls", v, stack::TLS));
+    clear.chain(tls).collect()
+}
+
+/// True when binding failed because the machine has no IPv6 (no stack, or
+/// no such address on any interface).
+fn no_ipv6(addr: SocketAddr, e: &std::io::Error) -> bool {
+    addr.is_ipv6()
+        && matches!(
+            e.raw_os_error(),
+            Some(libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT | libc::EADDRNOTAVAIL)
+        )
+}
+
+/// Binds every address once per thread, each address once however many
+/// values name it. The first bind of a value resolves port 0, and its
+/// other addresses get the same port.
+fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Listeners>> {
     let mut per_thread: Vec<Listeners> = (0..threads).map(|_| Vec::new()).collect();
-    for (addr, tag) in addrs {
-        let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
-            Ok(l) => l,
-            Err(e) if defaults && addr.is_ipv6() => {
-                tracing::info!("not listening on {addr}: {e}");
+    let mut bound: Vec<SocketAddr> = Vec::new();
+    for (listen, tag) in listens {
+        let mut chosen_port = None;
+        for &asked in &listen.addrs {
+            let mut addr = asked;
+            if let (0, Some(port)) = (addr.port(), chosen_port) {
+                addr.set_port(port);
+            }
+            if addr.port() != 0 && bound.contains(&addr) {
                 continue;
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
-        };
-        let bound = first.local_addr()?;
-        per_thread[0].push((first, tag));
-        for listeners in per_thread.iter_mut().skip(1) {
-            let l = net::bind(bound).with_context(|| format!("cannot listen on {bound}"))?;
-            listeners.push((l, tag));
+            let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
+                Ok(l) => l,
+                Err(e) if listen.implied && no_ipv6(addr, &e) => {
+                    tracing::info!("not listening on {addr}: no IPv6 on this machine ({e})");
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+            };
+            let local = first.local_addr()?;
+            chosen_port.get_or_insert(local.port());
+            bound.push(local);
+            per_thread[0].push((first, *tag));
+            for listeners in per_thread.iter_mut().skip(1) {
+                let l = net::bind(local).with_context(|| format!("cannot listen on {local}"))?;
+                listeners.push((l, *tag));
+            }
         }
     }
     Ok(per_thread)
 }
 
 /// Where TLS certificates come from, when any listener speaks TLS.
-fn tls_source(args: &ServeArgs) -> anyhow::Result<Option<tls::Source>> {
+fn tls_source(args: &ServeArgs, listens: &[(Listen, u32)]) -> anyhow::Result<Option<tls::Source>> {
     let wants_tls = !args.listen_tls.is_empty();
     let has_files = !args.tls_cert.is_empty() || !args.tls_key.is_empty();
     if !wants_tls {
@@ -200,7 +243,8 @@ fn tls_source(args: &ServeArgs) -> anyhow::Result<Option<tls::Source>> {
     }
     if args.tls_self_signed {
         let mut names = vec!["localhost".to_string()];
-        for addr in &args.listen_tls {
+        let tls_addrs = listens.iter().filter(|(_, tag)| *tag == stack::TLS);
+        for addr in tls_addrs.flat_map(|(l, _)| &l.addrs) {
             let ip = addr.ip();
             if ip.is_unspecified() {
                 names.extend(["127.0.0.1".to_string(), "::1".to_string()]);
@@ -257,11 +301,16 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // A log line that cannot be written is dropped: by default the
+    // subscriber reports the failure with eprintln!, which panics when
+    // stderr is a closed pipe or a full device, and the thread logging dies.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+    let listens = listen_addresses(&args)?;
     let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
     let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
     let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
@@ -274,7 +323,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let max_connections = match args.max_connections {
         Some(0) => bail!("--max-connections must be at least 1"),
         Some(n) => n,
-        None => connection_budget(threads, (args.listen.len() + args.listen_tls.len()).max(2)),
+        None => connection_budget(threads, listens.iter().map(|(l, _)| l.addrs.len()).sum()),
     };
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
@@ -312,8 +361,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
         access_log,
     });
-    let tls_source = tls_source(&args)?;
-    let listeners = bind_all(&args, threads)?;
+    let tls_source = tls_source(&args, &listens)?;
+    let listeners = bind_all(&listens, threads)?;
     let urls: Vec<String> = listeners[0]
         .iter()
         .filter_map(|(l, tag)| {
@@ -355,15 +404,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    {
-        let shared = Arc::clone(&shared);
-        let pack = pack_path.clone();
-        std::thread::Builder::new()
-            .name("kiln-control".into())
-            .spawn(move || {
-                control::run(signals, pack, tls_source, watched, shared, current, wakers)
-            })?;
-    }
+    let control = control::spawn(
+        signals,
+        pack_path.clone(),
+        tls_source,
+        watched,
+        Arc::clone(&shared),
+        current,
+        wakers,
+    )?;
     let threads_word = if threads == 1 { "thread" } else { "threads" };
     let announcement = match &pack_path {
         Some(p) => format!(
@@ -385,6 +434,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             Ok(Err(e)) => tracing::error!("event loop failed: {e}"),
             Err(_) => tracing::error!("event loop panicked"),
         }
+    }
+    if let Some(failure) = control.failure() {
+        bail!("{failure}; the server shut down");
     }
     tracing::info!("stopped");
     Ok(())

@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -402,17 +403,78 @@ pub struct Server {
     pub startup: String,
 }
 
+/// How `Server::launch` starts the server.
+pub struct Launch {
+    /// RLIMIT_NOFILE in the server.
+    pub fd_limit: Option<u64>,
+    /// The `--listen` values; the port tests connect to is the first
+    /// address's, read from the start-up line.
+    pub listen: Vec<String>,
+    /// Where the server's stderr goes; `None`: a pipe the test reads
+    /// (`Server::stderr_text`).
+    pub stderr: Option<Stdio>,
+    /// Keep reading stdout after the start-up line (`Server::stdout`);
+    /// `false` closes the pipe's read end, so later writes fail.
+    pub drain_stdout: bool,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Launch {
+            fd_limit: None,
+            listen: vec!["127.0.0.1:0".to_owned()],
+            stderr: None,
+            drain_stdout: true,
+        }
+    }
+}
+
+/// Where every write fails: a pipe whose read end is closed (EPIPE) and
+/// `/dev/full` (ENOSPC); named for messages.
+pub fn unwritable_outputs() -> Vec<(&'static str, Stdio)> {
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, which we own from here.
+    assert_eq!(
+        unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
+        0
+    );
+    // SAFETY: both descriptors are fresh and ours.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(read_end);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    vec![
+        ("a pipe closed at the other end", Stdio::from(write_end)),
+        ("/dev/full", Stdio::from(full)),
+    ]
+}
+
 impl Server {
     /// Starts `kiln serve ARGS --listen 127.0.0.1:0` and waits for its
     /// start-up line.
     pub fn start(args: &[&str]) -> Server {
-        Server::start_with_fd_limit(args, None)
+        Server::launch(args, Launch::default())
     }
 
     /// `start` with RLIMIT_NOFILE set to `fd_limit` in the server.
     pub fn start_with_fd_limit(args: &[&str], fd_limit: Option<u64>) -> Server {
+        Server::launch(
+            args,
+            Launch {
+                fd_limit,
+                ..Launch::default()
+            },
+        )
+    }
+
+    /// Starts `kiln serve ARGS` as `launch` says and waits for its start-up
+    /// line.
+    pub fn launch(args: &[&str], launch: Launch) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
-        if let Some(limit) = fd_limit {
+        if let Some(limit) = launch.fd_limit {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe.
             unsafe {
@@ -428,30 +490,31 @@ impl Server {
                 })
             };
         }
-        let tls_args: &[&str] = if tls_mode() {
-            &["--listen-tls", "127.0.0.1:0", "--tls-self-signed"]
-        } else {
-            &[]
-        };
+        command.arg("serve").args(args);
+        for value in &launch.listen {
+            command.args(["--listen", value]);
+        }
+        if tls_mode() {
+            command.args(["--listen-tls", "127.0.0.1:0", "--tls-self-signed"]);
+        }
+        let read_stderr = launch.stderr.is_none();
         let mut child = command
-            .arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(tls_args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(launch.stderr.unwrap_or_else(Stdio::piped))
             .spawn()
             .expect("start kiln");
         let stderr = Arc::new(Mutex::new(String::new()));
-        let err_pipe = child.stderr.take().unwrap();
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
+        if read_stderr {
+            let err_pipe = child.stderr.take().unwrap();
+            let sink = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                    let mut s = sink.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        }
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut startup = String::new();
         out.read_line(&mut startup).expect("start-up line");
@@ -461,18 +524,21 @@ impl Server {
         }
         // Keep draining stdout (the access log may go there).
         let stdout = Arc::new(Mutex::new(String::new()));
-        let out_sink = Arc::clone(&stdout);
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let mut s = out_sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
+        if launch.drain_stdout {
+            let out_sink = Arc::clone(&stdout);
+            std::thread::spawn(move || {
+                for line in out.lines().map_while(Result::ok) {
+                    let mut s = out_sink.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        }
         let port = startup
-            .split("http://127.0.0.1:")
+            .split("http://")
             .nth(1)
             .and_then(|rest| rest.split('/').next())
+            .and_then(|host_port| host_port.rsplit(':').next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| {
                 panic!(

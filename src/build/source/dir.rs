@@ -13,7 +13,7 @@ use std::time::UNIX_EPOCH;
 
 use anyhow::{Context, bail};
 
-use super::ignore::{is_ignored_name, is_well_known};
+use super::ignore::is_ignored_entry;
 use super::{Content, ReadOptions, Source, SourceFile};
 
 /// The state of one walk.
@@ -57,15 +57,15 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
     }
     names.sort();
     for name in names {
+        if is_ignored_entry(rel.is_empty(), &name) {
+            continue;
+        }
         let path = dir.join(&name);
         let child_rel = if rel.is_empty() {
             name.clone()
         } else {
             format!("{rel}/{name}")
         };
-        if is_ignored_name(&name) && !is_well_known(&child_rel) && !is_well_known(rel) {
-            continue;
-        }
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) => {

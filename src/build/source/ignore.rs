@@ -1,8 +1,15 @@
 //! Which source names are left out of a pack: editor backups, logs, lock
-//! files, dotfiles and OS litter, following kawipiko's rules, except that
-//! `/.well-known/` (RFC 8615) and everything under it is always kept.
+//! files, dotfiles, VCS folders and OS litter, following kawipiko's rules,
+//! at every depth. The one dot-name a site needs is kept: the root
+//! `.well-known` directory (RFC 8615); what lies under it follows the same
+//! rules as everything else, so `.well-known/.DS_Store` or
+//! `.well-known/.git/` are not published.
 
-/// True when a single path component (file or directory name) is ignored.
+/// The only dot-name kept, and only at the site root.
+const WELL_KNOWN: &str = ".well-known";
+
+/// True when a single path component (file or directory name) is ignored
+/// wherever it appears.
 pub fn is_ignored_name(name: &str) -> bool {
     name.starts_with('.')
         || name.starts_with('#')
@@ -15,18 +22,18 @@ pub fn is_ignored_name(name: &str) -> bool {
         || name == "Thumbs.db"
 }
 
-/// True when a relative, '/'-separated path is ignored: one of its
-/// components is, and it is not under the root `.well-known` directory.
-pub fn is_ignored_path(path: &str) -> bool {
-    if is_well_known(path) {
-        return false;
-    }
-    path.split('/').any(is_ignored_name)
+/// True when a directory entry called `name` is ignored; `at_root` says
+/// whether it lies directly in the site root.
+pub fn is_ignored_entry(at_root: bool, name: &str) -> bool {
+    is_ignored_name(name) && !(at_root && name == WELL_KNOWN)
 }
 
-/// True for `.well-known` itself and anything below it, at the site root.
-pub fn is_well_known(path: &str) -> bool {
-    path == ".well-known" || path.starts_with(".well-known/")
+/// True when a relative, '/'-separated path is ignored: one of its
+/// components is.
+pub fn is_ignored_path(path: &str) -> bool {
+    path.split('/')
+        .enumerate()
+        .any(|(depth, name)| is_ignored_entry(depth == 0, name))
 }
 
 #[cfg(test)]
@@ -63,13 +70,26 @@ mod tests {
     }
 
     #[test]
-    fn well_known_is_kept_with_everything_under_it() {
-        assert!(!is_ignored_path(".well-known/security.txt"));
-        assert!(!is_ignored_path(".well-known/.hidden"));
-        assert!(!is_ignored_path(".well-known"));
-        assert!(is_ignored_path("sub/.well-known/security.txt"));
-        assert!(is_ignored_path(".git/config"));
-        assert!(is_ignored_path("docs/.cache/x.html"));
-        assert!(!is_ignored_path("docs/a/b.html"));
+    fn only_the_root_well_known_name_is_kept() {
+        for kept in [
+            ".well-known",
+            ".well-known/security.txt",
+            ".well-known/acme-challenge/token",
+            "docs/a/b.html",
+        ] {
+            assert!(!is_ignored_path(kept), "{kept} should be kept");
+        }
+        for ignored in [
+            ".well-known/.DS_Store",
+            ".well-known/.git/config",
+            ".well-known/security.txt~",
+            ".well-known/#security.txt#",
+            ".well-known/acme-challenge/.hidden",
+            "sub/.well-known/security.txt",
+            ".git/config",
+            "docs/.cache/x.html",
+        ] {
+            assert!(is_ignored_path(ignored), "{ignored} should be ignored");
+        }
     }
 }
