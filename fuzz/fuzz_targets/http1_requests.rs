@@ -40,6 +40,7 @@ fuzz_target!(|data: &[u8]| {
             log: None,
             peer: None,
             draining: false,
+            https_redirect: None,
         };
         out.clear();
         let batch = serve_batch(rest, &mut ctx, &mut out);

@@ -43,25 +43,53 @@ pub fn block_signals() -> io::Result<OwnedFd> {
     }
 }
 
-/// An inotify watch on the pack's directory and the pack's file name.
+/// What a watched file is to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The pack: its replacement reloads the site.
+    Pack,
+    /// A certificate or key: its replacement reloads the certificates.
+    Certificate,
+}
+
+/// One file watched through its directory.
+struct Watched {
+    /// The watch descriptor of the file's directory.
+    wd: libc::c_int,
+    /// Events for other names in the directory are ignored.
+    name: OsString,
+    role: Role,
+}
+
+/// An inotify watch on the directories of the pack and certificates, for
+/// those files' names.
 pub struct Watch {
     /// The inotify descriptor.
     fd: OwnedFd,
-    /// Events for other names in the directory are ignored.
-    name: OsString,
+    /// The files that matter.
+    files: Vec<Watched>,
 }
 
-/// Watches `pack`'s directory for the pack being replaced. Set up before
-/// the server announces itself, so no replacement after start-up is missed.
-pub fn watch(pack: &Path) -> io::Result<Watch> {
-    let dir = match pack.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = pack
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+impl Watch {
+    /// The roles of the watched files named by the events in `buf`.
+    fn roles(&self, buf: &[u8]) -> (bool, bool) {
+        let (mut pack, mut certificate) = (false, false);
+        for (wd, name) in events(buf) {
+            for f in self.files.iter().filter(|f| f.wd == wd && f.name == name) {
+                match f.role {
+                    Role::Pack => pack = true,
+                    Role::Certificate => certificate = true,
+                }
+            }
+        }
+        (pack, certificate)
+    }
+}
+
+/// Watches the directories of `files` for those files being replaced
+/// (renamed over, rewritten, created). Set up before the server announces
+/// itself, so no replacement after start-up is missed.
+pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
     // SAFETY: plain syscalls, results checked.
     let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
     if fd < 0 {
@@ -69,18 +97,34 @@ pub fn watch(pack: &Path) -> io::Result<Watch> {
     }
     // SAFETY: `fd` is fresh and ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-    let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_CREATE;
-    // SAFETY: valid C string.
-    if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) } < 0 {
-        return Err(io::Error::last_os_error());
+    let mut watched = Vec::new();
+    for &(path, role) in files {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_CREATE;
+        // SAFETY: valid C string. Watching a directory twice returns the
+        // same descriptor.
+        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) };
+        if wd < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
+        }
+        watched.push(Watched {
+            wd,
+            name: path
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default(),
+            role,
+        });
     }
-    Ok(Watch { fd, name })
+    Ok(Watch { fd, files: watched })
 }
 
-/// Opens the site at `path` as at start-up (a pack is verified, a directory
-/// or tar is fired into a fresh preview pack) and publishes it.
 /// Re-reads the certificates of `source` and publishes them; bad new ones
 /// are logged and the old ones keep serving.
 pub fn reload_tls(source: &super::tls::Source, current: &CurrentSite) {
@@ -98,6 +142,8 @@ pub fn reload_tls(source: &super::tls::Source, current: &CurrentSite) {
     }
 }
 
+/// Opens the site at `path` as at start-up (a pack is verified, a directory
+/// or tar is fired into a fresh preview pack) and publishes it.
 pub fn reload(path: &Path, current: &CurrentSite) {
     match super::open_site(path) {
         Ok(pack) => {
@@ -112,8 +158,8 @@ pub fn reload(path: &Path, current: &CurrentSite) {
     }
 }
 
-/// Names of the inotify events in `buf`.
-fn event_names(buf: &[u8]) -> Vec<OsString> {
+/// The directory watch and name of each inotify event in `buf`.
+fn events(buf: &[u8]) -> Vec<(libc::c_int, OsString)> {
     let header = std::mem::size_of::<libc::inotify_event>();
     let mut names = Vec::new();
     let mut at = 0;
@@ -124,7 +170,7 @@ fn event_names(buf: &[u8]) -> Vec<OsString> {
         let name_end = (at + header + ev.len as usize).min(buf.len());
         let raw = &buf[at + header..name_end];
         let len = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
-        names.push(OsString::from_vec(raw[..len].to_vec()));
+        names.push((ev.wd, OsString::from_vec(raw[..len].to_vec())));
         at = name_end;
     }
     names
@@ -291,24 +337,28 @@ fn run(
             }
         }
         if fds[1].revents != 0
-            && let Some(Watch { fd, name }) = watched.as_ref()
+            && let Some(watch) = watched.as_ref()
         {
             // SAFETY: reads into our buffer.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let n = unsafe { libc::read(watch.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n < 0 {
                 // A watch that cannot be read would wake every poll: drop
                 // it, signals still work.
                 let e = io::Error::last_os_error();
                 if !is_transient(&e) {
                     tracing::warn!(
-                        "stopped watching the pack for replacement ({e}); reload with SIGHUP"
+                        "stopped watching files for replacement ({e}); reload with SIGHUP"
                     );
                     watched = None;
                 }
-            } else if event_names(&buf[..n as usize]).iter().any(|n| n == name)
-                && let Some(p) = pack.as_deref()
-            {
-                reload(p, current);
+            } else {
+                let (pack_changed, certificate_changed) = watch.roles(&buf[..n as usize]);
+                if pack_changed && let Some(p) = pack.as_deref() {
+                    reload(p, current);
+                }
+                if certificate_changed && let Some(source) = tls.as_ref() {
+                    reload_tls(source, current);
+                }
             }
         }
     }

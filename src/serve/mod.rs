@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// listen addresses (for development; prints its SHA-256 fingerprint).
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
     pub tls_self_signed: bool,
+    /// Answer every request on the cleartext listeners with a 308 to the
+    /// same host and path on HTTPS (the first --listen-tls port), except
+    /// ACME challenges under /.well-known/acme-challenge/, still served.
+    #[arg(long, requires = "listen_tls")]
+    pub redirect_https: bool,
     /// Event-loop threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -82,7 +87,9 @@ pub struct ServeArgs {
     /// Do not add the default security headers.
     #[arg(long)]
     pub no_security_headers: bool,
-    /// Add `Strict-Transport-Security` (only behind HTTPS).
+    /// Add `Strict-Transport-Security`: on TLS responses when kiln
+    /// listens with TLS, else on every response (kiln behind a proxy that
+    /// terminates TLS).
     #[arg(long)]
     pub hsts: bool,
     /// Seconds a client has to send a whole request head.
@@ -357,12 +364,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections,
         sendfile_min: args.sendfile_min,
     });
-    let stack_config = Arc::new(StackConfig {
-        server_headers: ServerHeaders::new(!args.no_security_headers, args.hsts),
-        access_log,
-    });
     let tls_source = tls_source(&args, &listens)?;
     let listeners = bind_all(&listens, threads)?;
+    let https_port = listeners[0]
+        .iter()
+        .find(|(_, tag)| *tag == stack::TLS)
+        .and_then(|(l, _)| l.local_addr().ok())
+        .map(|a| a.port());
+    let security = !args.no_security_headers;
+    // Without TLS listeners kiln sits behind something that terminates TLS
+    // (where --hsts belongs on every response); with them, only its own
+    // TLS responses may carry it.
+    let hsts_on_cleartext = args.hsts && args.listen_tls.is_empty();
+    let stack_config = Arc::new(StackConfig {
+        server_headers: ServerHeaders::new(security, hsts_on_cleartext),
+        server_headers_tls: ServerHeaders::new(security, args.hsts),
+        access_log,
+        https_redirect: https_port.filter(|_| args.redirect_https),
+    });
     let urls: Vec<String> = listeners[0]
         .iter()
         .filter_map(|(l, tag)| {
@@ -374,7 +393,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         bail!("no address to listen on");
     }
     let tls_config = match &tls_source {
-        Some(source) => Some(load_tls(source)?),
+        Some(source) => {
+            let config = load_tls(source)?;
+            // The hand-off of keys to the kernel is built and tested against
+            // known vectors (tls::ktls) but not switched on: no machine here
+            // has kTLS to prove it on, so records stay in userspace.
+            match tls::ktls::probe() {
+                Ok(()) => tracing::info!(
+                    "kTLS: this kernel takes TLS offload, but kiln does not hand keys to it yet; TLS records are encrypted in userspace"
+                ),
+                Err(e) => tracing::info!(
+                    "kTLS: not available ({e}); TLS records are encrypted in userspace"
+                ),
+            }
+            Some(config)
+        }
         None => None,
     };
     let shared = Arc::new(Shared::default());
@@ -396,13 +429,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .spawn(move || worker.run())?,
         );
     }
-    let watched = match pack_path.as_deref().map(control::watch) {
-        Some(Ok(w)) => Some(w),
-        Some(Err(e)) => {
-            tracing::warn!("cannot watch the pack for replacement ({e}); reload with SIGHUP");
+    let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
+    if let Some(p) = pack_path.as_deref() {
+        watched_files.push((p, control::Role::Pack));
+    }
+    if let Some(tls::Source::Files(pairs)) = &tls_source {
+        for pair in pairs {
+            watched_files.push((&pair.cert, control::Role::Certificate));
+            watched_files.push((&pair.key, control::Role::Certificate));
+        }
+    }
+    let watched = match control::watch(&watched_files) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("cannot watch files for replacement ({e}); reload with SIGHUP");
             None
         }
-        None => None,
     };
     let control = control::spawn(
         signals,

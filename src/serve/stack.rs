@@ -74,10 +74,15 @@ impl Backing for Site {
 
 /// What every thread's stack shares, set at start.
 pub struct StackConfig {
-    /// The server's own header lines (security headers, HSTS).
+    /// The server's own header lines on cleartext connections.
     pub server_headers: ServerHeaders,
+    /// The same on TLS connections: HSTS goes only here when kiln
+    /// terminates TLS itself.
+    pub server_headers_tls: ServerHeaders,
     /// Where access log lines go, if anywhere.
     pub access_log: Option<Arc<Sink>>,
+    /// `--redirect-https`: the HTTPS port cleartext requests are sent to.
+    pub https_redirect: Option<u16>,
 }
 
 /// One thread's protocol stack.
@@ -112,6 +117,8 @@ pub struct Protocols {
 pub struct Session {
     /// For the access log.
     peer: Option<IpAddr>,
+    /// Cleartext requests are redirected to this HTTPS port.
+    https_redirect: Option<u16>,
     /// The TLS session on TLS listeners; boxed, as rustls' state is large.
     tls: Option<Box<TlsSession>>,
     /// A TLS handshake failed to start: close at the first input.
@@ -158,15 +165,20 @@ impl Protocols {
 /// rather than a method so that it borrows only these fields of the
 /// `Protocols` (the plaintext buffers stay free for the same call).
 macro_rules! context {
-    ($p:expr, $peer:expr) => {
+    ($p:expr, $session:expr) => {
         http1::Context {
             site: &$p.site,
             scratch: &mut $p.scratch,
             date: &$p.date,
-            server_headers: &$p.config.server_headers,
+            server_headers: if $session.tls.is_some() {
+                &$p.config.server_headers_tls
+            } else {
+                &$p.config.server_headers
+            },
             log: $p.log.as_mut(),
-            peer: $peer,
+            peer: $session.peer,
             draining: $p.draining,
+            https_redirect: $session.https_redirect,
         }
     };
 }
@@ -239,8 +251,13 @@ impl net::Stack for Protocols {
             },
             _ => None,
         };
+        let https_redirect = match listener {
+            CLEARTEXT => self.config.https_redirect,
+            _ => None,
+        };
         Session {
             peer,
+            https_redirect,
             tls,
             broken,
             answered: false,
@@ -255,7 +272,7 @@ impl net::Stack for Protocols {
             return FAILED_STEP;
         }
         let Some(tls) = session.tls.as_mut() else {
-            let mut ctx = context!(self, session.peer);
+            let mut ctx = context!(self, session);
             return session.http1.input(bytes, &mut ctx, out);
         };
         self.plain_in.clear();
@@ -277,7 +294,7 @@ impl net::Stack for Protocols {
         }
         let plain_in = std::mem::take(&mut self.plain_in);
         self.plain_out.clear();
-        let mut ctx = context!(self, session.peer);
+        let mut ctx = context!(self, session);
         let step = session
             .http1
             .input(&plain_in, &mut ctx, &mut self.plain_out);
@@ -287,7 +304,7 @@ impl net::Stack for Protocols {
 
     fn resume(&mut self, session: &mut Session, out: &mut Output) -> Step {
         let Some(tls) = session.tls.as_mut() else {
-            let mut ctx = context!(self, session.peer);
+            let mut ctx = context!(self, session);
             return session.http1.resume(&mut ctx, out);
         };
         if tls.has_unsent() {
@@ -304,7 +321,7 @@ impl net::Stack for Protocols {
             return session.last;
         }
         self.plain_out.clear();
-        let mut ctx = context!(self, session.peer);
+        let mut ctx = context!(self, session);
         let step = session.http1.resume(&mut ctx, &mut self.plain_out);
         self.seal_tls(session, step, out)
     }
@@ -312,7 +329,7 @@ impl net::Stack for Protocols {
     fn timeout(&mut self, session: &mut Session, out: &mut Output) {
         match session.tls.as_mut() {
             None => {
-                let mut ctx = context!(self, session.peer);
+                let mut ctx = context!(self, session);
                 ctx.draining = true;
                 session.http1.timeout(&mut ctx, out);
             }
@@ -320,7 +337,7 @@ impl net::Stack for Protocols {
             Some(tls) if tls.is_handshaking() => {}
             Some(_) => {
                 self.plain_out.clear();
-                let mut ctx = context!(self, session.peer);
+                let mut ctx = context!(self, session);
                 ctx.draining = true;
                 session.http1.timeout(&mut ctx, &mut self.plain_out);
                 let close = Step {

@@ -139,9 +139,17 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
 /// A TLS client configuration that trusts any server certificate, with
 /// `alpn` offered.
 pub fn insecure_client_config(alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    insecure_client_config_for(rustls::DEFAULT_VERSIONS, alpn)
+}
+
+/// `insecure_client_config` offering only `versions`.
+pub fn insecure_client_config_for(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
@@ -494,7 +502,8 @@ impl Server {
         for value in &launch.listen {
             command.args(["--listen", value]);
         }
-        if tls_mode() {
+        // Tests that set up TLS themselves keep their own listeners.
+        if tls_mode() && !args.contains(&"--listen-tls") {
             command.args(["--listen-tls", "127.0.0.1:0", "--tls-self-signed"]);
         }
         let read_stderr = launch.stderr.is_none();

@@ -51,6 +51,8 @@ pub struct Request<'r> {
     pub method: Method,
     /// The raw request target (origin-form, absolute-form or `*`).
     pub target: &'r [u8],
+    /// The `Host` value (HTTP/2: `:authority`), for redirects to HTTPS.
+    pub host: Option<&'r [u8]>,
     /// Selects the stored variant.
     pub accept_encoding: FieldLines<'r>,
     /// Precondition: 412 unless a tag matches the variant's ETag strongly.
@@ -75,6 +77,7 @@ impl<'r> Request<'r> {
         Request {
             method,
             target,
+            host: None,
             accept_encoding: FieldLines::default(),
             if_match: FieldLines::default(),
             if_unmodified_since: None,
@@ -231,6 +234,59 @@ const PRECONDITION_FAILED: Response<'static> = Response {
     extra: Extra::Length,
     body: Body::Empty,
 };
+
+/// Where ACME HTTP-01 challenges are answered: served from the pack even
+/// when cleartext requests are redirected to HTTPS, so a certificate can
+/// be obtained for the very site.
+const ACME_CHALLENGE: &[u8] = b"/.well-known/acme-challenge/";
+
+/// `--redirect-https`: a 308 to the same host and target on HTTPS
+/// (`https_port` added unless 443), or `None` for requests still served
+/// here (ACME challenges, and requests without a Host to redirect to).
+pub fn https_redirect<'a>(
+    req: &Request<'_>,
+    https_port: u16,
+    scratch: &'a mut Scratch,
+) -> Option<Response<'a>> {
+    let host = req.host.filter(|h| !h.is_empty())?;
+    let target = match req.target.strip_prefix(b"http://") {
+        // Absolute form: the path after the authority.
+        Some(rest) => rest
+            .iter()
+            .position(|&c| c == b'/')
+            .map_or(&b"/"[..], |i| &rest[i..]),
+        None => req.target,
+    };
+    if target.starts_with(ACME_CHALLENGE) {
+        return None;
+    }
+    // The port of the cleartext listener is not the HTTPS one.
+    let name = match host.strip_prefix(b"[") {
+        Some(_) => {
+            &host[..host
+                .iter()
+                .position(|&c| c == b']')
+                .map_or(host.len(), |i| i + 1)]
+        }
+        None => &host[..host.iter().position(|&c| c == b':').unwrap_or(host.len())],
+    };
+    let location = &mut scratch.expanded;
+    location.clear();
+    location.extend_from_slice(b"https://");
+    location.extend_from_slice(name);
+    if https_port != 443 {
+        location.push(b':');
+        crate::serve::output::push_u64(location, u64::from(https_port));
+    }
+    location.extend_from_slice(if target == b"*" { b"/" } else { target });
+    Some(Response {
+        status: 308,
+        head: b"",
+        overrides: 0,
+        extra: Extra::Location(location),
+        body: Body::Empty,
+    })
+}
 
 /// Answers `req` from `site`. Allocation-free.
 pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -> Response<'a> {

@@ -56,6 +56,9 @@ pub struct Context<'w> {
     pub peer: Option<IpAddr>,
     /// The server is shutting down: answer what was asked, then close.
     pub draining: bool,
+    /// `--redirect-https` on a cleartext connection: the HTTPS port to
+    /// send requests to.
+    pub https_redirect: Option<u16>,
 }
 
 /// How the response says what happens to the connection.
@@ -231,7 +234,13 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
         }
         let req = &head.request;
         let target_ok = req.target != b"*" || req.method == Method::Options;
-        let resp = if target_ok {
+        let redirect = match ctx.https_redirect {
+            Some(port) if target_ok => handler::https_redirect(req, port, ctx.scratch),
+            _ => None,
+        };
+        let resp = if let Some(redirect) = redirect {
+            redirect
+        } else if target_ok {
             handler::handle(ctx.site, req, ctx.scratch)
         } else {
             handler::builtin(400, b"400 Bad Request\n")

@@ -121,7 +121,10 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         let (name, value) = (h.name.as_bytes(), h.value);
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
-            4 if is(b"host") => hosts += 1,
+            4 if is(b"host") => {
+                hosts += 1;
+                head.request.host = Some(value);
+            }
             5 if is(b"range") => head.request.range = Some(value),
             7 if is(b"referer") => head.referer = Some(value),
             8 if is(b"if-match") => {

@@ -10,6 +10,7 @@
 //! without tickets), no 0-RTT, ALPN `http/1.1`.
 
 pub mod certs;
+pub mod ktls;
 pub mod session;
 
 use std::sync::Arc;
