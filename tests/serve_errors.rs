@@ -36,6 +36,10 @@ fn malformed_requests_get_400_and_close() {
         "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
         "GET hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
         "GET /%zz HTTP/1.1\r\nHost: t\r\n\r\n",
+        // Not `HTTP/` digit `.` digit.
+        "GET / http/1.1\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1.10\r\nHost: t\r\n\r\n",
+        "GET / HTTP/1\r\nHost: t\r\n\r\n",
     ] {
         let r = s.raw(raw);
         assert_eq!(status_of(&r), 400, "{raw:?} → {r}");
@@ -49,19 +53,10 @@ fn versions_limits_and_bodies() {
     for raw in [
         "GET / HTTP/2.0\r\nHost: t\r\n\r\n",
         "GET / HTTP/3.0\r\nHost: t\r\n\r\n",
-        "GET / HTTP/1.2\r\nHost: t\r\n\r\n",
         "GET / HTTP/0.9\r\n\r\n",
     ] {
         assert_eq!(status_of(&s.raw(raw)), 505, "{raw:?}");
     }
-    let long = format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
-    assert_eq!(status_of(&s.raw(&long)), 414);
-    let unfinished = format!("GET /{}", "a".repeat(10_000));
-    let mut c = s.connect();
-    c.write_all(unfinished.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = c.read_to_string(&mut out);
-    assert_eq!(status_of(&out), 414);
     let many: String = (0..101).map(|i| format!("X-{i}: v\r\n")).collect();
     assert_eq!(
         status_of(&s.raw(&format!("GET / HTTP/1.1\r\nHost: t\r\n{many}\r\n"))),
@@ -79,6 +74,42 @@ fn versions_limits_and_bodies() {
     assert_eq!(status_of(&s.raw(chunked_get)), 501);
     let huge_body = "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n";
     assert_eq!(status_of(&s.raw(huge_body)), 413);
+}
+
+/// A request line over the limit is 414 (URI Too Long) however the head
+/// arrives; 431 is for the header fields.
+#[test]
+fn long_request_lines_get_414() {
+    let (_dir, s) = server();
+    let line = format!("GET /{} HTTP/1.1\r\n", "a".repeat(9000));
+    let big_field = format!("X-Big: {}\r\n", "b".repeat(17_000));
+    for (parts, what) in [
+        (
+            vec![format!("{line}Host: t\r\n\r\n")],
+            "the whole head at once",
+        ),
+        (
+            vec![format!("{line}Host: t\r\n{big_field}\r\n")],
+            "a head over the head limit",
+        ),
+        (
+            vec![format!("GET /{}", "a".repeat(10_000))],
+            "an unfinished line",
+        ),
+        (
+            vec![line[..4000].to_string(), line[4000..].to_string()],
+            "the line in pieces, the fields still to come",
+        ),
+    ] {
+        let mut c = s.connect();
+        for part in parts {
+            c.write_all(part.as_bytes()).unwrap();
+        }
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        assert_eq!(status_of(&out), 414, "{what}");
+        assert!(out.contains("\r\nConnection: close\r\n"), "{out}");
+    }
 }
 
 #[test]

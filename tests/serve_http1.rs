@@ -185,6 +185,24 @@ fn request_bodies_are_skipped_not_parsed() {
 }
 
 #[test]
+fn later_http1_minor_versions_are_served_as_http11() {
+    let (_dir, server) = server();
+    for minor in [2, 9] {
+        let mut s = server.connect();
+        for _ in 0..2 {
+            s.write_all(format!("GET /hello.txt HTTP/1.{minor}\r\nHost: t\r\n\r\n").as_bytes())
+                .unwrap();
+            let r = read_response(&mut s, false).unwrap();
+            assert_eq!((r.status, &r.body[..]), (200, HELLO));
+            assert!(r.head.starts_with("HTTP/1.1 200 OK\r\n"), "{}", r.head);
+            assert_eq!(r.header("Connection"), None, "kept alive as HTTP/1.1");
+        }
+        let r = server.raw(&format!("GET /hello.txt HTTP/1.{minor}\r\n\r\n"));
+        assert!(r.starts_with("HTTP/1.1 400 "), "Host is required: {r}");
+    }
+}
+
+#[test]
 fn dummy_mode_and_flags() {
     let server = Server::start(&[
         "--dummy",

@@ -3,6 +3,7 @@
 //! so a pipelined batch leaves in a single `writev`.
 
 pub mod parse;
+pub mod request_line;
 
 use std::net::IpAddr;
 

@@ -1,16 +1,15 @@
-//! HTTP/1.x request heads (RFC 9112): httparse with a fixed, uninitialised
-//! header array (no allocation, no memset per request), then one pass over
-//! the fields that matter, with the framing checks that keep a request from
-//! being read two ways (request smuggling).
+//! HTTP/1.x request heads (RFC 9112): the request line checked by
+//! `request_line`, the header section by httparse into a fixed header
+//! array, then one pass over the fields that matter, with the framing
+//! checks that keep a request from being read two ways (request smuggling).
 
 use std::mem::MaybeUninit;
 
+use super::request_line::{self, Line};
 use crate::serve::handler::{Method, Request};
 
 /// Most header fields accepted in one request head.
 pub const MAX_HEADERS: usize = 100;
-/// Longest request target (414 beyond).
-pub const MAX_TARGET: usize = 8 * 1024;
 /// Longest request head (431 beyond).
 pub const MAX_HEAD: usize = 16 * 1024;
 
@@ -22,7 +21,8 @@ pub struct RequestHead<'b> {
     pub request: Request<'b>,
     /// The method as sent, for the access log.
     pub method_token: &'b [u8],
-    /// `1` for HTTP/1.1, `0` for HTTP/1.0.
+    /// The minor version as sent: `0` for HTTP/1.0; `1` for HTTP/1.1, and
+    /// higher for a later HTTP/1.x, which is served as HTTP/1.1.
     pub minor_version: u8,
     /// Whether the connection may stay open after this request.
     pub keep_alive: bool,
@@ -60,54 +60,71 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
-/// Why a still-incomplete head is already unacceptable.
-fn partial_limits(buf: &[u8]) -> Option<u16> {
-    let line_done = buf.contains(&b'\n');
-    if !line_done && buf.len() > MAX_TARGET + 64 {
-        return Some(414);
+/// A head not complete yet: wait for more unless it is already too long.
+fn partial(buf: &[u8]) -> Parsed<'_> {
+    if buf.len() > MAX_HEAD {
+        Parsed::Error(431)
+    } else {
+        Parsed::Partial
     }
-    (buf.len() > MAX_HEAD).then_some(431)
 }
 
 /// Parses the request head at the start of `buf`. Any byte sequence is
 /// fine: this is the entry point of the fuzz target.
 pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
-    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, &mut storage) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            return partial_limits(buf).map_or(Parsed::Partial, Parsed::Error);
+    let line = match request_line::parse(buf) {
+        Line::Complete(line) => line,
+        Line::Partial => return partial(buf),
+        Line::Error(status) => return Parsed::Error(status),
+    };
+    let mut uninit = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut init;
+    let fields = if line.minor <= 1 {
+        // httparse reads the line again (it accepts every line
+        // `request_line` does with these versions) and fills an
+        // uninitialised array: no memset per request.
+        let mut req = httparse::Request::new(&mut []);
+        match req.parse_with_uninit_headers(buf, &mut uninit) {
+            Ok(httparse::Status::Complete(n)) => {
+                let headers: &[httparse::Header<'_>] = req.headers;
+                Ok(Some((n, headers)))
+            }
+            Ok(httparse::Status::Partial) => Ok(None),
+            Err(e) => Err(e),
         }
-        Err(httparse::Error::Version) => return Parsed::Error(505),
+    } else {
+        // A later minor version, which httparse refuses: rare enough for
+        // an initialised array.
+        init = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match httparse::parse_headers(&buf[line.len..], &mut init) {
+            Ok(httparse::Status::Complete((n, headers))) => Ok(Some((line.len + n, headers))),
+            Ok(httparse::Status::Partial) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let (head_len, headers) = match fields {
+        Ok(Some(fields)) => fields,
+        Ok(None) => return partial(buf),
         Err(httparse::Error::TooManyHeaders) => return Parsed::Error(431),
-        Err(_) => {
-            return Parsed::Error(partial_limits(buf).unwrap_or(400));
-        }
+        Err(_) => return Parsed::Error(400),
     };
     if head_len > MAX_HEAD {
         return Parsed::Error(431);
     }
-    let (Some(method_token), Some(target), Some(minor)) = (req.method, req.path, req.version)
-    else {
-        return Parsed::Error(400);
-    };
-    if target.len() > MAX_TARGET {
-        return Parsed::Error(414);
-    }
+    let minor = line.minor;
     let mut head = RequestHead {
         request: Request {
-            method: Method::from_token(method_token.as_bytes()),
-            target: target.as_bytes(),
+            method: Method::from_token(line.method),
+            target: line.target,
             accept_encoding: None,
             if_none_match: None,
             if_modified_since: None,
             range: None,
             if_range: None,
         },
-        method_token: method_token.as_bytes(),
+        method_token: line.method,
         minor_version: minor,
-        keep_alive: minor == 1,
+        keep_alive: minor >= 1,
         content_length: 0,
         head_len,
         referer: None,
@@ -116,7 +133,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
     let mut hosts = 0;
     let mut length: Option<u64> = None;
     let mut transfer_encoding = false;
-    for h in req.headers.iter() {
+    for h in headers {
         let (name, value) = (h.name.as_bytes(), h.value);
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
@@ -144,7 +161,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
             _ => {}
         }
     }
-    if hosts > 1 || (minor == 1 && hosts == 0) {
+    if hosts > 1 || (minor >= 1 && hosts == 0) {
         return Parsed::Error(400);
     }
     if transfer_encoding {
@@ -171,41 +188,102 @@ mod tests {
 
     #[test]
     fn accepts_and_refuses() {
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), None);
-        assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), None);
-        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n"), Some(0));
-        assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), Some(400));
-        assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
-            Some(400)
-        );
-        assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), Some(505));
-        assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nbad\r\n\r\n"),
-            Some(400)
-        );
-        assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n"),
-            Some(400)
-        );
-        assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
-            Some(400)
-        );
-        assert_eq!(
-            status(
-                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for (raw, want) in [
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", None),
+            ("GET / HTTP/1.0\r\n\r\n", None),
+            ("GET / HTTP/1.1\r\nHost: a\r\n", Some(0)),
+            ("GET / HTTP/1.1\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", Some(400)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", Some(400)),
+            ("GET / HTTP/2.0\r\nHost: a\r\n\r\n", Some(505)),
+            ("GET / HTTP/1.1\r\nHost: a\r\nbad\r\n\r\n", Some(400)),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+                Some(400),
             ),
-            Some(400)
-        );
-        assert_eq!(
-            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Some(501)
-        );
-        assert_eq!(
-            status("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n"),
-            Some(400)
-        );
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Some(501),
+            ),
+        ] {
+            assert_eq!(status(raw), want, "{raw:?}");
+        }
+    }
+
+    /// HTTP/1.2 and later 1.x minors are HTTP/1.1 to us (RFC 9110 §6.2):
+    /// same defaults, same Host rule, headers parsed the same.
+    #[test]
+    fn later_minor_versions_are_served_as_http11() {
+        for minor in 1..=9u8 {
+            let raw = format!(
+                "GET /x HTTP/1.{minor}\r\nHost: a\r\nRange: bytes=0-1\r\nContent-Length: 2\r\n\r\nab"
+            );
+            let Parsed::Complete(head) = parse_request(raw.as_bytes()) else {
+                panic!("{raw:?}");
+            };
+            assert_eq!(head.minor_version, minor);
+            assert!(head.keep_alive);
+            assert_eq!(head.request.target, b"/x");
+            assert_eq!(head.request.range, Some(&b"bytes=0-1"[..]));
+            assert_eq!(head.content_length, 2);
+            assert_eq!(head.head_len, raw.len() - 2);
+            let no_host = format!("GET / HTTP/1.{minor}\r\n\r\n");
+            assert_eq!(status(&no_host), Some(400));
+            let partial = format!("GET / HTTP/1.{minor}\r\nHost: a\r\n");
+            assert_eq!(status(&partial), Some(0));
+            let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+            assert_eq!(status(&format!("{partial}{many}\r\n")), Some(431));
+            assert_eq!(status(&format!("{partial}bad\r\n\r\n")), Some(400));
+        }
+    }
+
+    /// 414 is for the request line, 431 for the header section, whatever
+    /// the buffer holds of either.
+    #[test]
+    fn too_long_is_414_for_the_line_and_431_for_fields() {
+        let max_line = request_line::MAX_REQUEST_LINE;
+        let long_target = format!("/{}", "a".repeat(max_line));
+        let big_field = format!("X-Big: {}\r\n", "b".repeat(MAX_HEAD));
+        for (raw, want) in [
+            // The line alone, still arriving.
+            (format!("GET {long_target}"), 414),
+            // The whole head, within MAX_HEAD.
+            (
+                format!("GET {long_target} HTTP/1.1\r\nHost: a\r\n\r\n"),
+                414,
+            ),
+            // The line complete, the fields still arriving.
+            (format!("GET {long_target} HTTP/1.1\r\nHost: a\r\n"), 414),
+            // Over MAX_HEAD, but the line is what is too long.
+            (
+                format!("GET {long_target} HTTP/1.1\r\nHost: a\r\n{big_field}\r\n"),
+                414,
+            ),
+            (format!("GET /{} HTTP/1.1", "a".repeat(MAX_HEAD)), 414),
+            // A fitting line and too many bytes of fields.
+            (format!("GET / HTTP/1.1\r\nHost: a\r\n{big_field}\r\n"), 431),
+            (format!("GET / HTTP/1.1\r\nHost: a\r\n{big_field}"), 431),
+            (format!("GET / HTTP/1.2\r\nHost: a\r\n{big_field}"), 431),
+            // Empty lines before the request line count towards the head.
+            (
+                format!("{}GET / HTTP/1.1\r\n", "\r\n".repeat(MAX_HEAD)),
+                431,
+            ),
+        ] {
+            assert_eq!(status(&raw), Some(want), "{}", &raw[..60]);
+        }
     }
 
     #[test]
@@ -226,10 +304,11 @@ mod tests {
     /// longer than the input.
     #[test]
     fn arbitrary_bytes_are_handled() {
-        let seeds: [&[u8]; 3] = [
+        let seeds: [&[u8]; 4] = [
             b"GET /a/b?c=d HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nContent-Length: 3\r\n\r\nabc",
             b"OPTIONS * HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
             b"HEAD http://h/%2e%2e/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.2\r\nHost: [::1]:8\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
         ];
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
