@@ -48,6 +48,35 @@ fn malformed_requests_get_400_and_close() {
 }
 
 #[test]
+fn host_must_be_a_uri_host_and_port() {
+    let (_dir, s) = server();
+    for (host, status) in [
+        ("t", 200),
+        ("example.com:8080", 200),
+        ("127.0.0.1:80", 200),
+        ("[::1]:8080", 200),
+        ("[::1]", 200),
+        // Allowed by RFC 3986's `port = *DIGIT`.
+        ("example.com:", 200),
+        // A target without authority: RFC 9112 §3.2.
+        ("", 200),
+        ("a b", 400),
+        ("a/b", 400),
+        ("user@example.com", 400),
+        ("a\x01b", 400),
+        ("example.com:80x", 400),
+        ("[::1", 400),
+        ("[::1]x", 400),
+        ("::1", 400),
+    ] {
+        let r = s.raw(&format!(
+            "GET /hello.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        ));
+        assert_eq!(status_of(&r), status, "{host:?} → {r}");
+    }
+}
+
+#[test]
 fn versions_limits_and_bodies() {
     let (_dir, s) = server();
     for raw in [

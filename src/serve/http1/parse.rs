@@ -4,6 +4,7 @@
 //! checks that keep a request from being read two ways (request smuggling).
 
 use std::mem::MaybeUninit;
+use std::net::Ipv6Addr;
 
 use super::request_line::{self, Line};
 use crate::serve::handler::{Method, Request};
@@ -58,6 +59,69 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&c| c == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// Whether `value` is a valid `Host` field value (RFC 9112 §3.2): empty
+/// (the target has no authority), or `uri-host [":" port]` of RFC 3986 —
+/// an IP-literal in brackets or a reg-name (which covers IPv4 addresses),
+/// then a port of any number of digits, possibly none (`host:` is in the
+/// grammar; the port is not used here).
+fn valid_host(value: &[u8]) -> bool {
+    let (host_ok, rest) = match value.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|&b| b == b']') {
+            Some(end) => (valid_ip_literal(&literal[..end]), &literal[end + 1..]),
+            None => return false,
+        },
+        None => {
+            let end = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+            (valid_reg_name(&value[..end]), &value[end..])
+        }
+    };
+    host_ok
+        && match rest {
+            [] => true,
+            [b':', port @ ..] => port.iter().all(u8::is_ascii_digit),
+            _ => false,
+        }
+}
+
+/// `unreserved / sub-delims` of RFC 3986.
+fn is_host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)
+}
+
+/// `reg-name = *( unreserved / pct-encoded / sub-delims )`.
+fn valid_reg_name(name: &[u8]) -> bool {
+    let mut i = 0;
+    while i < name.len() {
+        if name[i] == b'%' {
+            match name.get(i + 1..i + 3) {
+                Some([hi, lo]) if hi.is_ascii_hexdigit() && lo.is_ascii_hexdigit() => i += 3,
+                _ => return false,
+            }
+        } else if is_host_byte(name[i]) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+/// What is between the brackets of an IP-literal: an IPv6 address or
+/// `IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )`.
+fn valid_ip_literal(inside: &[u8]) -> bool {
+    if let [b'v' | b'V', future @ ..] = inside {
+        let Some(dot) = future.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, text) = (&future[..dot], &future[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !text.is_empty()
+            && text.iter().all(|&b| is_host_byte(b) || b == b':');
+    }
+    std::str::from_utf8(inside).is_ok_and(|s| s.parse::<Ipv6Addr>().is_ok())
 }
 
 /// A head not complete yet: wait for more unless it is already too long.
@@ -131,13 +195,17 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         user_agent: None,
     };
     let mut hosts = 0;
+    let mut host_ok = true;
     let mut length: Option<u64> = None;
     let mut transfer_encoding = false;
     for h in headers {
         let (name, value) = (h.name.as_bytes(), h.value);
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         match name.len() {
-            4 if is(b"host") => hosts += 1,
+            4 if is(b"host") => {
+                hosts += 1;
+                host_ok &= valid_host(value);
+            }
             5 if is(b"range") => head.request.range = Some(value),
             7 if is(b"referer") => head.referer = Some(value),
             8 if is(b"if-range") => head.request.if_range = Some(value),
@@ -161,7 +229,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
             _ => {}
         }
     }
-    if hosts > 1 || (minor >= 1 && hosts == 0) {
+    if hosts > 1 || (minor >= 1 && hosts == 0) || !host_ok {
         return Parsed::Error(400);
     }
     if transfer_encoding {
@@ -247,6 +315,63 @@ mod tests {
             assert_eq!(status(&format!("{partial}{many}\r\n")), Some(431));
             assert_eq!(status(&format!("{partial}bad\r\n\r\n")), Some(400));
         }
+    }
+
+    #[test]
+    fn host_values() {
+        for host in [
+            "example.com",
+            "EXAMPLE.com:8080",
+            "a",
+            "127.0.0.1",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8080",
+            "[2001:db8::ff00:42:8329]",
+            "[::ffff:192.0.2.1]:1",
+            "[v1.fe80::a+en1]",
+            "xn--bcher-kva.example",
+            "a-b_c~d.e!$&'()*+,;=",
+            "%41%2e",
+            "host:",
+            "",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(status(&raw), None, "{host:?}");
+        }
+        for host in [
+            "a b",
+            "a/b",
+            "a\\b",
+            "user@host",
+            "a:b",
+            "a:80:80",
+            "a:8o",
+            "[::1",
+            "::1",
+            "[::1]x",
+            "[::1]:a",
+            "[1.2.3.4]",
+            "[::g]",
+            "[fe80::1%25eth0]",
+            "[v1]",
+            "[v.x]",
+            "[vg.x]",
+            "[v1.]",
+            "%4",
+            "%zz",
+            "a\tb",
+            "a?b",
+            "a#b",
+            "\u{e9}.example",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(status(&raw), Some(400), "{host:?}");
+            // HTTP/1.0 needs no Host, but a bad one is still bad.
+            let raw = format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n");
+            assert_eq!(status(&raw), Some(400), "{host:?}");
+        }
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\x01b\r\n\r\n"), Some(400));
     }
 
     /// 414 is for the request line, 431 for the header section, whatever
