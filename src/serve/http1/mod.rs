@@ -2,6 +2,7 @@
 //! complete request in the buffer is parsed and answered into one `Output`,
 //! so a pipelined batch leaves in a single `writev`.
 
+pub mod body;
 pub mod parse;
 pub mod request_line;
 
@@ -12,10 +13,12 @@ use super::date::DateCache;
 use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
+pub use body::{Discard, Progress};
 pub use parse::{Parsed, RequestHead, parse_request};
 
-/// Request bodies up to this size are read and dropped (a GET with a body
-/// is legal if pointless); larger ones get 413.
+/// Request bodies up to this size (as sent: chunk framing counts) are read
+/// and dropped (a GET with a body is legal if pointless); larger ones get
+/// 413, or a closed connection once the request is answered.
 pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
 /// Most responses assembled from one buffer. Bounds the header bytes a
@@ -30,8 +33,6 @@ pub struct Batch {
     pub consumed: usize,
     /// Close once the output is sent.
     pub close: bool,
-    /// Body bytes of the last request still to arrive and be dropped.
-    pub discard: u64,
     /// Number of responses written.
     pub responses: u32,
     /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
@@ -204,9 +205,28 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
 }
 
 /// Parses and answers every complete request at the start of `buf`.
-pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch {
+/// `discard` is the connection's request body still being dropped: it
+/// reads the start of `buf`, and is left holding the body of the last
+/// request when that body goes on past `buf`.
+pub fn serve_batch(
+    buf: &[u8],
+    discard: &mut Discard,
+    ctx: &mut Context<'_>,
+    out: &mut Output,
+) -> Batch {
     let mut batch = Batch::default();
-    while batch.consumed < buf.len() {
+    match discard.feed(buf) {
+        Progress::Ended(used) => batch.consumed = used,
+        Progress::NeedMore => batch.consumed = buf.len(),
+        Progress::Malformed => {
+            write_error(out, ctx, 400);
+            batch.responses += 1;
+            batch.close = true;
+        }
+        // The request was answered already: nothing to say, just close.
+        Progress::TooLarge => batch.close = true,
+    }
+    while batch.consumed < buf.len() && !batch.close {
         if batch.responses == MAX_BATCH {
             batch.more = true;
             break;
@@ -221,12 +241,25 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
             }
             Parsed::Complete(head) => head,
         };
-        if head.content_length > MAX_DISCARDED_BODY {
-            write_error(out, ctx, 413);
-            batch.responses += 1;
-            batch.close = true;
-            break;
-        }
+        // As much of the body as has arrived is read before answering, so
+        // that broken framing or a body over the cap is refused instead.
+        let body_start = batch.consumed + head.head_len;
+        let mut body = head.body;
+        let body_end = match body.feed(&buf[body_start..]) {
+            Progress::Ended(used) => Some(body_start + used),
+            Progress::NeedMore => None,
+            refused @ (Progress::Malformed | Progress::TooLarge) => {
+                let status = if refused == Progress::Malformed {
+                    400
+                } else {
+                    413
+                };
+                write_error(out, ctx, status);
+                batch.responses += 1;
+                batch.close = true;
+                break;
+            }
+        };
         let req = &head.request;
         let target_ok = req.target != b"*" || req.method == Method::Options;
         let resp = if target_ok {
@@ -263,19 +296,14 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
                 },
             );
         }
-        batch.consumed += head.head_len;
-        let body_here = (buf.len() - batch.consumed) as u64;
-        if head.content_length > body_here {
-            batch.consumed = buf.len();
-            batch.discard = head.content_length - body_here;
-        } else {
-            batch.consumed += head.content_length as usize;
-        }
-        if close {
-            batch.close = true;
-        }
-        if close || batch.discard > 0 {
-            break;
+        batch.close = close;
+        match body_end {
+            Some(end) => batch.consumed = end,
+            None => {
+                // The rest of the body arrives with later reads.
+                batch.consumed = buf.len();
+                *discard = body;
+            }
         }
     }
     out.seal();

@@ -6,6 +6,7 @@
 use std::mem::MaybeUninit;
 use std::net::Ipv6Addr;
 
+use super::body::Discard;
 use super::request_line::{self, Line};
 use crate::serve::handler::{Method, Request};
 
@@ -27,8 +28,8 @@ pub struct RequestHead<'b> {
     pub minor_version: u8,
     /// Whether the connection may stay open after this request.
     pub keep_alive: bool,
-    /// Length of the request body that follows the head (0 when none).
-    pub content_length: u64,
+    /// The request body that follows the head, as the state that skips it.
+    pub body: Discard,
     /// Bytes of the head, blank line included.
     pub head_len: usize,
     /// For the access log.
@@ -59,6 +60,37 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&c| c == b',')
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// The `Transfer-Encoding` lines of a request, read as one list (RFC 9110
+/// §5.3).
+#[derive(Default)]
+struct TransferCodings {
+    present: bool,
+    /// How many times `chunked` is listed.
+    chunked: u32,
+    /// A coding other than `chunked` is listed.
+    other: bool,
+    /// The last coding listed is `chunked`.
+    chunked_last: bool,
+}
+
+impl TransferCodings {
+    fn add(&mut self, value: &[u8]) {
+        self.present = true;
+        // Empty list elements are allowed and ignored (RFC 9110 §5.6.1).
+        for coding in value.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
+            if coding.is_empty() {
+                continue;
+            }
+            self.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+            if self.chunked_last {
+                self.chunked += 1;
+            } else {
+                self.other = true;
+            }
+        }
+    }
 }
 
 /// Whether `value` is a valid `Host` field value (RFC 9112 §3.2): empty
@@ -189,7 +221,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
         method_token: line.method,
         minor_version: minor,
         keep_alive: minor >= 1,
-        content_length: 0,
+        body: Discard::default(),
         head_len,
         referer: None,
         user_agent: None,
@@ -197,7 +229,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
     let mut hosts = 0;
     let mut host_ok = true;
     let mut length: Option<u64> = None;
-    let mut transfer_encoding = false;
+    let mut codings = TransferCodings::default();
     for h in headers {
         let (name, value) = (h.name.as_bytes(), h.value);
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
@@ -224,7 +256,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
                 _ => return Parsed::Error(400),
             },
             15 if is(b"accept-encoding") => head.request.accept_encoding = Some(value),
-            17 if is(b"transfer-encoding") => transfer_encoding = true,
+            17 if is(b"transfer-encoding") => codings.add(value),
             17 if is(b"if-modified-since") => head.request.if_modified_since = Some(value),
             _ => {}
         }
@@ -232,13 +264,24 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
     if hosts > 1 || (minor >= 1 && hosts == 0) || !host_ok {
         return Parsed::Error(400);
     }
-    if transfer_encoding {
-        // Both framings at once is the classic smuggling vector: 400. A
-        // transfer-coded body alone is a feature a static server does not
-        // implement: 501, and the connection closes.
-        return Parsed::Error(if length.is_some() { 400 } else { 501 });
-    }
-    head.content_length = length.unwrap_or(0);
+    head.body = if !codings.present {
+        Discard::length(length.unwrap_or(0))
+    } else if length.is_some() || minor == 0 {
+        // Both framings at once is the classic smuggling vector; HTTP/1.0
+        // has no transfer codings, so its framing is faulty (RFC 9112
+        // §6.1). Either way the body cannot be found reliably.
+        return Parsed::Error(400);
+    } else if !codings.chunked_last || codings.chunked > 1 {
+        // Without a final (and single) `chunked` the body has no end a
+        // server can find (RFC 9112 §6.3).
+        return Parsed::Error(400);
+    } else if codings.other {
+        // A coding under the chunked framing that a static server does not
+        // implement (RFC 9112 §6.1).
+        return Parsed::Error(501);
+    } else {
+        Discard::chunked()
+    };
     Parsed::Complete(head)
 }
 
@@ -277,14 +320,6 @@ mod tests {
                 "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n",
                 Some(400),
             ),
-            (
-                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
-                Some(400),
-            ),
-            (
-                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
-                Some(501),
-            ),
         ] {
             assert_eq!(status(raw), want, "{raw:?}");
         }
@@ -305,7 +340,7 @@ mod tests {
             assert!(head.keep_alive);
             assert_eq!(head.request.target, b"/x");
             assert_eq!(head.request.range, Some(&b"bytes=0-1"[..]));
-            assert_eq!(head.content_length, 2);
+            assert_eq!(head.body, Discard::length(2));
             assert_eq!(head.head_len, raw.len() - 2);
             let no_host = format!("GET / HTTP/1.{minor}\r\n\r\n");
             assert_eq!(status(&no_host), Some(400));
@@ -315,6 +350,53 @@ mod tests {
             assert_eq!(status(&format!("{partial}{many}\r\n")), Some(431));
             assert_eq!(status(&format!("{partial}bad\r\n\r\n")), Some(400));
         }
+    }
+
+    #[test]
+    fn transfer_codings() {
+        let head =
+            |minor: u8, fields: &str| format!("GET / HTTP/1.{minor}\r\nHost: a\r\n{fields}\r\n");
+        for fields in [
+            "Transfer-Encoding: chunked\r\n",
+            "transfer-encoding: CHUNKED\r\n",
+            "Transfer-Encoding: , chunked ,\r\n",
+            "Transfer-Encoding:\r\nTransfer-Encoding: chunked\r\n",
+        ] {
+            for minor in [1, 2] {
+                match parse_request(head(minor, fields).as_bytes()) {
+                    Parsed::Complete(h) => assert_eq!(h.body, Discard::chunked(), "{fields:?}"),
+                    other => panic!("{fields:?}: {other:?}"),
+                }
+            }
+        }
+        for (fields, want) in [
+            // Both framings at once.
+            ("Content-Length: 1\r\nTransfer-Encoding: chunked\r\n", 400),
+            ("Transfer-Encoding: chunked\r\nContent-Length: 0\r\n", 400),
+            // No final `chunked`: no way to find the end (RFC 9112 §6.3).
+            ("Transfer-Encoding: gzip\r\n", 400),
+            ("Transfer-Encoding: chunked, gzip\r\n", 400),
+            (
+                "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+                400,
+            ),
+            ("Transfer-Encoding: chunked;x=1\r\n", 400),
+            ("Transfer-Encoding:\r\n", 400),
+            ("Transfer-Encoding: chunked, chunked\r\n", 400),
+            // A final `chunked` under a coding we do not implement.
+            ("Transfer-Encoding: gzip, chunked\r\n", 501),
+            (
+                "Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n",
+                501,
+            ),
+        ] {
+            assert_eq!(status(&head(1, fields)), Some(want), "{fields:?}");
+        }
+        // HTTP/1.0 has no transfer codings (RFC 9112 §6.1).
+        assert_eq!(
+            status(&head(0, "Transfer-Encoding: chunked\r\n")),
+            Some(400)
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::{Shared, Waker};
 use crate::serve::access_log::{AccessLog, Sink};
 use crate::serve::date::DateCache;
 use crate::serve::handler::{Scratch, Site};
-use crate::serve::http1::{self, Context};
+use crate::serve::http1::{self, Context, Discard};
 use crate::serve::output::Output;
 use crate::serve::server_headers::ServerHeaders;
 
@@ -78,8 +78,8 @@ struct Conn {
     close_after: bool,
     /// Monotonic milliseconds at which `phase` times out.
     deadline: u64,
-    /// Request body bytes still to arrive and be dropped.
-    discard: u64,
+    /// The request body still arriving, to be dropped.
+    discard: Discard,
     /// `partial` may hold complete requests left over from a full batch:
     /// serve them before reading more.
     backlog: bool,
@@ -98,7 +98,7 @@ impl Conn {
             phase: Phase::Idle,
             close_after: false,
             deadline: u64::MAX,
-            discard: 0,
+            discard: Discard::default(),
             backlog: false,
             partial: Vec::new(),
             pending: None,
@@ -430,9 +430,6 @@ impl Worker {
         } else {
             &self.read_buf[..n]
         };
-        let skip = conn.discard.min(buf.len() as u64) as usize;
-        conn.discard -= skip as u64;
-        let buf = &buf[skip..];
         self.out.clear();
         let mut ctx = Context {
             site: &self.site,
@@ -443,15 +440,14 @@ impl Worker {
             peer: conn.peer,
             draining: self.drain_deadline.is_some(),
         };
-        let batch = http1::serve_batch(buf, &mut ctx, &mut self.out);
-        conn.discard += batch.discard;
+        let batch = http1::serve_batch(buf, &mut conn.discard, &mut ctx, &mut self.out);
         conn.backlog = batch.more;
         let rest_len = buf.len() - batch.consumed;
         if batch.close {
             conn.close_after = true;
-        } else if rest_len > 0 || conn.discard > 0 {
+        } else if rest_len > 0 || !conn.discard.is_done() {
             if from_partial {
-                partial.drain(..skip + batch.consumed);
+                partial.drain(..batch.consumed);
                 conn.partial = partial;
             } else {
                 conn.partial = buf[batch.consumed..].to_vec();
@@ -498,7 +494,7 @@ impl Worker {
                     self.start_linger(idx);
                     return;
                 }
-                if conn.partial.is_empty() && conn.discard == 0 {
+                if conn.partial.is_empty() && conn.discard.is_done() {
                     conn.phase = Phase::Idle;
                     conn.deadline = self.now + self.config.keepalive_timeout_ms;
                 } else {
@@ -521,7 +517,7 @@ impl Worker {
         conn.phase = Phase::Lingering;
         conn.deadline = self.now + LINGER_MS;
         conn.partial = Vec::new();
-        conn.discard = 0;
+        conn.discard = Discard::default();
         self.drain_lingering(idx);
     }
 
