@@ -6,6 +6,7 @@ mod common;
 use std::io::{Read, Write};
 
 use common::*;
+use kiln::serve::http1::MAX_DISCARDED_BODY;
 
 fn server() -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().unwrap();
@@ -182,6 +183,150 @@ fn request_bodies_are_skipped_not_parsed() {
     let second = read_response(&mut s, false).unwrap();
     assert_eq!(second.status, 200);
     assert_eq!(second.body, HOME);
+}
+
+/// Chunked request bodies (RFC 9112 §7.1), each followed on the wire by
+/// the next request.
+fn chunked_bodies() -> Vec<String> {
+    let smuggled = "GET /missing HTTP/1.1\r\nHost: t\r\n\r\n";
+    vec![
+        "0\r\n\r\n".into(),
+        "5\r\nhello\r\n0\r\n\r\n".into(),
+        "5;ext=1\r\nhello\r\n6 ; a=\"b c\"\r\n world\r\n0;last\r\n\r\n".into(),
+        "3\r\nabc\r\n0\r\nChecksum: x\r\nX-Trailer: y\r\n\r\n".into(),
+        // Chunk data that reads like a request: only the framing says
+        // where the body ends.
+        format!("{:x}\r\n{smuggled}\r\n0\r\n\r\n", smuggled.len()),
+    ]
+}
+
+const CHUNKED_GET: &str =
+    "GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+const NEXT_GET: &str = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+
+#[test]
+fn chunked_request_bodies_are_read_and_dropped() {
+    let (_dir, server) = server();
+    for body in chunked_bodies() {
+        // The whole body in the buffer, with the next request behind it.
+        let mut s = server.connect();
+        s.write_all(format!("{CHUNKED_GET}{body}{NEXT_GET}").as_bytes())
+            .unwrap();
+        let first = read_response(&mut s, false).unwrap();
+        assert_eq!((first.status, &first.body[..]), (200, HELLO), "{body:?}");
+        assert_eq!(first.header("Connection"), None);
+        let second = read_response(&mut s, false).unwrap();
+        assert_eq!((second.status, &second.body[..]), (200, HOME), "{body:?}");
+        // The body cut at every byte: the request is answered after its
+        // head and what was read of the body, the rest is dropped as it
+        // arrives, in any number of writes.
+        for cut in 0..body.len() {
+            let mut s = server.connect();
+            s.tcp().set_nodelay(true).unwrap();
+            s.write_all(format!("{CHUNKED_GET}{}", &body[..cut]).as_bytes())
+                .unwrap();
+            assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+            let rest = &body[cut..];
+            let split = rest.len() / 2;
+            s.write_all(&rest.as_bytes()[..split]).unwrap();
+            s.write_all(format!("{}{NEXT_GET}", &rest[split..]).as_bytes())
+                .unwrap();
+            let second = read_response(&mut s, false).unwrap();
+            assert_eq!(second.body, HOME, "{body:?} cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn broken_chunk_framing_gets_400_and_close() {
+    let (_dir, server) = server();
+    for bad in [
+        "zz\r\n",
+        "-1\r\n",
+        "5 \r\nhello\r\n0\r\n\r\n",
+        "5\nhello\r\n0\r\n\r\n",
+        "5\r\nhelloXX\r\n0\r\n\r\n",
+        "10000000000000000\r\n",
+        "0\r\nno colon\r\n\r\n",
+    ] {
+        // In the same read as the head: refused, never answered.
+        let r = server.raw(&format!("{CHUNKED_GET}{bad}{NEXT_GET}"));
+        assert!(
+            r.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{bad:?}: {r}"
+        );
+        assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
+        assert_eq!(r.matches("HTTP/1.1 ").count(), 1, "{r}");
+        // After the request was answered: 400, then the connection closes.
+        let mut s = server.connect();
+        s.write_all(format!("{CHUNKED_GET}1\r\nx\r\n").as_bytes())
+            .unwrap();
+        assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+        s.write_all(format!("{bad}{NEXT_GET}").as_bytes()).unwrap();
+        let mut rest = String::new();
+        let _ = s.read_to_string(&mut rest);
+        assert!(
+            rest.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+            "{bad:?}: {rest}"
+        );
+        assert!(rest.contains("\r\nConnection: close\r\n"), "{rest}");
+        assert_eq!(rest.matches("HTTP/1.1 ").count(), 1, "{rest}");
+    }
+}
+
+#[test]
+fn chunked_bodies_over_the_cap_close_the_connection() {
+    let (_dir, server) = server();
+    let max = MAX_DISCARDED_BODY as usize;
+    // A chunk size that alone breaks the cap: refused before an answer.
+    let r = server.raw(&format!("{CHUNKED_GET}{:x}\r\n", max + 1));
+    assert!(r.starts_with("HTTP/1.1 413 Content Too Large\r\n"), "{r}");
+    assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
+    assert_eq!(r.matches("HTTP/1.1 ").count(), 1, "{r}");
+    // The cap counts the body as sent, framing included: exactly the cap
+    // passes, one byte more closes the connection (with 413 if it all came
+    // with the head, else after the answer).
+    let data = max - "ffff\r\n\r\n0\r\n\r\n".len();
+    let body = |len: usize| format!("{len:04x}\r\n{}\r\n0\r\n\r\n", "d".repeat(len));
+    let mut s = server.connect();
+    s.write_all(format!("{CHUNKED_GET}{}{NEXT_GET}", body(data)).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    assert_eq!(read_response(&mut s, false).unwrap().body, HOME);
+    let r = server.raw(&format!("{CHUNKED_GET}{}{NEXT_GET}", body(data + 1)));
+    assert!(
+        r.starts_with("HTTP/1.1 413 ") || r.starts_with("HTTP/1.1 200 "),
+        "{}",
+        &r[..r.len().min(200)]
+    );
+    assert_eq!(r.matches("HTTP/1.1 ").count(), 1, "no second answer");
+    // Past the cap after the answer: closed without another response.
+    let mut s = server.connect();
+    s.write_all(format!("{CHUNKED_GET}5\r\nhello\r\n").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    s.write_all(format!("{max:x}\r\n").as_bytes()).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert_eq!(String::from_utf8_lossy(&rest), "");
+}
+
+#[test]
+fn later_http1_minor_versions_are_served_as_http11() {
+    let (_dir, server) = server();
+    for minor in [2, 9] {
+        let mut s = server.connect();
+        for _ in 0..2 {
+            s.write_all(format!("GET /hello.txt HTTP/1.{minor}\r\nHost: t\r\n\r\n").as_bytes())
+                .unwrap();
+            let r = read_response(&mut s, false).unwrap();
+            assert_eq!((r.status, &r.body[..]), (200, HELLO));
+            assert!(r.head.starts_with("HTTP/1.1 200 OK\r\n"), "{}", r.head);
+            assert_eq!(r.header("Connection"), None, "kept alive as HTTP/1.1");
+        }
+        let r = server.raw(&format!("GET /hello.txt HTTP/1.{minor}\r\n\r\n"));
+        assert!(r.starts_with("HTTP/1.1 400 "), "Host is required: {r}");
+    }
 }
 
 #[test]

@@ -1,7 +1,14 @@
 //! Arbitrary bytes as what a client sent on one connection: parsing, the
+//! request bodies dropped along the way (chunked ones decoded), the
 //! handler's lookups against a real pack (the example site, with rules,
 //! wildcards and compressed variants) and response assembly must never
-//! panic, and every batch must either consume input or wait for more.
+//! panic, every batch must either consume input or wait for more, and what
+//! a connection keeps between reads must stay bounded.
+//!
+//! The input is served twice, as the connection layer would serve it: in
+//! one read, then in reads of sizes drawn from a hash of the input, so that
+//! heads and bodies are cut at arbitrary places and the body state carries
+//! from batch to batch.
 
 #![no_main]
 
@@ -11,7 +18,8 @@ use std::sync::{Arc, OnceLock};
 use kiln::pack::Pack;
 use kiln::serve::date::DateCache;
 use kiln::serve::handler::{Scratch, Site};
-use kiln::serve::http1::{Context, serve_batch};
+use kiln::serve::http1::parse::MAX_HEAD;
+use kiln::serve::http1::{Context, Discard, MAX_BATCH, serve_batch};
 use kiln::serve::output::Output;
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
@@ -24,30 +32,62 @@ fn site() -> &'static Arc<Site> {
     })
 }
 
-fuzz_target!(|data: &[u8]| {
+/// Serves `data` arriving in reads of `read_len()` bytes, keeping between
+/// reads what a connection keeps: the bytes not consumed yet and the
+/// request body still being dropped.
+fn serve_connection(data: &[u8], mut read_len: impl FnMut() -> usize) {
     let mut scratch = Scratch::default();
     let mut date = DateCache::new();
     date.update(1_700_000_000);
     let headers = ServerHeaders::new(true, true);
     let mut out = Output::new(64 * 1024, 256 * 1024);
-    let mut rest = data;
-    while !rest.is_empty() {
-        let mut ctx = Context {
-            site: site(),
-            scratch: &mut scratch,
-            date: &date,
-            server_headers: &headers,
-            log: None,
-            peer: None,
-            draining: false,
-            https_redirect: None,
-        };
-        out.clear();
-        let batch = serve_batch(rest, &mut ctx, &mut out);
-        assert!(batch.consumed <= rest.len());
-        if batch.consumed == 0 || batch.close {
-            break;
+    let mut discard = Discard::default();
+    let mut kept: Vec<u8> = Vec::new();
+    let mut unread = data;
+    while !unread.is_empty() {
+        let (read, rest) = unread.split_at(read_len().clamp(1, unread.len()));
+        unread = rest;
+        kept.extend_from_slice(read);
+        loop {
+            let mut ctx = Context {
+                site: site(),
+                scratch: &mut scratch,
+                date: &date,
+                server_headers: &headers,
+                log: None,
+                peer: None,
+                draining: false,
+                https_redirect: None,
+            };
+            out.clear();
+            let batch = serve_batch(&kept, &mut discard, &mut ctx, &mut out);
+            assert!(batch.consumed <= kept.len());
+            assert!(batch.responses <= MAX_BATCH);
+            if batch.close {
+                return;
+            }
+            // A body that goes on past the buffer took all of it.
+            assert!(discard.is_done() || batch.consumed == kept.len());
+            kept.drain(..batch.consumed);
+            if !batch.more {
+                break;
+            }
         }
-        rest = &rest[batch.consumed..];
+        // Only an incomplete head within limits is waited for.
+        assert!(kept.len() <= MAX_HEAD);
     }
+}
+
+fuzz_target!(|data: &[u8]| {
+    serve_connection(data, || usize::MAX);
+    // FNV-1a of the input seeds an xorshift for the read sizes.
+    let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }) | 1;
+    serve_connection(data, move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        1 + (state % 128) as usize
+    });
 });

@@ -3,7 +3,9 @@
 //! so a pipelined batch leaves in a single `writev`. Sans-IO: [`Conn`] is
 //! one connection's state, fed the bytes the connection layer read.
 
+pub mod body;
 pub mod parse;
+pub mod request_line;
 
 use std::net::IpAddr;
 
@@ -13,10 +15,12 @@ use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
 use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
+pub use body::{Discard, Progress};
 pub use parse::{Parsed, RequestHead, parse_request};
 
-/// Request bodies up to this size are read and dropped (a GET with a body
-/// is legal if pointless); larger ones get 413.
+/// Request bodies up to this size (as sent: chunk framing counts) are read
+/// and dropped (a GET with a body is legal if pointless); larger ones get
+/// 413, or a closed connection once the request is answered.
 pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
 /// Most responses assembled from one buffer. Bounds the header bytes a
@@ -31,8 +35,6 @@ pub struct Batch {
     pub consumed: usize,
     /// Close once the output is sent.
     pub close: bool,
-    /// Body bytes of the last request still to arrive and be dropped.
-    pub discard: u64,
     /// Number of responses written.
     pub responses: u32,
     /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
@@ -209,9 +211,28 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
 }
 
 /// Parses and answers every complete request at the start of `buf`.
-pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch {
+/// `discard` is the connection's request body still being dropped: it
+/// reads the start of `buf`, and is left holding the body of the last
+/// request when that body goes on past `buf`.
+pub fn serve_batch(
+    buf: &[u8],
+    discard: &mut Discard,
+    ctx: &mut Context<'_>,
+    out: &mut Output,
+) -> Batch {
     let mut batch = Batch::default();
-    while batch.consumed < buf.len() {
+    match discard.feed(buf) {
+        Progress::Ended(used) => batch.consumed = used,
+        Progress::NeedMore => batch.consumed = buf.len(),
+        Progress::Malformed => {
+            write_error(out, ctx, 400);
+            batch.responses += 1;
+            batch.close = true;
+        }
+        // The request was answered already: nothing to say, just close.
+        Progress::TooLarge => batch.close = true,
+    }
+    while batch.consumed < buf.len() && !batch.close {
         if batch.responses == MAX_BATCH {
             batch.more = true;
             break;
@@ -226,12 +247,25 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
             }
             Parsed::Complete(head) => head,
         };
-        if head.content_length > MAX_DISCARDED_BODY {
-            write_error(out, ctx, 413);
-            batch.responses += 1;
-            batch.close = true;
-            break;
-        }
+        // As much of the body as has arrived is read before answering, so
+        // that broken framing or a body over the cap is refused instead.
+        let body_start = batch.consumed + head.head_len;
+        let mut body = head.body;
+        let body_end = match body.feed(&buf[body_start..]) {
+            Progress::Ended(used) => Some(body_start + used),
+            Progress::NeedMore => None,
+            refused @ (Progress::Malformed | Progress::TooLarge) => {
+                let status = if refused == Progress::Malformed {
+                    400
+                } else {
+                    413
+                };
+                write_error(out, ctx, status);
+                batch.responses += 1;
+                batch.close = true;
+                break;
+            }
+        };
         let req = &head.request;
         let target_ok = req.target != b"*" || req.method == Method::Options;
         let redirect = match ctx.https_redirect {
@@ -274,19 +308,14 @@ pub fn serve_batch(buf: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Batch
                 },
             );
         }
-        batch.consumed += head.head_len;
-        let body_here = (buf.len() - batch.consumed) as u64;
-        if head.content_length > body_here {
-            batch.consumed = buf.len();
-            batch.discard = head.content_length - body_here;
-        } else {
-            batch.consumed += head.content_length as usize;
-        }
-        if close {
-            batch.close = true;
-        }
-        if close || batch.discard > 0 {
-            break;
+        batch.close = close;
+        match body_end {
+            Some(end) => batch.consumed = end,
+            None => {
+                // The rest of the body arrives with later reads.
+                batch.consumed = buf.len();
+                *discard = body;
+            }
         }
     }
     out.seal();
@@ -299,8 +328,8 @@ pub struct Conn {
     /// The start of an incomplete request (or requests left over from a
     /// full batch); empty and unallocated otherwise.
     partial: Vec<u8>,
-    /// Request body bytes still to arrive and be dropped.
-    discard: u64,
+    /// The request body still arriving, to be dropped.
+    discard: Discard,
     /// `partial` may hold complete requests left over from a full batch:
     /// serve them before reading more.
     backlog: bool,
@@ -315,16 +344,12 @@ impl Conn {
             partial.extend_from_slice(bytes);
         }
         let buf: &[u8] = if from_partial { &partial } else { bytes };
-        let skip = self.discard.min(buf.len() as u64) as usize;
-        self.discard -= skip as u64;
-        let buf = &buf[skip..];
-        let batch = serve_batch(buf, ctx, out);
-        self.discard += batch.discard;
+        let batch = serve_batch(buf, &mut self.discard, ctx, out);
         self.backlog = batch.more;
         let rest_len = buf.len() - batch.consumed;
-        let wait = if !batch.close && (rest_len > 0 || self.discard > 0) {
+        let wait = if !batch.close && (rest_len > 0 || !self.discard.is_done()) {
             if from_partial {
-                partial.drain(..skip + batch.consumed);
+                partial.drain(..batch.consumed);
                 self.partial = partial;
             } else {
                 self.partial = buf[batch.consumed..].to_vec();
