@@ -32,7 +32,7 @@ PATHS_SEED = 42
 # Share of idle CPU over 1 s that counts as a quiet machine before a run.
 QUIET_IDLE_SHARE = 0.9
 # Server order inside a round: the peers run right after kiln, in the same conditions.
-SERVER_ORDER = ["kiln", "kiln-dummy", "nginx", "h2o"]
+SERVER_ORDER = ["kiln", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
 # Servers whose syscalls per request are counted (kiln --dummy is not a real server).
 STRACED_SERVERS = ["kiln", "nginx", "h2o"]
 
@@ -55,6 +55,11 @@ class Case:
     pipeline: int = 1
     # Idle keep-alive connections held open during the run.
     idle: int = 0
+    # Over TLS (1.3, P-256 certificate) instead of cleartext.
+    tls: bool = False
+    # `Connection: close` on every request: one new connection (over TLS, one full
+    # handshake) per request.
+    close: bool = False
     # Part of the --quick subset.
     quick: bool = False
 
@@ -74,9 +79,13 @@ CASES = [
     Case("tiles-c128", "tiles", 128, path="", quick=True),
     Case("tiles-c2048", "tiles", 2048, path=""),
     Case("hello-c128-idle10k", "hello", 128, idle=10_000, quick=True),
+    Case("tls-hello-c128", "hello", 128, tls=True, quick=True),
+    Case("tls-pydocs-br-c128", "pydocs", 128, path="", accept_encoding="br, gzip", tls=True),
+    Case("tls-handshake-c128", "hello", 128, tls=True, close=True, quick=True),
+    Case("tls-hello-c128-idle10k", "hello", 128, idle=10_000, tls=True),
 ]
-# The syscall count runs this case, shorter, with strace attached.
-STRACE_CASE = next(c for c in CASES if c.name == "hello-c128")
+# The syscall counts run these cases, shorter, with strace attached.
+STRACE_CASES = [c for c in CASES if c.name in ("hello-c128", "tls-hello-c128")]
 
 
 @dataclass(frozen=True)
@@ -109,8 +118,10 @@ def output_paths(quick: bool) -> tuple[Path, Path, Path]:
 
 def wrk_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int) -> list[str]:
     """The wrk command line for `case` against `port`."""
-    base = f"http://127.0.0.1:{port}"
+    base = f"{'https' if case.tls else 'http'}://127.0.0.1:{port}"
     headers = {"Accept-Encoding": case.accept_encoding} if case.accept_encoding else {}
+    if case.close:
+        headers["Connection"] = "close"
     if case.pipeline > 1:
         return measure.wrk_argv(base, case.connections, duration_s, "pipeline.lua",
                                 [case.path, str(case.pipeline)], headers)
@@ -122,15 +133,16 @@ def wrk_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int) 
 
 
 def runs(entry: servers.ServerEntry, case: Case) -> bool:
-    """Whether `entry` takes part in `case` (kiln --dummy: plain hello cases only)."""
-    return not entry.ceiling_only or (case.corpus == "hello" and not case.idle)
+    """Whether `entry` takes part in `case` (kiln --dummy: cleartext hello cases only)."""
+    return not entry.ceiling_only or (case.corpus == "hello" and not case.idle
+                                      and not case.tls)
 
 
 class Bench:
     """One invocation: the prepared corpora and packs, the settings, the results so far."""
 
     def __init__(self, settings: Settings, prepared: dict, packs: dict, results: dict,
-                 results_path: Path):
+                 results_path: Path, certificate: servers.Certificate):
         # Durations and rounds.
         self.settings = settings
         # Corpus name -> corpora.Corpus.
@@ -141,14 +153,17 @@ class Bench:
         self.results = results
         # Where `results` is saved.
         self.results_path = results_path
+        # What every server presents on the TLS cases.
+        self.certificate = certificate
 
     def save(self) -> None:
         self.results_path.parent.mkdir(parents=True, exist_ok=True)
         self.results_path.write_text(json.dumps(self.results, indent=1) + "\n")
 
     def start(self, entry: servers.ServerEntry, case: Case) -> servers.RunningServer:
+        tls = self.certificate if case.tls else None
         return servers.start(entry, self.corpora[case.corpus], self.packs,
-                             WORK / "run" / entry.name)
+                             WORK / "run" / entry.name, tls)
 
     def run_case(self, entry: servers.ServerEntry, case: Case, round_no: int) -> dict:
         """Check, warm up and measure one case on one server; return the run's record."""
@@ -167,7 +182,7 @@ class Bench:
             pids = measure.process_tree(server.process.pid)
             if case.idle:
                 record["idle"] = {"requested": case.idle, "rss_before_kib": measure.rss_kib(pids)}
-                holder = measure.IdleHolder(server.port, case.idle, case.path,
+                holder = measure.IdleHolder(server.port, case.idle, case.path, case.tls,
                                             timeout_s=self.settings.duration_s * 4 + 120)
                 record["idle"]["opened"] = holder.wait_open()
                 record["idle"]["rss_after_open_kib"] = measure.rss_kib(pids)
@@ -197,9 +212,8 @@ class Bench:
             server.stop()
         return record
 
-    def count_syscalls(self, entry: servers.ServerEntry) -> dict:
-        """strace -c over a bounded hello run; syscalls divided by requests served."""
-        case = STRACE_CASE
+    def count_syscalls(self, entry: servers.ServerEntry, case: Case) -> dict:
+        """strace -c over a bounded run of `case`; syscalls divided by requests served."""
         record = {"server": entry.name, "case": case.name}
         try:
             server = self.start(entry, case)
@@ -254,8 +268,12 @@ def parse_args() -> argparse.Namespace:
         prog="bench/run", description="Benchmark kiln against nginx and h2o on one core.")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 round, short runs, a subset of cases (< 2 min)")
-    parser.add_argument("--servers", default=",".join(SERVER_ORDER),
-                        help=f"comma-separated subset of {','.join(SERVER_ORDER)}")
+    parser.add_argument("--servers",
+                        help=f"comma-separated subset of {','.join(SERVER_ORDER)} (default: "
+                        "all; kiln-baseline only with --baseline)")
+    parser.add_argument("--baseline", type=Path, metavar="KILN",
+                        help="another kiln binary (say, a build of the commit before a change) "
+                        "run as kiln-baseline beside kiln, on packs the current kiln builds")
     parser.add_argument("--cases", help="comma-separated case names (default: all, or the "
                         "quick subset); known: " + ",".join(c.name for c in CASES))
     parser.add_argument("--report-only", action="store_true",
@@ -273,15 +291,15 @@ def select_cases(args: argparse.Namespace) -> list[Case]:
     return [c for c in CASES if c.name in wanted]
 
 
-def prepare_servers(names: list[str], cases: list[Case]):
+def prepare_servers(names: list[str], cases: list[Case], baseline: Path | None):
     """Build kiln (when asked for), the corpora and the packs.
 
     Returns (kiln binary or None, corpora, packs, runnable entries, {skipped: why}).
     """
     kiln, kiln_unavailable = None, ""
-    if {"kiln", "kiln-dummy"} & set(names):
+    if {"kiln", "kiln-baseline", "kiln-dummy"} & set(names):
         kiln, kiln_unavailable = prepare.build_kiln(REPO, WORK / "logs" / "cargo.log")
-    prepared = corpora.prepare(WORK, {c.corpus for c in cases} | {STRACE_CASE.corpus})
+    prepared = corpora.prepare(WORK, {c.corpus for c in cases} | {"hello"})
     packs = {}
     if kiln is not None:
         try:
@@ -289,7 +307,7 @@ def prepare_servers(names: list[str], cases: list[Case]):
         except subprocess.CalledProcessError as err:
             kiln_unavailable = f"`{shlex.join(err.cmd)}` failed (exit status {err.returncode})"
             kiln = None
-    entries = servers.entries(kiln, kiln_unavailable)
+    entries = servers.entries(kiln, kiln_unavailable, baseline)
     skipped = {n: entries[n].unavailable for n in names if entries[n].unavailable}
     for name, why in skipped.items():
         print(f"bench: {name} skipped: {why}", flush=True)
@@ -310,13 +328,17 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
                     print(describe(record), flush=True)
                     bench.results["runs"].append(record)
                     bench.save()
-    for entry in active:
-        if entry.name in STRACED_SERVERS:
-            record = bench.count_syscalls(entry)
-            shown = record.get("error", "").split("\n")[0] or f"{record['per_request']} per request"
-            print(f"syscalls {entry.name:<10} {shown}", flush=True)
-            bench.results["syscalls"].append(record)
-            bench.save()
+    # The cleartext count always (the core's figure); the TLS one when TLS was measured.
+    any_tls = any(c.tls for c in cases)
+    for case in (c for c in STRACE_CASES if any_tls or not c.tls):
+        for entry in active:
+            if entry.name in STRACED_SERVERS:
+                record = bench.count_syscalls(entry, case)
+                shown = (record.get("error", "").split("\n")[0]
+                         or f"{record['per_request']} per request")
+                print(f"syscalls {case.name:<16} {entry.name:<12} {shown}", flush=True)
+                bench.results["syscalls"].append(record)
+                bench.save()
 
 
 def main() -> int:
@@ -329,7 +351,8 @@ def main() -> int:
             return 1
         report.write(json.loads(results_path.read_text()), report_md, report_png)
         return 0
-    names = args.servers.split(",")
+    default = [n for n in SERVER_ORDER if n != "kiln-baseline" or args.baseline]
+    names = args.servers.split(",") if args.servers else default
     unknown = set(names) - set(SERVER_ORDER)
     if unknown:
         print(f"bench: error: unknown server(s) {', '.join(sorted(unknown))}; "
@@ -346,7 +369,7 @@ def main() -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
-    kiln, prepared, packs, active, skipped = prepare_servers(names, cases)
+    kiln, prepared, packs, active, skipped = prepare_servers(names, cases, args.baseline)
     if not active:
         print("bench: error: no server left to measure", file=sys.stderr)
         return 1
@@ -356,13 +379,15 @@ def main() -> int:
         "settings": asdict(settings),
         "machine": prepare.machine(),
         "versions": prepare.versions(kiln, REPO),
+        "baseline": str(args.baseline) if args.baseline else None,
         "servers": [e.name for e in active],
         "skipped": skipped,
         "cases": [asdict(c) for c in cases],
         "runs": [],
         "syscalls": [],
     }
-    bench = Bench(settings, prepared, packs, results, results_path)
+    certificate = servers.make_certificate(WORK / "tls")
+    bench = Bench(settings, prepared, packs, results, results_path, certificate)
     bench.save()
     measure_all(bench, cases, active)
     results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -7,6 +7,7 @@ file on disk, so a server that answers fast but wrong cannot score.
 
 import gzip
 import http.client
+import ssl
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -75,7 +76,14 @@ def _check_sample(conn, corpus: Corpus, accept_encoding: str | None) -> dict[str
 
 def check(case, corpus: Corpus, port: int) -> dict:
     """Check `port` serves `case` correctly; return what was checked, or raise CheckError."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    if case.tls:
+        # The benchmark's certificate is self-signed: encryption is what is measured.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         if case.corpus == "hello":
             _expect(conn, case.path, 200, b"Hello World!", None)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hold many idle HTTP/1.1 keep-alive connections open to a server.
+"""Hold many idle HTTP/1.1 keep-alive connections open to a server (over TLS with --tls).
 
 Each connection makes one request (so the server has set it up fully), reads the
 response, then stays idle. Protocol on stdout/stdin, for bench/lib/measure.py:
@@ -11,6 +11,7 @@ Bounded: the process exits by itself after --timeout seconds whatever happens.
 import argparse
 import asyncio
 import resource
+import ssl
 import sys
 
 # Connections being opened at the same time: more would overflow the listen backlog.
@@ -19,12 +20,13 @@ OPENING_AT_ONCE = 256
 CONNECT_TIMEOUT_S = 10.0
 
 
-async def open_one(host: str, port: int, request: bytes, gate: asyncio.Semaphore):
+async def open_one(host: str, port: int, request: bytes, gate: asyncio.Semaphore,
+                   tls: ssl.SSLContext | None):
     """Open one connection and complete one request on it; None if that fails."""
     async with gate:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+                asyncio.open_connection(host, port, ssl=tls), CONNECT_TIMEOUT_S)
             writer.write(request)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -45,8 +47,15 @@ async def open_one(host: str, port: int, request: bytes, gate: asyncio.Semaphore
 async def hold(args: argparse.Namespace) -> None:
     gate = asyncio.Semaphore(OPENING_AT_ONCE)
     request = f"GET {args.path} HTTP/1.1\r\nHost: {args.host}\r\n\r\n".encode()
+    tls = None
+    if args.tls:
+        # The benchmark's certificate is self-signed; what is measured is the server's
+        # memory per established session.
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
     opened = await asyncio.gather(
-        *(open_one(args.host, args.port, request, gate) for _ in range(args.count)))
+        *(open_one(args.host, args.port, request, gate, tls) for _ in range(args.count)))
     held = [pair for pair in opened if pair is not None]
     print(f"OPEN {len(held)}", flush=True)
     # Wait for the "check" line while the event loop keeps noticing server closes.
@@ -67,6 +76,7 @@ def main() -> int:
     parser.add_argument("count", type=int)
     parser.add_argument("--path", default="/", help="path requested on each connection")
     parser.add_argument("--timeout", type=float, default=300.0, help="exit after seconds")
+    parser.add_argument("--tls", action="store_true", help="connect with TLS")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if args.count + 64 > hard:

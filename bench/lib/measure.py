@@ -152,11 +152,12 @@ def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
 class IdleHolder:
     """bench/lib/idle_conns.py on the client core, holding idle keep-alive connections."""
 
-    def __init__(self, port: int, count: int, path: str, timeout_s: float):
+    def __init__(self, port: int, count: int, path: str, tls: bool, timeout_s: float):
         script = Path(__file__).with_name("idle_conns.py")
         self.process = subprocess.Popen(
             ["taskset", "-c", CLIENT_CORE, sys.executable, str(script), "127.0.0.1",
-             str(port), str(count), "--path", path, "--timeout", str(timeout_s)],
+             str(port), str(count), "--path", path, "--timeout", str(timeout_s),
+             *(["--tls"] if tls else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
 

@@ -14,8 +14,9 @@ REPO_PREFIX = str(Path(__file__).resolve().parent.parent.parent) + "/"
 # Servers kiln is measured against (kiln-dummy is kiln's own ceiling, not a peer).
 PEERS = ["nginx", "h2o"]
 # Column order of the tables and bar order of the chart.
-SERVER_ORDER = ["kiln", "kiln-dummy", "nginx", "h2o"]
-COLORS = {"kiln": "#d9480f", "kiln-dummy": "#f4a261", "nginx": "#2b8a3e", "h2o": "#1c7ed6"}
+SERVER_ORDER = ["kiln", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
+COLORS = {"kiln": "#d9480f", "kiln-baseline": "#868e96", "kiln-dummy": "#f4a261",
+          "nginx": "#2b8a3e", "h2o": "#1c7ed6"}
 HOW_TO = """\
 ## How to re-run
 
@@ -26,6 +27,7 @@ bench/run            # full run (~35 min): installs wrk/nginx/h2o/python3.11-doc
 bench/run --quick    # smoke run (< 2 min): 1 round, short runs, a subset of cases;
                      # written to bench/work/quick/ so this file is left alone
 bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset
+bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
 ```
@@ -83,7 +85,8 @@ def _ratio(summary: dict, case: str, peer: str) -> float | None:
 
 
 def _throughput_table(results: dict, summary: dict, servers: list[str]) -> list[str]:
-    peers = [p for p in PEERS if p in servers]
+    # kiln/kiln-baseline is the before/after ratio of a change (bench/run --baseline).
+    peers = [p for p in ["kiln-baseline", *PEERS] if p in servers]
     compare = "kiln" in servers
     header = ["case", *servers] + ([f"kiln/{p}" for p in peers] if compare else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -158,15 +161,17 @@ def _idle_cost(idle: dict) -> float:
 
 
 def _syscall_table(results: dict) -> list[str]:
-    lines = ["| server | requests | syscalls | per request | top syscalls per request |",
-             "|---|---|---|---|---|"]
+    lines = ["| case | server | requests | syscalls | per request | top syscalls per request |",
+             "|---|---|---|---|---|---|"]
     for record in results["syscalls"]:
+        # Results saved before the TLS cases counted hello-c128 only.
+        case = record.get("case", "hello-c128")
         if "error" in record:
             first = record["error"].splitlines()[0]
-            lines.append(f"| {record['server']} | failed: {first} | | | |")
+            lines.append(f"| {case} | {record['server']} | failed: {first} | | | |")
             continue
         top = ", ".join(f"{name} {n}" for name, n in record["top"].items())
-        lines.append(f"| {record['server']} | {record['requests']:,} | "
+        lines.append(f"| {case} | {record['server']} | {record['requests']:,} | "
                      f"{record['total_calls']:,} | {record['per_request']} | {top} |")
     return lines
 
@@ -223,14 +228,33 @@ def _targets(results: dict, summary: dict) -> list[str]:
             return kiln >= factor * nginx, f"{kiln / nginx:.2f}×{bound(case)}"
         return test
 
+    def versus_cpu(factor: float):
+        """req/s ≥ factor × the best peer's, or, where wrk limited kiln, requests per
+        server CPU-second ≥ factor × the best peer's."""
+        def test(case: str):
+            s = summary.get((case, "kiln"), {})
+            field = "per_cpu_s" if s.get("client_bound") else "rps"
+            kiln, peer = s.get(field), best_peer(case, field, max)
+            if kiln is None or peer is None:
+                return None, ""
+            unit = " req per CPU-s [wrk-bound]" if field == "per_cpu_s" else ""
+            return kiln >= factor * peer, f"{kiln / peer:.2f}×{unit}"
+        return test
+
+    # Results saved before the TLS cases have no "tls" nor "close" fields.
+    clear = {n: c for n, c in cases.items() if not c.get("tls")}
+    tls = {n: c for n, c in cases.items() if c.get("tls")}
     plain = [n for n, c in cases.items() if c["pipeline"] == 1]
-    hello_answer = [n for n, c in cases.items() if c["pipeline"] == 1 and not c["idle"]
+    hello_answer = [n for n, c in clear.items() if c["pipeline"] == 1 and not c["idle"]
                     and c["corpus"] in ("hello", "answer")]
     tiles = [n for n, c in cases.items() if c["corpus"] == "tiles"]
     pipelined = [n for n, c in cases.items() if c["pipeline"] > 1]
     crowded = [n for n, c in cases.items() if c["connections"] in (512, 2048)]
-    # kiln --dummy runs the hello cases without idle connections (bench.py: runs()).
-    hello = [n for n, c in cases.items() if c["corpus"] == "hello" and not c["idle"]]
+    # kiln --dummy runs the cleartext hello cases without idle connections (bench.py:
+    # runs()).
+    hello = [n for n, c in clear.items() if c["corpus"] == "hello" and not c["idle"]]
+    tls_keepalive = [n for n, c in tls.items() if not c.get("close") and not c["idle"]]
+    handshakes = [n for n, c in tls.items() if c.get("close")]
 
     def pipelined_test(case: str):
         ok, detail = versus(case, "rps", max, 1.3, True)
@@ -252,12 +276,14 @@ def _targets(results: dict, summary: dict) -> list[str]:
         errors = s["socket_errors"] + s["non2xx"]
         return errors == 0, f"{errors} errors" if errors else "clean"
 
-    def idle_test(case: str):
-        idle = summary.get((case, "kiln"), {}).get("idle")
-        if not idle:
-            return None, ""
-        cost = _median([_idle_cost(i) for i in idle])
-        return cost < 1024, f"{cost:,.0f} B per connection"
+    def idle_test(limit: int):
+        def test(case: str):
+            idle = summary.get((case, "kiln"), {}).get("idle")
+            if not idle:
+                return None, ""
+            cost = _median([_idle_cost(i) for i in idle])
+            return cost < limit, f"{cost:,.0f} B per connection"
+        return test
 
     rows = [
         ("no socket errors and no non-2xx responses from kiln",
@@ -273,7 +299,13 @@ def _targets(results: dict, summary: dict) -> list[str]:
          check_all(crowded, lambda c: versus(c, "p99_ms", min, 1.0, False))),
         ("kiln ≥ 90 % of kiln --dummy on hello", check_all(hello, dummy_test)),
         ("idle keep-alive connections cost < 1 KiB each beyond base RSS",
-         check_all([n for n, c in cases.items() if c["idle"]], idle_test)),
+         check_all([n for n, c in clear.items() if c["idle"]], idle_test(1024))),
+        ("TLS keep-alive ≥ 1.5× the best peer (req/s, or req per CPU-s where wrk-bound)",
+         check_all(tls_keepalive, versus_cpu(1.5))),
+        ("TLS handshakes ≥ 3× the best peer (per second, or per CPU-s where wrk-bound)",
+         check_all(handshakes, versus_cpu(3.0))),
+        ("idle TLS connections cost < 8 KiB each beyond base RSS",
+         check_all([n for n, c in tls.items() if c["idle"]], idle_test(8192))),
     ]
     return [_verdict(ok, f"{title}: {detail}") for title, (ok, detail) in rows]
 
@@ -372,6 +404,11 @@ METHOD = """\
 - Syscalls per request: `strace -c -f` attached to the server's processes over a bounded
   hello run, total calls divided by the requests wrk completed (strace slows the server;
   those runs are not used for throughput).
+- TLS cases (`tls-*`): every server presents the same self-signed ECDSA P-256
+  certificate (made once with openssl into bench/work/tls/); wrk (OpenSSL) negotiates
+  TLS 1.3 with X25519 and does not resume sessions, so `tls-handshake-c128` (a
+  `Connection: close` request per connection) is one full handshake per request.
+  nginx and h2o use the distribution's OpenSSL; kiln uses rustls (aws-lc-rs).
 - Configurations: bench/conf/nginx.conf and bench/conf/h2o.conf. nginx's open_file_cache
   holds at most 6,000 descriptors: with max=200000 the worker hits the 20,000 descriptors
   per process on the tiles corpus and answers 500. kiln runs

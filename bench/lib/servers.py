@@ -27,14 +27,39 @@ class ServerError(Exception):
     """A server did not start; the message carries the tail of its log."""
 
 
+@dataclass(frozen=True)
+class Certificate:
+    """The certificate every server presents on the TLS cases (ECDSA P-256, self-signed)."""
+
+    # PEM certificate.
+    cert: Path
+    # PEM private key (PKCS#8).
+    key: Path
+
+
+def make_certificate(directory: Path) -> Certificate:
+    """A P-256 certificate for localhost and 127.0.0.1, made once and reused."""
+    directory.mkdir(parents=True, exist_ok=True)
+    certificate = Certificate(directory / "cert.pem", directory / "key.pem")
+    if not (certificate.cert.exists() and certificate.key.exists()):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-days", "3650", "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+             "-keyout", str(certificate.key), "-out", str(certificate.cert)],
+            check=True, capture_output=True)
+    return certificate
+
+
 @dataclass
 class ServerEntry:
     """How to run one server."""
 
     # Name used by --servers, in results and in the report.
     name: str
-    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs).
-    command: Callable[[Corpus, int, Path, dict], list[str]]
+    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs, tls),
+    # where `tls` is the Certificate to listen with TLS, or None for cleartext.
+    command: Callable[[Corpus, int, Path, dict, Certificate | None], list[str]]
     # kiln --dummy: it answers `Hello World!` to anything, so it only measures the
     # core's ceiling on the plain hello cases.
     ceiling_only: bool = False
@@ -51,34 +76,54 @@ def _render(template: str, target: Path, values: dict[str, str]) -> Path:
     return target
 
 
-def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
+def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict,
+           tls: Certificate | None) -> list[str]:
+    tls_lines = "" if tls is None else (
+        f"ssl_certificate {tls.cert};\n        ssl_certificate_key {tls.key};\n"
+        "        ssl_protocols TLSv1.2 TLSv1.3;")
     conf = _render("nginx.conf", run_dir / "nginx.conf",
-                   {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root)})
+                   {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root),
+                    "SSL": "" if tls is None else " ssl", "TLS": tls_lines})
     # -e: the log used before the configuration is read (default: /var/log/nginx).
     return ["nginx", "-p", str(run_dir), "-e", str(run_dir / "error.log"), "-c", str(conf)]
 
 
-def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
+def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
+         tls: Certificate | None) -> list[str]:
+    tls_lines = "" if tls is None else (
+        f"  ssl:\n    certificate-file: {tls.cert}\n    key-file: {tls.key}\n"
+        "    minimum-version: TLSv1.2\n")
     conf = _render("h2o.conf", run_dir / "h2o.conf",
-                   {"PORT": str(port), "ROOT": str(corpus.root)})
+                   {"PORT": str(port), "ROOT": str(corpus.root), "TLS": tls_lines})
     return ["h2o", "-c", str(conf)]
 
 
 def _kiln_command(kiln: Path, dummy: bool):
     """kiln serve on one thread; security headers off as nginx and h2o send none."""
 
-    def command(corpus: Corpus, port: int, run_dir: Path, packs: dict) -> list[str]:
-        argv = [str(kiln), "serve", str(packs[corpus.name]), "--listen",
-                f"127.0.0.1:{port}", "--threads", "1", "--no-security-headers"]
+    def command(corpus: Corpus, port: int, run_dir: Path, packs: dict,
+                tls: Certificate | None) -> list[str]:
+        argv = [str(kiln), "serve", str(packs[corpus.name]), "--threads", "1",
+                "--no-security-headers"]
+        if tls is None:
+            argv += ["--listen", f"127.0.0.1:{port}"]
+        else:
+            argv += ["--listen-tls", f"127.0.0.1:{port}", "--tls-cert", str(tls.cert),
+                     "--tls-key", str(tls.key)]
         return argv + ["--dummy"] if dummy else argv
 
     return command
 
 
-def entries(kiln: Path | None, kiln_unavailable: str) -> dict[str, ServerEntry]:
-    """Every known server entry, by name; kiln's are marked unavailable without a binary."""
+def entries(kiln: Path | None, kiln_unavailable: str,
+            baseline: Path | None = None) -> dict[str, ServerEntry]:
+    """Every known server entry, by name; kiln's are marked unavailable without a binary.
+    `baseline`: another kiln binary (an older commit's) to compare against in the same run."""
     kiln_path = kiln or Path("kiln")
     return {
+        "kiln-baseline": ServerEntry(
+            "kiln-baseline", _kiln_command(baseline or Path("kiln"), False),
+            unavailable="" if baseline else "no --baseline binary given"),
         "kiln": ServerEntry("kiln", _kiln_command(kiln_path, False),
                             unavailable=kiln_unavailable),
         "kiln-dummy": ServerEntry("kiln-dummy", _kiln_command(kiln_path, True),
@@ -129,11 +174,13 @@ def _log_tail(log: Path) -> str:
     return "\n".join(lines[-10:]) or "(no output)"
 
 
-def start(entry: ServerEntry, corpus: Corpus, packs: dict, run_dir: Path) -> RunningServer:
-    """Start `entry` on core 0 for `corpus`; return once it accepts connections."""
+def start(entry: ServerEntry, corpus: Corpus, packs: dict, run_dir: Path,
+          tls: Certificate | None = None) -> RunningServer:
+    """Start `entry` on core 0 for `corpus` (over TLS with `tls`); return once it accepts
+    connections."""
     run_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    argv = entry.command(corpus, port, run_dir, packs)
+    argv = entry.command(corpus, port, run_dir, packs, tls)
     log = run_dir / "server.log"
     log_file = log.open("w")
     process = subprocess.Popen(

@@ -12,6 +12,7 @@
 
 #![no_main]
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -27,20 +28,51 @@ use libfuzzer_sys::fuzz_target;
 fn site() -> &'static Arc<Site> {
     static SITE: OnceLock<Arc<Site>> = OnceLock::new();
     SITE.get_or_init(|| {
-        let pack = concat!(env!("CARGO_MANIFEST_DIR"), "/seeds/pack_reader/example-site.pack");
+        let pack = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/seeds/pack_reader/example-site.pack"
+        );
         Site::from_pack(Pack::open(Path::new(pack)).expect("the example-site seed pack"))
     })
+}
+
+/// What a serving thread keeps from one connection to the next, reused
+/// across inputs as the thread reuses it across connections (and because
+/// making it anew for each input was most of the time per execution).
+struct Thread {
+    scratch: Scratch,
+    date: DateCache,
+    headers: ServerHeaders,
+    out: Output,
+}
+
+thread_local! {
+    static THREAD: RefCell<Thread> = RefCell::new({
+        let mut date = DateCache::new();
+        date.update(1_700_000_000);
+        Thread {
+            scratch: Scratch::default(),
+            date,
+            headers: ServerHeaders::new(true, true),
+            out: Output::new(64 * 1024, 256 * 1024),
+        }
+    });
 }
 
 /// Serves `data` arriving in reads of `read_len()` bytes, keeping between
 /// reads what a connection keeps: the bytes not consumed yet and the
 /// request body still being dropped.
-fn serve_connection(data: &[u8], mut read_len: impl FnMut() -> usize) {
-    let mut scratch = Scratch::default();
-    let mut date = DateCache::new();
-    date.update(1_700_000_000);
-    let headers = ServerHeaders::new(true, true);
-    let mut out = Output::new(64 * 1024, 256 * 1024);
+fn serve_connection(data: &[u8], read_len: impl FnMut() -> usize) {
+    THREAD.with_borrow_mut(|thread| serve_on(thread, data, read_len));
+}
+
+fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usize) {
+    let Thread {
+        scratch,
+        date,
+        headers,
+        out,
+    } = thread;
     let mut discard = Discard::default();
     let mut kept: Vec<u8> = Vec::new();
     let mut unread = data;
@@ -51,16 +83,16 @@ fn serve_connection(data: &[u8], mut read_len: impl FnMut() -> usize) {
         loop {
             let mut ctx = Context {
                 site: site(),
-                scratch: &mut scratch,
-                date: &date,
-                server_headers: &headers,
+                scratch,
+                date,
+                server_headers: headers,
                 log: None,
                 peer: None,
                 draining: false,
                 https_redirect: None,
             };
             out.clear();
-            let batch = serve_batch(&kept, &mut discard, &mut ctx, &mut out);
+            let batch = serve_batch(&kept, &mut discard, &mut ctx, out);
             assert!(batch.consumed <= kept.len());
             assert!(batch.responses <= MAX_BATCH);
             if batch.close {

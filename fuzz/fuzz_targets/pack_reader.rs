@@ -33,9 +33,19 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for route in pack.routes().take(64) {
-        let _ = (route.key(), route.status(), route.kind(), route.last_modified());
+        let _ = (
+            route.key(),
+            route.status(),
+            route.kind(),
+            route.last_modified(),
+        );
         for v in route.variants() {
-            let _ = (&v.head[..v.repr_at], &v.head[..v.length_at], v.etag, v.body.len());
+            let _ = (
+                &v.head[..v.repr_at],
+                &v.head[..v.length_at],
+                v.etag,
+                v.body.len(),
+            );
         }
     }
     let _ = pack.not_found().map(|r| r.variants().count());

@@ -208,9 +208,15 @@ pub fn fingerprint(der: &[u8]) -> String {
     out
 }
 
+/// The leaf of the first certificate `resolver` serves (the default one):
+/// what a client that is told to trust a self-signed server trusts.
+pub fn first_certificate(resolver: &SniResolver) -> &CertificateDer<'static> {
+    &resolver.entries[0].key.cert[0]
+}
+
 /// The SHA-256 fingerprint of the first certificate `resolver` serves.
 pub fn first_fingerprint(resolver: &SniResolver) -> String {
-    fingerprint(&resolver.entries[0].key.cert[0])
+    fingerprint(first_certificate(resolver))
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ const SESSION_CACHE: usize = 4096;
 
 /// The crypto provider: aws-lc-rs (see the notes of the TLS issue for the
 /// measurement against ring), restricted to the suites and groups above.
-fn provider() -> CryptoProvider {
+pub fn provider() -> CryptoProvider {
     CryptoProvider {
         cipher_suites: vec![
             cipher_suite::TLS13_AES_128_GCM_SHA256,
