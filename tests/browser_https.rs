@@ -1,0 +1,261 @@
+//! In a real browser: headless Chromium, driven by Playwright
+//! (`tests/browser/load_site.mjs`), opens every HTML page of the example
+//! site from `kiln serve` over HTTPS with a self-signed certificate, and
+//! every resource a page loads must arrive, with status 200, over HTTP/1.1
+//! on TLS.
+//!
+//! Skipped (it passes, saying why on stderr) when this machine has no
+//! Chromium, no Node or no `tests/browser/node_modules`; `./test` installs
+//! them where it can. The name keeps it out of `./test`'s second pass over
+//! `serve_*` with `KILN_TEST_TLS=1`: this test is over TLS already, and a
+//! browser run is the slowest test there is.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Server;
+use serde_json::Value;
+
+/// How long the browser run may take before it is killed; the script
+/// gives up on its own a little earlier, with a report.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
+
+const SITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/site");
+const BROWSER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser");
+
+/// `name` in a directory of `PATH`, if it is an executable file there.
+fn on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|path| {
+            path.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// The names Chromium is installed under by distributions and by Google.
+fn find_chromium() -> Option<PathBuf> {
+    [
+        "chromium",
+        "chromium-browser",
+        "google-chrome-stable",
+        "google-chrome",
+    ]
+    .into_iter()
+    .find_map(on_path)
+}
+
+/// The URL path a visitor opens for each HTML file of the site: a
+/// directory's `index.html` at the directory, any other file at its own
+/// name. The home page comes first (the script reloads the first page).
+fn html_pages(site: &Path) -> Vec<String> {
+    fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                walk(&entry.path(), &format!("{prefix}{name}/"), out);
+            } else if name == "index.html" {
+                out.push(prefix.to_owned());
+            } else if name.ends_with(".html") {
+                out.push(format!("{prefix}{name}"));
+            }
+        }
+    }
+    let mut pages = Vec::new();
+    walk(site, "/", &mut pages);
+    pages.sort();
+    pages
+}
+
+/// Runs the Playwright script and returns its JSON report; panics, with
+/// what the script wrote to stderr, if it fails or outlives the deadline.
+fn run_browser(node: &Path, chromium: &Path, base: &str, pages: &[String]) -> Value {
+    let mut child = Command::new(node)
+        .arg("load_site.mjs")
+        .arg(chromium)
+        .arg(base)
+        .args(pages)
+        .current_dir(BROWSER_DIR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start node");
+    // Read both pipes while waiting: a full pipe would stall the script.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > BROWSER_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the browser run took over {BROWSER_DEADLINE:?}; stderr:\n{}",
+                stderr.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert!(
+        status.success(),
+        "node exited with {status}; stderr:\n{stderr}"
+    );
+    let line = stdout.lines().rfind(|l| !l.trim().is_empty());
+    let report: Value = line
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON report; stdout:\n{stdout}\nstderr:\n{stderr}"));
+    assert!(
+        report["error"].is_null(),
+        "the browser run failed: {}\nstderr:\n{stderr}",
+        report["error"].as_str().unwrap_or_default()
+    );
+    report
+}
+
+/// What is wrong with one page load: any response, request or Resource
+/// Timing entry that is not a clean load over HTTP/1.1 on TLS. A reload may
+/// also get 304s.
+fn page_problems(load: &Value, reload: bool) -> Vec<String> {
+    let path = load["path"].as_str().unwrap_or("?");
+    let ok = |status: u64| status == 200 || (reload && status == 304);
+    let mut problems = Vec::new();
+    let mut complain = |what: String| problems.push(format!("{path}: {what}"));
+
+    let url = load["url"].as_str().unwrap_or_default();
+    if !url.starts_with("https://") {
+        complain(format!("page URL {url:?} is not https"));
+    }
+    let responses = load["responses"].as_array().unwrap();
+    if !responses.iter().any(|r| r["type"] == "document") {
+        complain("no document response".into());
+    }
+    for r in responses {
+        let status = r["status"].as_u64().unwrap_or(0);
+        if !ok(status) {
+            complain(format!("{} {} answered {status}", r["type"], r["url"]));
+        }
+        if !r["tls"].as_str().is_some_and(|t| t.starts_with("TLS")) {
+            complain(format!("{} arrived without TLS ({})", r["url"], r["tls"]));
+        }
+    }
+    for f in load["failed"].as_array().unwrap() {
+        complain(format!("request for {} failed: {}", f["url"], f["error"]));
+    }
+    for e in load["errors"].as_array().unwrap() {
+        complain(format!("the page reported {e}"));
+    }
+    // Resource Timing also lists what the browser fetched beyond the page's
+    // own requests (a favicon), which Playwright's events leave out.
+    let timing = load["timing"].as_array().unwrap();
+    if !timing.iter().any(|t| {
+        t["entry_type"] == "navigation" && t["transfer_size"].as_u64().is_some_and(|n| n > 0)
+    }) {
+        complain("no navigation over the network in Resource Timing".into());
+    }
+    for t in timing {
+        let status = t["response_status"].as_u64().unwrap_or(0);
+        if !ok(status) {
+            complain(format!("{} answered {status} (Resource Timing)", t["name"]));
+        }
+        // An entry served from the browser's cache went over no protocol.
+        if t["transfer_size"].as_u64().is_some_and(|n| n > 0)
+            && t["next_hop_protocol"] != "http/1.1"
+        {
+            complain(format!(
+                "{} came over {} instead of http/1.1",
+                t["name"], t["next_hop_protocol"]
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn chromium_loads_every_page_of_the_example_site_over_https() {
+    let Some(chromium) = find_chromium() else {
+        eprintln!("skipped: no Chromium on PATH (./test installs it as root)");
+        return;
+    };
+    let Some(node) = on_path("node") else {
+        eprintln!("skipped: no node on PATH");
+        return;
+    };
+    if !Path::new(BROWSER_DIR)
+        .join("node_modules/playwright-core/package.json")
+        .exists()
+    {
+        eprintln!("skipped: playwright-core is not installed (npm ci --prefix tests/browser)");
+        return;
+    }
+
+    let server = Server::start(&[
+        SITE,
+        "--threads",
+        "1",
+        "--listen-tls",
+        "127.0.0.1:0",
+        "--tls-self-signed",
+    ]);
+    let port = server.tls_port.expect("a TLS port in the start-up line");
+    let base = format!("https://127.0.0.1:{port}/");
+    let pages = html_pages(Path::new(SITE));
+    assert!(pages.len() >= 6, "the example site's pages: {pages:?}");
+
+    let report = run_browser(&node, &chromium, &base, &pages);
+
+    let loads = report["pages"].as_array().unwrap();
+    let visited: Vec<&str> = loads.iter().filter_map(|l| l["path"].as_str()).collect();
+    assert_eq!(visited, pages);
+    let mut problems: Vec<String> = loads.iter().flat_map(|l| page_problems(l, false)).collect();
+    problems.extend(page_problems(&report["reload"], true));
+    let version = report["browser_version"].as_str().unwrap_or("?");
+    assert!(
+        problems.is_empty(),
+        "in Chromium {version}:\n{}\nserver stderr:\n{}",
+        problems.join("\n"),
+        server.stderr_text()
+    );
+
+    // The checks above hold for every response; these make sure there were
+    // responses of every kind the site has, and compressed ones among them.
+    let responses: Vec<&Value> = loads
+        .iter()
+        .flat_map(|l| l["responses"].as_array().unwrap())
+        .collect();
+    let types: BTreeSet<&str> = responses
+        .iter()
+        .filter_map(|r| r["type"].as_str())
+        .collect();
+    for expected in ["document", "stylesheet", "image", "script"] {
+        assert!(types.contains(expected), "no {expected} loaded: {types:?}");
+    }
+    let brotli = responses
+        .iter()
+        .filter(|r| r["content_encoding"] == "br")
+        .count();
+    assert!(brotli > 0, "no response with Content-Encoding: br");
+    eprintln!(
+        "Chromium {version}: {} pages and a reload, {} responses ({brotli} br), types {types:?}",
+        pages.len(),
+        responses.len()
+    );
+}
