@@ -186,6 +186,7 @@ macro_rules! context {
 const IDLE_STEP: Step = Step {
     wait: Wait::Idle,
     close: false,
+    linger: true,
     more: false,
 };
 
@@ -194,6 +195,7 @@ const IDLE_STEP: Step = Step {
 const FAILED_STEP: Step = Step {
     wait: Wait::Idle,
     close: true,
+    linger: true,
     more: false,
 };
 
@@ -218,8 +220,8 @@ impl Protocols {
         };
         let step = Step {
             wait,
-            close: step.close,
             more: unsent || step.more,
+            ..step
         };
         session.last = step;
         step
@@ -288,8 +290,8 @@ impl net::Stack for Protocols {
             }
             return Step {
                 wait: Wait::Request { fresh: false },
-                close: false,
                 more: tls.has_unsent(),
+                ..IDLE_STEP
             };
         }
         let plain_in = std::mem::take(&mut self.plain_in);

@@ -35,6 +35,9 @@ pub struct Batch {
     pub consumed: usize,
     /// Close once the output is sent.
     pub close: bool,
+    /// The close was asked for by the client (`Connection: close`, or
+    /// HTTP/1.0 without keep-alive), which then sends nothing more.
+    pub client_closes: bool,
     /// Number of responses written.
     pub responses: u32,
     /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
@@ -309,6 +312,7 @@ pub fn serve_batch(
             );
         }
         batch.close = close;
+        batch.client_closes = !head.keep_alive;
         match body_end {
             Some(end) => batch.consumed = end,
             None => {
@@ -363,6 +367,7 @@ impl Conn {
         Step {
             wait,
             close: batch.close,
+            linger: !(batch.client_closes && rest_len == 0 && self.discard.is_done()),
             more: self.backlog && !batch.close,
         }
     }

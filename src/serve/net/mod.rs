@@ -89,8 +89,15 @@ pub enum Wait {
 pub struct Step {
     /// Which deadline applies next.
     pub wait: Wait,
-    /// Close the connection once the output is sent (after lingering).
+    /// Close the connection once the output is sent.
     pub close: bool,
+    /// When closing, half-close and read what the peer still sends before
+    /// closing, so that bytes of its arriving after the close cannot turn
+    /// the last response into a reset (RFC 9112 §9.6). Only a peer that
+    /// said it sends nothing more, with nothing of it left unread, is
+    /// closed at once: that spares a connection-per-request client (one
+    /// TLS handshake each) a shutdown, two reads and a wake-up.
+    pub linger: bool,
     /// The stack can produce more output without more input (requests
     /// left over from a full batch, a large body still to encrypt): call
     /// `resume` once this output is sent, before reading again.

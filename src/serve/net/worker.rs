@@ -67,6 +67,8 @@ struct Conn<S> {
     phase: Phase,
     /// Close once `pending` is sent.
     close_after: bool,
+    /// With `close_after`: linger before closing (see `Step::linger`).
+    linger: bool,
     /// Monotonic milliseconds at which `phase` times out.
     deadline: u64,
     /// The stack has more output to give without input: ask for it before
@@ -86,6 +88,7 @@ impl<S> Conn<S> {
             fd: -1,
             phase: Phase::Idle,
             close_after: false,
+            linger: true,
             deadline: u64::MAX,
             more: false,
             pending: None,
@@ -416,6 +419,7 @@ impl<S: Stack> Worker<S> {
         conn.more = step.more;
         if step.close {
             conn.close_after = true;
+            conn.linger = step.linger;
         } else {
             match step.wait {
                 Wait::Request { fresh } => {
@@ -447,7 +451,7 @@ impl<S: Stack> Worker<S> {
             }
         }
         if conn.close_after && !conn.more {
-            self.start_linger(idx);
+            self.finish(idx);
         }
     }
 
@@ -462,7 +466,7 @@ impl<S: Stack> Worker<S> {
             Flush::Done => {
                 conn.pending = None;
                 if !conn.more && (conn.close_after || self.drain_deadline.is_some()) {
-                    self.start_linger(idx);
+                    self.finish(idx);
                     return;
                 }
                 // The wait the stack asked for before the write blocked,
@@ -478,6 +482,17 @@ impl<S: Stack> Worker<S> {
                 // still has).
                 self.on_readable(idx, true);
             }
+        }
+    }
+
+    /// Closes a connection whose last output was sent: at once when the
+    /// stack said the peer sends nothing more, else after lingering.
+    fn finish(&mut self, idx: usize) {
+        let conn = &self.conns[idx];
+        if conn.close_after && !conn.linger {
+            self.close(idx);
+        } else {
+            self.start_linger(idx);
         }
     }
 
