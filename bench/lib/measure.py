@@ -189,13 +189,15 @@ def start_strace(pids: list[int], output: Path) -> subprocess.Popen:
         argv += ["-p", str(pid)]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
-    # strace announces each attached process on stderr; wait for all of them.
-    attached = 0
-    while attached < len(pids):
+    # strace announces each attached process on stderr, or the failure to attach to one
+    # that exited since the tree was listed (h2o's short-lived helpers over TLS): wait for
+    # a word about each of them.
+    answered = 0
+    while answered < len(pids):
         line = process.stderr.readline()
         if not line:
             raise MeasureError(f"strace exited with status {process.wait()} before attaching")
-        attached += "attached" in line
+        answered += "attached" in line or "No such process" in line
     return process
 
 

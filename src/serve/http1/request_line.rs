@@ -31,13 +31,50 @@ pub enum Line<'b> {
     Error(u16),
 }
 
+/// A byte class as a table: one load per byte of every request line and
+/// `Host` instead of a range test and a scan of a punctuation list.
+const fn byte_class(alphanumeric: bool, extra: &[u8], ranges: &[(u8, u8)]) -> [bool; 256] {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = alphanumeric && byte.is_ascii_alphanumeric();
+        let mut i = 0;
+        while i < extra.len() {
+            table[b] |= extra[i] == byte;
+            i += 1;
+        }
+        let mut r = 0;
+        while r < ranges.len() {
+            table[b] |= ranges[r].0 <= byte && byte <= ranges[r].1;
+            r += 1;
+        }
+        b += 1;
+    }
+    table
+}
+
+/// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a field name.
+static TOKEN: [bool; 256] = byte_class(true, b"!#$%&'*+-.^_`|~", &[]);
+
+/// Visible ASCII and the bytes of UTF-8 sequences (checked as UTF-8 after).
+static TARGET: [bool; 256] = byte_class(false, b"", &[(b'!', b'~'), (0x80, 0xff)]);
+
+/// `unreserved / sub-delims` of RFC 3986: the bytes of a `Host` name.
+static HOST: [bool; 256] = byte_class(true, b"-._~!$&'()*+,;=", &[]);
+
 /// `tchar` (RFC 9110 §5.6.2): the bytes of a method or a field name.
 pub(super) fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TOKEN[usize::from(b)]
 }
 
 fn is_target_byte(b: u8) -> bool {
-    (b'!'..=b'~').contains(&b) || b >= 0x80
+    TARGET[usize::from(b)]
+}
+
+/// `unreserved / sub-delims` of RFC 3986.
+pub(super) fn is_host_byte(b: u8) -> bool {
+    HOST[usize::from(b)]
 }
 
 /// Parses the request line at the start of `buf`, judging an incomplete
