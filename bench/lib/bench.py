@@ -108,11 +108,12 @@ FULL = Settings(rounds=3, warmup_s=2, duration_s=8, quiet_wait_s=10, strace_s=5)
 QUICK = Settings(rounds=1, warmup_s=1, duration_s=2, quiet_wait_s=1, strace_s=2)
 
 
-def output_paths(quick: bool) -> tuple[Path, Path, Path]:
-    """(results.json, RESULTS.md, results.png): quick runs never overwrite the real report."""
-    if quick:
-        quick_dir = WORK / "quick"
-        return quick_dir / "results.json", quick_dir / "RESULTS.md", quick_dir / "results.png"
+def output_paths(quick: bool, subset: bool) -> tuple[Path, Path, Path]:
+    """(results.json, RESULTS.md, results.png): quick runs and runs of a subset of the
+    cases or servers never overwrite the real report."""
+    if quick or subset:
+        other_dir = WORK / ("quick" if quick else "subset")
+        return other_dir / "results.json", other_dir / "RESULTS.md", other_dir / "results.png"
     return WORK / "results.json", BENCH_DIR / "RESULTS.md", BENCH_DIR / "results.png"
 
 
@@ -343,7 +344,8 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
 
 def main() -> int:
     args = parse_args()
-    results_path, report_md, report_png = output_paths(args.quick)
+    subset = args.cases is not None or args.servers is not None or args.baseline is not None
+    results_path, report_md, report_png = output_paths(args.quick, subset)
     if args.report_only:
         if not results_path.exists():
             print(f"bench: error: {results_path}: no saved results; run bench/run first",

@@ -26,7 +26,8 @@ bench/run            # full run (~35 min): installs wrk/nginx/h2o/python3.11-doc
                      # then writes this file and results.png
 bench/run --quick    # smoke run (< 2 min): 1 round, short runs, a subset of cases;
                      # written to bench/work/quick/ so this file is left alone
-bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset
+bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset, reported
+                     # in bench/work/subset/ (this file is for full runs only)
 bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
