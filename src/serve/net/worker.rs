@@ -303,17 +303,6 @@ impl<S: Stack> Worker<S> {
     }
 
     fn register(&mut self, fd: RawFd, tag: u32, peer: Option<IpAddr>) {
-        let one: libc::c_int = 1;
-        // SAFETY: valid option pointer and length; failure is harmless.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
