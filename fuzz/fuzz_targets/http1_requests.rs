@@ -25,6 +25,9 @@ use kiln::serve::output::Output;
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
 
+mod read_sizes;
+use read_sizes::read_sizes;
+
 fn site() -> &'static Arc<Site> {
     static SITE: OnceLock<Arc<Site>> = OnceLock::new();
     SITE.get_or_init(|| {
@@ -112,14 +115,5 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
 
 fuzz_target!(|data: &[u8]| {
     serve_connection(data, || usize::MAX);
-    // FNV-1a of the input seeds an xorshift for the read sizes.
-    let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    }) | 1;
-    serve_connection(data, move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        1 + (state % 128) as usize
-    });
+    serve_connection(data, read_sizes(data, 128));
 });

@@ -31,6 +31,9 @@ use libfuzzer_sys::fuzz_target;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
+mod read_sizes;
+use read_sizes::read_sizes;
+
 /// At most this many turns of the stack per input: every turn consumes
 /// input or sends output, so a connection that goes on past it is a stack
 /// that spins.
@@ -135,19 +138,6 @@ impl Server<'_> {
     }
 }
 
-/// Read sizes drawn from the input: FNV-1a seeds an xorshift.
-fn cuts(data: &[u8]) -> impl FnMut() -> usize {
-    let mut state = data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    }) | 1;
-    move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        1 + (state % 700) as usize
-    }
-}
-
 /// The rest of the input straight onto a TLS listener.
 fn raw(fixture: &mut Fixture, data: &[u8]) {
     let session = fixture.protocols.open(stack::TLS, None);
@@ -158,7 +148,7 @@ fn raw(fixture: &mut Fixture, data: &[u8]) {
         turns: 0,
     };
     let mut sent = Vec::new();
-    let mut next = cuts(data);
+    let mut next = read_sizes(data, 700);
     let mut unread = data;
     while !unread.is_empty() && !server.closed {
         let (read, rest) = unread.split_at(next().min(unread.len()));
@@ -220,7 +210,7 @@ fn through_client(fixture: &mut Fixture, data: &[u8]) {
         closed: false,
         turns: 0,
     };
-    let mut next = cuts(data);
+    let mut next = read_sizes(data, 700);
     let mut plain = Vec::new();
     while client.is_handshaking() {
         let sent = client_to_server(&mut client, &mut server, &mut next);

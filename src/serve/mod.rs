@@ -309,8 +309,9 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // A log line that cannot be written is dropped: by default the
-    // subscriber reports the failure with eprintln!, which panics when
-    // stderr is a closed pipe or a full device, and the thread logging dies.
+    // subscriber reports the failure by printing to stderr, which panics
+    // when stderr is a closed pipe or a full device, and the thread logging
+    // dies.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
