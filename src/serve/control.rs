@@ -391,6 +391,16 @@ mod tests {
         }
     }
 
+    /// The control thread ended, shut the server down, woke the loops and
+    /// kept a failure that says `why`.
+    fn assert_shut_down(control: Control, shared: &Shared, waker: &Waker, why: &str) {
+        wait_ended(&control);
+        assert!(shared.shutdown.load(Ordering::Acquire));
+        assert!(woken(waker));
+        let failure = control.failure().expect("a failure");
+        assert!(failure.contains(why), "{failure}");
+    }
+
     #[test]
     fn a_control_loop_that_cannot_read_signals_shuts_the_server_down() {
         let (shared, waker) = server_state();
@@ -407,11 +417,7 @@ mod tests {
             vec![Arc::clone(&waker)],
         )
         .unwrap();
-        wait_ended(&control);
-        assert!(shared.shutdown.load(Ordering::Acquire));
-        assert!(woken(&waker));
-        let failure = control.failure().expect("a failure");
-        assert!(failure.contains("reading signals: 0 bytes"), "{failure}");
+        assert_shut_down(control, &shared, &waker, "reading signals: 0 bytes");
     }
 
     #[test]
@@ -421,11 +427,7 @@ mod tests {
             panic!("log write failed")
         })
         .unwrap();
-        wait_ended(&control);
-        assert!(shared.shutdown.load(Ordering::Acquire));
-        assert!(woken(&waker));
-        let failure = control.failure().expect("a failure");
-        assert!(failure.contains("panicked: log write failed"), "{failure}");
+        assert_shut_down(control, &shared, &waker, "panicked: log write failed");
     }
 
     #[test]

@@ -240,14 +240,31 @@ const PRECONDITION_FAILED: Response<'static> = Response {
 /// be obtained for the very site.
 const ACME_CHALLENGE: &[u8] = b"/.well-known/acme-challenge/";
 
-/// `--redirect-https`: a 308 to the same host and target on HTTPS
-/// (`https_port` added unless 443), or `None` for requests still served
-/// here (ACME challenges, and requests without a Host to redirect to).
-pub fn https_redirect<'a>(
+/// What the protocols call: a target of `*` is for OPTIONS only (400
+/// otherwise); with `https_redirect` (`--redirect-https`, on cleartext
+/// connections) a request is sent to HTTPS when it can be; everything
+/// else is answered from `site`. Allocation-free.
+pub fn answer<'a>(
+    site: &'a Site,
     req: &Request<'_>,
-    https_port: u16,
+    https_redirect: Option<u16>,
     scratch: &'a mut Scratch,
-) -> Option<Response<'a>> {
+) -> Response<'a> {
+    if req.target == b"*" && req.method != Method::Options {
+        return builtin(400, b"400 Bad Request\n");
+    }
+    if let Some(https_port) = https_redirect
+        && let Some((name, target)) = redirect_parts(req)
+    {
+        return redirect_to_https(name, target, https_port, scratch);
+    }
+    handle(site, req, scratch)
+}
+
+/// The host name and target `--redirect-https` sends `req` to, or `None`
+/// for requests still served here (ACME challenges, and requests without a
+/// Host to redirect to).
+fn redirect_parts<'r>(req: &Request<'r>) -> Option<(&'r [u8], &'r [u8])> {
     let host = req.host.filter(|h| !h.is_empty())?;
     let target = match req.target.strip_prefix(b"http://") {
         // Absolute form: the path after the authority.
@@ -270,6 +287,16 @@ pub fn https_redirect<'a>(
         }
         None => &host[..host.iter().position(|&c| c == b':').unwrap_or(host.len())],
     };
+    Some((name, target))
+}
+
+/// A 308 to `name` and `target` on HTTPS (`https_port` added unless 443).
+fn redirect_to_https<'a>(
+    name: &[u8],
+    target: &[u8],
+    https_port: u16,
+    scratch: &'a mut Scratch,
+) -> Response<'a> {
     let location = &mut scratch.expanded;
     location.clear();
     location.extend_from_slice(b"https://");
@@ -279,13 +306,13 @@ pub fn https_redirect<'a>(
         crate::serve::output::push_u64(location, u64::from(https_port));
     }
     location.extend_from_slice(if target == b"*" { b"/" } else { target });
-    Some(Response {
+    Response {
         status: 308,
         head: b"",
         overrides: 0,
         extra: Extra::Location(location),
         body: Body::Empty,
-    })
+    }
 }
 
 /// Answers `req` from `site`. Allocation-free.

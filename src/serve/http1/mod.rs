@@ -270,18 +270,7 @@ pub fn serve_batch(
             }
         };
         let req = &head.request;
-        let target_ok = req.target != b"*" || req.method == Method::Options;
-        let redirect = match ctx.https_redirect {
-            Some(port) if target_ok => handler::https_redirect(req, port, ctx.scratch),
-            _ => None,
-        };
-        let resp = if let Some(redirect) = redirect {
-            redirect
-        } else if target_ok {
-            handler::handle(ctx.site, req, ctx.scratch)
-        } else {
-            handler::builtin(400, b"400 Bad Request\n")
-        };
+        let resp = handler::answer(ctx.site, req, ctx.https_redirect, ctx.scratch);
         let close = !head.keep_alive || ctx.draining || matches!(resp.status, 400 | 405 | 501);
         let connection = match (close, head.minor_version) {
             (true, _) => ConnectionLine::Close,
