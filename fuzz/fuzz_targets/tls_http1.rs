@@ -43,6 +43,8 @@ struct Fixture {
     protocols: Protocols,
     client: Arc<ClientConfig>,
     out: Output,
+    /// What the loop read, which the stack decrypts in place.
+    read: Vec<u8>,
 }
 
 thread_local! {
@@ -67,7 +69,7 @@ fn fixture() -> Fixture {
     roots
         .add(certs::first_certificate(&resolver).clone())
         .expect("the self-signed certificate as a root");
-    let server = tls::server_config(resolver, &[b"http/1.1"], false).expect("TLS configuration");
+    let server = tls::server_config(resolver, &[b"http/1.1"]).expect("TLS configuration");
     let client = ClientConfig::builder_with_provider(Arc::new(tls::provider()))
         .with_safe_default_protocol_versions()
         .expect("client versions")
@@ -86,6 +88,7 @@ fn fixture() -> Fixture {
         protocols,
         client: Arc::new(client),
         out: Output::new(64 * 1024, u64::MAX),
+        read: Vec::with_capacity(64 * 1024),
     }
 }
 
@@ -115,9 +118,16 @@ impl Server<'_> {
         if self.closed {
             return;
         }
-        let Fixture { protocols, out, .. } = &mut *self.fixture;
+        let Fixture {
+            protocols,
+            out,
+            read,
+            ..
+        } = &mut *self.fixture;
         out.clear();
-        let mut step = protocols.input(&mut self.session, bytes, out);
+        read.clear();
+        read.extend_from_slice(bytes);
+        let mut step = protocols.input(&mut self.session, read, out);
         self.take(step, sent);
         while step.more && !self.closed {
             let Fixture { protocols, out, .. } = &mut *self.fixture;

@@ -304,7 +304,7 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
         )
         .and_then(|()| stdout.flush());
     }
-    tls::server_config(resolver, &[b"http/1.1"], false).map_err(anyhow::Error::msg)
+    tls::server_config(resolver, &[b"http/1.1"]).map_err(anyhow::Error::msg)
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {

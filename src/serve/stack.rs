@@ -269,7 +269,7 @@ impl net::Stack for Protocols {
         }
     }
 
-    fn input(&mut self, session: &mut Session, bytes: &[u8], out: &mut Output) -> Step {
+    fn input(&mut self, session: &mut Session, bytes: &mut [u8], out: &mut Output) -> Step {
         if session.broken {
             return FAILED_STEP;
         }
@@ -278,16 +278,12 @@ impl net::Stack for Protocols {
             return session.http1.input(bytes, &mut ctx, out);
         };
         self.plain_in.clear();
-        if tls.receive(bytes, &mut self.plain_in).is_err() {
-            let _ = tls.flush(out);
+        if tls.receive(bytes, &mut self.plain_in, out).is_err() {
             return FAILED_STEP;
         }
         if tls.is_handshaking() || tls.has_unsent() {
             // Handshake flights (or nothing) go out; plaintext cannot have
             // arrived before the handshake is done.
-            if tls.flush(out).is_err() {
-                return FAILED_STEP;
-            }
             return Step {
                 wait: Wait::Request { fresh: false },
                 more: tls.has_unsent(),

@@ -120,7 +120,8 @@ pub trait Stack {
     /// A connection was accepted on the listener tagged `listener`.
     fn open(&mut self, listener: u32, peer: Option<IpAddr>) -> Self::Session;
     /// Bytes arrived; output to send goes to `out` (cleared by the loop).
-    fn input(&mut self, session: &mut Self::Session, bytes: &[u8], out: &mut Output) -> Step;
+    /// The stack may change `bytes` (TLS decrypts records in place).
+    fn input(&mut self, session: &mut Self::Session, bytes: &mut [u8], out: &mut Output) -> Step;
     /// The last output was sent and `Step::more` was set: produce more.
     fn resume(&mut self, session: &mut Self::Session, out: &mut Output) -> Step;
     /// The header deadline passed: the last words (a 408), if any; the

@@ -380,7 +380,7 @@ impl<S: Stack> Worker<S> {
             self.out.clear();
             let step = self
                 .stack
-                .input(session, &self.read_buf[..n], &mut self.out);
+                .input(session, &mut self.read_buf[..n], &mut self.out);
             self.after_step(idx, step);
             // A short read emptied the socket; epoll reports new data as a
             // new edge, so no read is wasted on EAGAIN.

@@ -1,8 +1,9 @@
 //! TLS for kiln's listeners: rustls driven sans-IO inside the event loops
 //! (no async runtime). `certs` loads and chooses certificates, `session`
-//! is one connection's TLS state between the loop and the protocol,
-//! `ktls` hands a finished handshake's keys to the kernel where it can
-//! take them.
+//! is one connection's TLS state between the loop and the protocol (rustls
+//! for the handshake), `record` seals and opens records after it, in
+//! place, with the keys rustls hands over; `ktls` would hand the same keys
+//! to the kernel where it can take them.
 //!
 //! Settings (RFC 8446 and the choices): TLS 1.3 and 1.2, AEAD
 //! suites only, X25519 and P-256 key exchange, session resumption by
@@ -12,6 +13,9 @@
 
 pub mod certs;
 pub mod ktls;
+pub mod record;
+#[cfg(test)]
+mod rfc8448;
 pub mod session;
 
 use std::sync::Arc;
@@ -53,11 +57,7 @@ pub fn provider() -> CryptoProvider {
 
 /// Builds the server configuration every new connection starts from.
 /// `alpn`: the protocols offered, most preferred first.
-pub fn server_config(
-    resolver: SniResolver,
-    alpn: &[&[u8]],
-    ktls: bool,
-) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(resolver: SniResolver, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, String> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&version::TLS13, &version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?
@@ -77,7 +77,8 @@ pub fn server_config(
     // time (perf, one handshake per connection), for no security a
     // 128-bit key exchange can use.
     config.ignore_client_order = true;
-    // kTLS needs the traffic secrets once the handshake is done.
-    config.enable_secret_extraction = ktls;
+    // The record layer after the handshake is kiln's (or the kernel's):
+    // it takes the traffic secrets from rustls.
+    config.enable_secret_extraction = true;
     Ok(Arc::new(config))
 }
