@@ -1,15 +1,17 @@
 //! `kiln serve`: answers HTTP/1.1 from a pack's memory mapping.
 //!
 //! Layers: `net` (sockets, event loops, timers), `stack` (a connection's
-//! protocols as the loop drives them), `http1` (the protocol), `handler`
-//! (request → prepared pack bytes, protocol-agnostic), and `control`
-//! (signals, hot reload).
+//! protocols as the loop drives them), `http1` (the protocol), `http2`
+//! (HTTP/2, being built: frames and priorities so far, not yet served),
+//! `handler` (request → prepared pack bytes, protocol-agnostic), and
+//! `control` (signals, hot reload).
 
 pub mod access_log;
 pub mod control;
 pub mod date;
 pub mod handler;
 pub mod http1;
+pub mod http2;
 pub mod listen;
 pub mod net;
 pub mod output;

@@ -1,0 +1,21 @@
+//! HTTP/2 (RFC 9113), sans-IO like `http1`: fed bytes, handing back what
+//! to write, never touching a socket.
+//!
+//! Layout, bottom up:
+//! - `frame.rs` — frames in and out: the 9-octet header, every frame type
+//!   read in place from the read buffer and checked against RFC 9113
+//!   §4–§6 (each failure a connection or a stream error with its code),
+//!   and the writers for what a server sends, allocation-free.
+//! - `priority.rs` — RFC 9218 priorities: the `priority` request header
+//!   and the PRIORITY_UPDATE payload, the same Structured Fields
+//!   dictionary.
+//! - later `conn.rs` — the connection: preface, SETTINGS exchange, stream
+//!   states, flow control, field blocks across CONTINUATION frames, and
+//!   requests handed to `handler::answer` like HTTP/1's.
+//!
+//! Field blocks are HPACK-coded (RFC 7541); the codec lives in
+//! `crate::hpack`, apart from this module: the frame layer only carries a
+//! block's bytes, and HPACK knows nothing of frames.
+
+pub mod frame;
+pub mod priority;
