@@ -5,11 +5,14 @@
 //! - [`pack`]: the pack format — writer, memory-mapped reader, verifier.
 //! - [`build`]: `kiln build` — reads a directory or tar, decides routes,
 //!   compresses and prepares every response's headers, writes the pack.
+//! - [`hpack`]: HPACK (RFC 7541) — the HTTP/2 request header decoder and
+//!   the stateless response header encoder.
 //! - [`inspect`]: `kiln inspect` — lists a pack's routes.
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
 //!   that maps a request to prepared pack bytes.
 
 pub mod build;
+pub mod hpack;
 pub mod httpdate;
 pub mod inspect;
 pub mod pack;
