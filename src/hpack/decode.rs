@@ -208,7 +208,8 @@ impl Decoder {
     ///
     /// [`DecodeError::Compression`] is connection-fatal: the block breaks
     /// RFC 7541 and the table is left as far as the decoder got, so the
-    /// connection must end with `COMPRESSION_ERROR` (RFC 9113 §4.3).
+    /// connection must end with `COMPRESSION_ERROR` (RFC 9113 §4.3). It
+    /// takes precedence over a stream-level failure earlier in the block.
     ///
     /// `scratch` holds at most `max(limit, max_table_size)` bytes of one
     /// field (a string the table must store is decoded even past the
@@ -220,6 +221,7 @@ impl Decoder {
         limit: usize,
         mut on_field: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), DecodeError<E>> {
+        scratch.clear();
         let mut delivery = Delivery {
             budget: limit,
             failure: None,

@@ -20,16 +20,17 @@
 //!
 //! The rule was: a maintained crate only if it is sans-IO, allocation-aware
 //! and fuzzed. Checked in the published sources of each candidate:
-//! - `hpack` 0.3.0 (hpack-rs): no release since 2016. Decoding returns a
-//!   `Vec<(Vec<u8>, Vec<u8>)>`, two allocations per field; the dynamic table
-//!   is a `VecDeque<(Vec<u8>, Vec<u8>)>`, two per entry; Huffman strings are
-//!   decoded bit by bit through nested `HashMap`s into a new `Vec`; there is
-//!   no header list limit, so an HPACK bomb is decoded in full; and a
-//!   truncated size update panics (`.ok().unwrap()`). `hpack-patched` 0.3.0
-//!   is a copy that fixes only that panic.
-//! - `fluke-hpack` 0.3.1 and `loona-hpack` 0.4.3: forks of hpack-rs that add
-//!   a callback API, but keep its table (`into_owned` copies of every
-//!   indexed field), its `HashMap` Huffman decoder, and no list limit.
+//! - `hpack` 0.3.0 (hpack-rs): no release since 2016. `decode` returns a
+//!   `Vec<(Vec<u8>, Vec<u8>)>`, two allocations per field (`decode_with_cb`
+//!   hands out `Cow`s, still allocating for every Huffman-coded string and
+//!   every field to be indexed); the dynamic table is a
+//!   `VecDeque<(Vec<u8>, Vec<u8>)>`, two allocations per entry; Huffman
+//!   strings are decoded bit by bit through nested `HashMap`s into a new
+//!   `Vec`; there is no header list limit, so an HPACK bomb is decoded in
+//!   full; and a truncated size update panics (`.ok().unwrap()`).
+//!   `hpack-patched` 0.3.0 is a copy that fixes only that panic.
+//! - `fluke-hpack` 0.3.1 and `loona-hpack` 0.4.3: forks of hpack-rs with
+//!   the same table, Huffman decoder and lack of a list limit.
 //! - `httlib-hpack` 0.1.3: decodes into `Vec<(Vec<u8>, Vec<u8>, u8)>` (a
 //!   `Vec` per name and per value), a `VecDeque<(Vec<u8>, Vec<u8>)>` table,
 //!   and bounds a block by field count, not by header list size.

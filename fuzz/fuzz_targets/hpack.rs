@@ -1,0 +1,104 @@
+//! Arbitrary bytes as HPACK, both ways.
+//!
+//! - **Decoding**: the first byte picks the dynamic table size (0 to 480,
+//!   small so that eviction and the byte ring's wrap come within a few
+//!   blocks) and the header list limit (0 to 1920); the rest is blocks,
+//!   each a length byte then that many bytes, decoded in order on one
+//!   decoder as a connection's are. It must never panic; the fields handed
+//!   out must stay within the limit; the scratch buffer must stay within
+//!   its bound; and after a stream-level failure (limit, callback) the
+//!   connection goes on with the next block, as HTTP/2 would.
+//! - **Round trip**: the same bytes read as fields (a name length byte,
+//!   the name, a value length byte, the value; or `0xff` and a status code
+//!   in two bytes), encoded, must decode to the same fields, names
+//!   lowercased, on a decoder with no dynamic table (the encoder never
+//!   uses it), and be as long as `encoded_*_len` said.
+
+#![no_main]
+
+use kiln::hpack::{
+    DecodeError, Decoder, encode_field, encode_status, encoded_field_len, encoded_status_len,
+};
+use libfuzzer_sys::fuzz_target;
+
+/// What each field counts toward the header list besides name and value.
+const FIELD_OVERHEAD: usize = 32;
+
+fuzz_target!(|data: &[u8]| {
+    decode_blocks(data);
+    round_trip(data);
+});
+
+fn decode_blocks(data: &[u8]) {
+    let Some((&settings, mut rest)) = data.split_first() else {
+        return;
+    };
+    let max_table_size = usize::from(settings & 0x0f) * 32;
+    let limit = usize::from(settings >> 4) * 128;
+    let mut decoder = Decoder::new(max_table_size);
+    let mut scratch = Vec::new();
+    // The most one field can put in scratch, and hence (with `Vec`'s
+    // doubling growth, and its smallest allocation of 8) its capacity.
+    let scratch_bound = limit.max(max_table_size);
+    let capacity_bound = (2 * scratch_bound).max(8);
+    while let Some((&len, tail)) = rest.split_first() {
+        let (block, tail) = tail.split_at(usize::from(len).min(tail.len()));
+        rest = tail;
+        let mut list_size = 0;
+        let mut fail_at = block.first().copied();
+        let result = decoder.decode(block, &mut scratch, limit, |name, value| {
+            list_size += name.len() + value.len() + FIELD_OVERHEAD;
+            // Now and then the callback refuses a field, as the HTTP/2
+            // layer refuses a malformed request.
+            if fail_at == Some(name.len() as u8) {
+                fail_at = None;
+                return Err(());
+            }
+            Ok(())
+        });
+        assert!(list_size <= limit);
+        assert!(scratch.len() <= scratch_bound);
+        assert!(scratch.len() <= block.len() * 8 / 5);
+        assert!(scratch.capacity() <= capacity_bound);
+        if let Err(DecodeError::Compression(_)) = result {
+            // Connection-fatal.
+            return;
+        }
+    }
+}
+
+fn round_trip(data: &[u8]) {
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut block = Vec::new();
+    let mut rest = data;
+    while let Some((&first, tail)) = rest.split_first() {
+        let before = block.len();
+        if first == 0xff {
+            let Some((code, tail)) = tail.split_first_chunk::<2>() else {
+                break;
+            };
+            rest = tail;
+            let code = u16::from_be_bytes(*code);
+            encode_status(code, &mut block);
+            assert_eq!(block.len() - before, encoded_status_len(code));
+            expected.push((b":status".to_vec(), code.to_string().into_bytes()));
+            continue;
+        }
+        let (name, tail) = tail.split_at(usize::from(first).min(tail.len()));
+        let Some((&value_len, tail)) = tail.split_first() else {
+            break;
+        };
+        let (value, tail) = tail.split_at(usize::from(value_len).min(tail.len()));
+        rest = tail;
+        encode_field(name, value, &mut block);
+        assert_eq!(block.len() - before, encoded_field_len(name, value));
+        expected.push((name.to_ascii_lowercase(), value.to_vec()));
+    }
+    let mut decoded = Vec::with_capacity(expected.len());
+    let result = Decoder::new(0).decode(&block, &mut Vec::new(), usize::MAX, |name, value| {
+        decoded.push((name.to_vec(), value.to_vec()));
+        Ok::<(), ()>(())
+    });
+    assert_eq!(result, Ok(()));
+    assert_eq!(decoded, expected);
+}
