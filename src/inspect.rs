@@ -1,7 +1,8 @@
 //! `kiln inspect`: lists a pack's routes — key, kind, status, the stored
-//! variants with their sizes, optionally the identity header block — and a
-//! summary; `--json` gives the same as one JSON document. Keys, rules and
-//! headers are shown escaped (see `escaped`): they come from the site.
+//! variants with their body and HPACK block sizes, optionally the identity
+//! header block — and a summary; `--json` gives the same as one JSON
+//! document. Keys, rules and headers are shown escaped (see `escaped`):
+//! they come from the site.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -85,7 +86,13 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
             .or_default() += 1;
         let variants: Vec<Value> = route
             .variants()
-            .map(|v| json!({"encoding": v.encoding.token(), "bytes": v.body.len()}))
+            .map(|v| {
+                json!({
+                    "encoding": v.encoding.token(),
+                    "bytes": v.body.len(),
+                    "hpack_bytes": v.hpack.len(),
+                })
+            })
             .collect();
         let mut r = json!({
             "key": key_text(&route),
@@ -120,6 +127,11 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         let (count, bytes) = bodies[e as usize];
         per_encoding.insert(e.token().into(), json!({"bodies": count, "bytes": bytes}));
     }
+    let blocks = header_block_totals(pack);
+    let header_blocks = json!({
+        "http1": {"blocks": blocks[0].0, "bytes": blocks[0].1},
+        "hpack": {"blocks": blocks[1].0, "bytes": blocks[1].1},
+    });
     json!({
         "pack": pack.path().display().to_string(),
         "pack_bytes": pack.bytes().len(),
@@ -132,6 +144,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
             "rules": pack.rule_count(),
             "body_section_bytes": pack.section(Section::Bodies).1,
             "bodies_by_encoding": per_encoding,
+            "header_blocks": header_blocks,
         },
     })
 }
@@ -153,6 +166,24 @@ fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
     totals
 }
 
+/// Distinct header blocks and their bytes, HTTP/1 then HPACK (a block
+/// shared by several variants counts once).
+fn header_block_totals(pack: &Pack) -> [(u64, u64); 2] {
+    let mut seen = std::collections::HashSet::new();
+    let mut totals = [(0u64, 0u64); 2];
+    for route in pack.routes() {
+        for v in route.variants() {
+            for (i, block) in [v.head, v.hpack].into_iter().enumerate() {
+                if seen.insert((i, block.as_ptr())) {
+                    totals[i].0 += 1;
+                    totals[i].1 += block.len() as u64;
+                }
+            }
+        }
+    }
+    totals
+}
+
 /// The table, as printed.
 fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
@@ -165,14 +196,21 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         .clamp(3, 60);
     writeln!(
         out,
-        "{:<width$}  {:<9}  {:>6}  variants",
+        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes)",
         "key", "kind", "status"
     )?;
     for (route, key) in pack.routes().zip(&keys) {
         let shown = if key.is_empty() { "(not found)" } else { key };
         let variants: Vec<String> = route
             .variants()
-            .map(|v| format!("{} {}", short(v.encoding), v.body.len()))
+            .map(|v| {
+                format!(
+                    "{} {} h2:{}",
+                    short(v.encoding),
+                    v.body.len(),
+                    v.hpack.len()
+                )
+            })
             .collect();
         let to = location(&route)
             .map(|l| format!("  -> {l}"))
@@ -218,6 +256,12 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
     for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
         writeln!(out, "{:<9} {count} bodies, {bytes} bytes", e.token())?;
     }
+    let [http1, hpack] = header_block_totals(pack);
+    writeln!(
+        out,
+        "heads     {} HTTP/1 blocks, {} bytes; {} HPACK blocks, {} bytes",
+        http1.0, http1.1, hpack.0, hpack.1
+    )?;
     writeln!(out, "pack      {} bytes", pack.bytes().len())?;
     Ok(out)
 }

@@ -103,9 +103,10 @@ fn build_prints_a_summary_and_the_pack_verifies() {
     assert!(
         table
             .lines()
-            .any(|l| l.starts_with("/ ") && l.contains(" br ") && l.contains("id 420")),
+            .any(|l| l.starts_with("/ ") && l.contains(" br ") && l.contains("id 420 h2:")),
         "{table}"
     );
+    assert!(table.contains("HPACK blocks, "), "{table}");
     assert!(table.contains("rule  /a/* -> /b/:splat  302"), "{table}");
     assert!(table.contains("not-found"), "{table}");
 
@@ -121,6 +122,10 @@ fn build_prints_a_summary_and_the_pack_verifies() {
     assert_eq!(root["kind"], "exact");
     assert_eq!(root["variants"][0]["encoding"], "identity");
     assert_eq!(root["variants"][0]["bytes"], 420);
+    let hpack_bytes = root["variants"][0]["hpack_bytes"].as_u64().unwrap();
+    assert!((50..200).contains(&hpack_bytes), "{hpack_bytes}");
+    let blocks = &v["summary"]["header_blocks"];
+    assert!(blocks["hpack"]["bytes"].as_u64() < blocks["http1"]["bytes"].as_u64());
     assert!(root["headers"].as_str().unwrap().contains("ETag: "));
     assert_eq!(v["summary"]["rules"], 1);
     let old = routes.iter().find(|r| r["key"] == "/old").unwrap();
@@ -284,6 +289,42 @@ fn inspect_refuses_a_non_pack() {
     let f = dir.path().join("junk.pack");
     std::fs::write(&f, vec![7u8; 1000]).unwrap();
     assert_one_line_error(&kiln(&["inspect", p(&f)]), p(&f));
+}
+
+/// A pack written by kiln before format 2 (HPACK blocks) is refused by
+/// every command with one line naming the file and the way out.
+#[test]
+fn a_pack_of_format_1_is_refused_with_a_rebuild_hint() {
+    use kiln::pack::format::{H_VERSION, HEADER_CHECKSUM_AT};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let pack = dir.path().join("old.pack");
+    assert!(
+        kiln(&["build", "-q", p(&src), "-o", p(&pack)])
+            .status
+            .success()
+    );
+    let mut bytes = std::fs::read(&pack).unwrap();
+    bytes[H_VERSION..H_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
+    let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..HEADER_CHECKSUM_AT]);
+    bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(&pack, &bytes).unwrap();
+    for args in [
+        &["verify", p(&pack)][..],
+        &["inspect", p(&pack)],
+        &["serve", p(&pack), "--listen", "127.0.0.1:0"],
+    ] {
+        let o = kiln(args);
+        assert_one_line_error(
+            &o,
+            &format!(
+                "{}: built by another kiln version (pack format 1, this kiln reads format 2); \
+                 rebuild it with `kiln build`",
+                p(&pack)
+            ),
+        );
+    }
 }
 
 #[test]

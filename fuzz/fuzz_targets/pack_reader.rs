@@ -43,6 +43,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = (
                 &v.head[..v.repr_at],
                 &v.head[..v.length_at],
+                &v.hpack[..v.hpack_repr_at],
+                &v.hpack[..v.hpack_length_at],
                 v.etag,
                 v.body.len(),
             );

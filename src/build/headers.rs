@@ -9,6 +9,13 @@
 //! A custom `Cache-Control`, `Vary` or `Content-Type` replaces the generated
 //! one in place instead of being sent twice; the validators, `Accept-Ranges`
 //! and the framing headers cannot be set from `_headers` (see `netlify`).
+//!
+//! Every line goes into both encodings of the block at once (HTTP/1 lines
+//! and HPACK, see `HeadBlockBuilder`), in the same order. HTTP/2 forbids
+//! connection-specific fields (RFC 9113 §8.2.2): `_headers` refuses
+//! `Connection`, `Keep-Alive`, `Transfer-Encoding` and `Upgrade`, but
+//! accepts `Proxy-Connection`, which is then sent over HTTP/1 only and left
+//! out of the HPACK block.
 
 use crate::pack::{Encoding, HeadBlock, HeadBlockBuilder};
 
@@ -261,6 +268,76 @@ mod tests {
         assert_eq!(p.for_file("index.html", "text/html"), "no-cache");
         assert_eq!(p.for_file("x.png", "image/png"), "no-cache");
         assert_eq!(p.for_file("a.0123abcd.css", "text/css"), "max-age=60");
+    }
+
+    #[test]
+    fn both_blocks_carry_the_same_fields_but_connection_specific_ones() {
+        let custom = [
+            ("X-Frame-Options".to_owned(), "DENY".to_owned()),
+            ("Proxy-Connection".to_owned(), "keep-alive".to_owned()),
+            ("Link".to_owned(), "</a.css>; rel=preload".to_owned()),
+        ];
+        let block = variant_head(&VariantHead {
+            etag: Some("\"e\""),
+            last_modified: Some(0),
+            cache_control: DEFAULT_CACHE_CONTROL,
+            vary: true,
+            custom: &custom,
+            content_type: "text/css",
+            encoding: Encoding::Br,
+            content_length: 5,
+        });
+        let lines = String::from_utf8(block.bytes.clone()).unwrap();
+        assert!(
+            lines.contains("Proxy-Connection: keep-alive\r\n"),
+            "{lines}"
+        );
+        let mut fields = Vec::new();
+        let mut at = Vec::new();
+        crate::hpack::Decoder::new(0)
+            .decode(&block.hpack, &mut Vec::new(), usize::MAX, |name, value| {
+                fields.push(format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(name),
+                    String::from_utf8_lossy(value)
+                ));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!(
+            fields,
+            [
+                "etag: \"e\"",
+                "last-modified: Thu, 01 Jan 1970 00:00:00 GMT",
+                "cache-control: public, max-age=3600",
+                "vary: Accept-Encoding",
+                "x-frame-options: DENY",
+                "link: </a.css>; rel=preload",
+                "content-type: text/css",
+                "content-encoding: br",
+                "accept-ranges: bytes",
+                "content-length: 5",
+            ]
+        );
+        // The cut points cut at the same fields.
+        for cut in [block.hpack_repr_at, block.hpack_length_at] {
+            let mut n = 0;
+            crate::hpack::Decoder::new(0)
+                .decode(
+                    &block.hpack[..cut as usize],
+                    &mut Vec::new(),
+                    usize::MAX,
+                    |_, _| {
+                        n += 1;
+                        Ok::<(), ()>(())
+                    },
+                )
+                .unwrap();
+            at.push(n);
+        }
+        assert_eq!(at, [6, 9]);
+        assert!(lines[block.repr_at as usize..].starts_with("Content-Type: "));
+        assert!(lines[block.length_at as usize..].starts_with("Content-Length: "));
     }
 
     #[test]

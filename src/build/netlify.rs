@@ -17,7 +17,9 @@ use super::urlpath::{encode_location, percent_decode};
 /// Headers that the builder or the server own: setting them from `_headers`
 /// would break framing or content negotiation, or make 304 and 206 answers
 /// contradict the validators and ranges the server computes, so a line
-/// setting one is refused.
+/// setting one is refused. `Proxy-Connection`, connection-specific too, is
+/// accepted: HTTP/1 sends it, and the HPACK block leaves it out, as HTTP/2
+/// forbids such fields (`hpack::CONNECTION_SPECIFIC`).
 const RESERVED_HEADERS: &[&str] = &[
     "content-length",
     "transfer-encoding",
@@ -386,6 +388,22 @@ mod tests {
         ] {
             let err = parse_headers(text, "_headers").unwrap_err().to_string();
             assert!(err.starts_with(needle), "{err}");
+        }
+    }
+
+    /// HTTP/2 forbids connection-specific fields: all but
+    /// `Proxy-Connection` are refused here, and that one is left out of
+    /// the HPACK block (`HeadBlockBuilder::line`).
+    #[test]
+    fn connection_specific_headers() {
+        for name in crate::hpack::CONNECTION_SPECIFIC {
+            let text = format!("/a\n  {name}: x\n");
+            let parsed = parse_headers(&text, "_headers");
+            if name == "proxy-connection" {
+                assert_eq!(parsed.unwrap()[0].headers[0].0, name);
+            } else {
+                assert!(parsed.is_err(), "{name}");
+            }
         }
     }
 

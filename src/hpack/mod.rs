@@ -13,6 +13,10 @@
 //!   companions write fields with static indices and literals only, never
 //!   the dynamic table, so that `kiln build` can store a response's block
 //!   in the pack and any connection can send it as is (`encode.rs`).
+//! - [`encode_lines`] encodes HTTP/1 header lines (`Name: value\r\n`) the
+//!   same way, leaving out connection-specific fields, and [`fields`]
+//!   reads such lines: kiln decides each response's fields once, as lines,
+//!   and both protocols send them (`lines.rs`).
 //! - `huffman.rs` is the Huffman code, decoded four bits per table lookup
 //!   by a state machine built at compile time.
 //!
@@ -42,6 +46,7 @@
 mod decode;
 mod encode;
 mod huffman;
+mod lines;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -50,6 +55,7 @@ use std::fmt;
 
 pub use decode::Decoder;
 pub use encode::{encode_field, encode_status, encoded_field_len, encoded_status_len};
+pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
 
 /// A header block that breaks RFC 7541. In HTTP/2 every one is a
 /// connection error of type `COMPRESSION_ERROR` (RFC 9113 §4.3).

@@ -68,13 +68,26 @@ pub struct Route<'p> {
 /// A variant record in the mapping.
 #[derive(Clone, Copy)]
 pub struct Variant<'p> {
+    /// The content coding of `body`, for negotiation.
     pub encoding: Encoding,
-    /// The prepared header block (see `HeadBlock`).
+    /// The prepared HTTP/1 header block (see `HeadBlock`).
     pub head: &'p [u8],
+    /// Where the representation lines start in `head`: a 304 sends what is
+    /// before.
     pub repr_at: usize,
+    /// Where the `Content-Length` line starts in `head`: a 206 sends what
+    /// is before.
     pub length_at: usize,
+    /// The same fields HPACK-encoded for HTTP/2, without the dynamic table
+    /// (see `HeadBlock`).
+    pub hpack: &'p [u8],
+    /// `repr_at` in `hpack`.
+    pub hpack_repr_at: usize,
+    /// `length_at` in `hpack`.
+    pub hpack_length_at: usize,
     /// The ETag value with its quotes; empty when there is none.
     pub etag: &'p [u8],
+    /// The stored bytes, sent as the body.
     pub body: &'p [u8],
     /// Absolute offset of the body in the pack file, for `sendfile`.
     pub body_off: u64,
@@ -121,7 +134,8 @@ impl Pack {
         let version = get_u32(b, H_VERSION);
         if version != VERSION {
             return Err(bad(format!(
-                "pack format version {version}, this kiln reads version {VERSION}"
+                "built by another kiln version (pack format {version}, this kiln reads format \
+                 {VERSION}); rebuild it with `kiln build`"
             )));
         }
         let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_CHECKSUM_AT]);
@@ -311,12 +325,21 @@ impl Pack {
         if repr_at > length_at || length_at > head.len() {
             return None;
         }
+        let hpack = self.slice(get_u64(r, V_HPACK_OFF), get_u32(r, V_HPACK_LEN) as u64)?;
+        let hpack_repr_at = get_u32(r, V_HPACK_REPR_AT) as usize;
+        let hpack_length_at = get_u32(r, V_HPACK_LENGTH_AT) as usize;
+        if hpack_repr_at > hpack_length_at || hpack_length_at > hpack.len() {
+            return None;
+        }
         let body_off = get_u64(r, V_BODY_OFF);
         Some(Variant {
             encoding: Encoding::from_u8(r[V_ENCODING])?,
             head,
             repr_at,
             length_at,
+            hpack,
+            hpack_repr_at,
+            hpack_length_at,
             etag,
             body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
             body_off,

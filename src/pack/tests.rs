@@ -4,6 +4,33 @@ use super::format::*;
 use super::verify::verify;
 use super::*;
 
+/// The fields of an HPACK block, for comparisons.
+fn decoded(block: &[u8]) -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    crate::hpack::Decoder::new(0)
+        .decode(block, &mut Vec::new(), usize::MAX, |n, v| {
+            let leak = |b: &[u8]| &*String::from_utf8(b.to_vec()).unwrap().leak();
+            out.push((leak(n), leak(v)));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    out
+}
+
+/// The HPACK block `head` must produce for the identity variant of `/`.
+fn h_id_hpack(len: u64) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [
+        ("ETag", "\"id\""),
+        ("Cache-Control", "public, max-age=60"),
+        ("Content-Type", "text/html; charset=utf-8"),
+        ("Content-Length", &len.to_string()),
+    ] {
+        crate::hpack::encode_field(name.as_bytes(), value.as_bytes(), &mut block);
+    }
+    block
+}
+
 fn head(etag: &str, ct: &str, len: u64) -> HeadBlock {
     let mut b = HeadBlockBuilder::new();
     b.line("ETag", etag)
@@ -100,6 +127,24 @@ fn round_trip() {
     assert!(id.head.ends_with(b"Content-Length: 14\r\n"));
     assert!(id.head[..id.repr_at].ends_with(b"max-age=60\r\n"));
     assert!(id.head[id.repr_at..id.length_at].starts_with(b"Content-Type: text/html"));
+    assert_eq!(id.hpack, h_id_hpack(id.body.len() as u64));
+    assert_eq!(
+        decoded(&id.hpack[..id.hpack_repr_at]),
+        [("etag", "\"id\""), ("cache-control", "public, max-age=60")]
+    );
+    assert_eq!(
+        decoded(&id.hpack[id.hpack_repr_at..id.hpack_length_at]),
+        [("content-type", "text/html; charset=utf-8")]
+    );
+    assert_eq!(
+        decoded(&id.hpack[id.hpack_length_at..]),
+        [("content-length", "14")]
+    );
+    let gz = root.variant(Encoding::Gzip).unwrap();
+    assert_eq!(
+        decoded(&gz.hpack[..gz.hpack_repr_at])[0],
+        ("etag", "\"gz\"")
+    );
     assert_eq!(root.variant(Encoding::Gzip).unwrap().body, b"gzipped-bytes");
     assert!(root.variant(Encoding::Br).is_none());
     assert_eq!(root.variants().count(), 2);
@@ -204,8 +249,161 @@ fn truncated_and_foreign_files_are_refused() {
     assert!(Pack::open(&path).unwrap_err().0.contains("truncated"));
     std::fs::write(&path, b"<html>not a pack</html>").unwrap();
     assert!(Pack::open(&path).unwrap_err().0.contains("not a kiln pack"));
-    let mut v2 = good.clone();
-    v2[H_VERSION] = 2;
-    std::fs::write(&path, &v2).unwrap();
-    assert!(Pack::open(&path).unwrap_err().0.contains("version 2"));
+}
+
+/// Rewrites the section checksums and the header checksum of a pack whose
+/// bytes were changed on purpose, so that only the deeper checks see it.
+fn reseal(pack: &mut [u8]) {
+    for i in 0..SECTION_COUNT {
+        let at = H_SECTIONS + i * SECTION_ENTRY_LEN;
+        let (off, len) = (get_u64(pack, at) as usize, get_u64(pack, at + 8) as usize);
+        let sum = xxhash_rust::xxh3::xxh3_64(&pack[off..off + len]);
+        put_u64(pack, at + 16, sum);
+    }
+    let sum = xxhash_rust::xxh3::xxh3_64(&pack[..HEADER_CHECKSUM_AT]);
+    put_u64(pack, HEADER_CHECKSUM_AT, sum);
+}
+
+#[test]
+fn a_pack_of_another_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let mut old = std::fs::read(&path).unwrap();
+    assert_eq!(get_u32(&old, H_VERSION), 2);
+    // A version 1 header, as kiln before HPACK blocks wrote it.
+    put_u32(&mut old, H_VERSION, 1);
+    reseal(&mut old);
+    std::fs::write(&path, &old).unwrap();
+    let err = Pack::open(&path).unwrap_err().0;
+    assert_eq!(
+        err,
+        "built by another kiln version (pack format 1, this kiln reads format 2); \
+         rebuild it with `kiln build`"
+    );
+    put_u32(&mut old, H_VERSION, 3);
+    reseal(&mut old);
+    std::fs::write(&path, &old).unwrap();
+    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 3"));
+}
+
+/// A sample pack whose `/` identity variant has `hpack` changed by `spoil`
+/// before it is written; the verify error.
+fn verify_with_spoiled_hpack(spoil: impl FnOnce(&mut HeadBlock)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let mut w = PackWriter::create(&path).unwrap();
+    let body = w.add_body(b"<h1>hello</h1>").unwrap();
+    let mut h = head("\"id\"", "text/html", body.len);
+    spoil(&mut h);
+    let set = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body,
+        }])
+        .unwrap();
+    w.add_route(RouteIn {
+        kind: RouteKind::Exact,
+        key: b"/page",
+        status: 200,
+        last_modified: 0,
+        variants: set,
+        validators: true,
+    })
+    .unwrap();
+    w.finish().unwrap();
+    let pack = Pack::open(&path).unwrap();
+    verify(&pack).unwrap_err().0
+}
+
+#[test]
+fn verify_catches_an_hpack_block_unlike_the_lines() {
+    let field = |name: &str, value: &str| {
+        let mut b = Vec::new();
+        crate::hpack::encode_field(name.as_bytes(), value.as_bytes(), &mut b);
+        b
+    };
+    // A value that differs.
+    let err = verify_with_spoiled_hpack(|h| {
+        let etag = field("etag", "\"id\"");
+        h.hpack.splice(..etag.len(), field("etag", "\"xx\""));
+    });
+    assert_eq!(
+        err,
+        "route 0 (/page), identity variant: validators part: HPACK field etag does not match \
+         the line ETag"
+    );
+    // The last field missing.
+    let err = verify_with_spoiled_hpack(|h| h.hpack.truncate(h.hpack_length_at as usize));
+    assert!(
+        err.ends_with("content-length part: line Content-Length missing from the HPACK block"),
+        "{err}"
+    );
+    // A field more.
+    let err = verify_with_spoiled_hpack(|h| h.hpack.extend(field("x-more", "1")));
+    assert!(err.ends_with("HPACK field x-more has no line"), "{err}");
+    // A name not lowercased: the decoder hands it out as it is stored.
+    let err = verify_with_spoiled_hpack(|h| {
+        let at = h.hpack_repr_at as usize;
+        let ct = field("content-type", "text/html");
+        let mut upper = vec![0x00, 12];
+        upper.extend(b"Content-Type");
+        upper.extend(&ct[2..]);
+        h.hpack.splice(at..at + ct.len(), upper.clone());
+        h.hpack_length_at += (upper.len() - ct.len()) as u32;
+    });
+    assert!(
+        err.contains("HPACK field Content-Type does not match"),
+        "{err}"
+    );
+    // A cut point one field off: the representation starts too early.
+    let err = verify_with_spoiled_hpack(|h| {
+        h.hpack_repr_at = field("etag", "\"id\"").len() as u32;
+    });
+    assert!(
+        err.contains("validators part: line Cache-Control missing"),
+        "{err}"
+    );
+    // A cut point inside a field.
+    let err = verify_with_spoiled_hpack(|h| h.hpack_length_at -= 1);
+    assert!(err.contains("representation part: HPACK:"), "{err}");
+    // A reference to the dynamic table, which means something else on
+    // every connection.
+    let err = verify_with_spoiled_hpack(|h| h.hpack.splice(..0, [0xbe]).for_each(drop));
+    assert!(err.contains("HPACK: index past the tables"), "{err}");
+    // A dynamic table size update.
+    let err = verify_with_spoiled_hpack(|h| h.hpack.splice(..0, [0x3f, 0xe1, 0x1f]).for_each(drop));
+    assert!(
+        err.contains("validators part: HPACK: table size update"),
+        "{err}"
+    );
+}
+
+#[test]
+fn verify_catches_a_corrupted_hpack_block_behind_valid_checksums() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let good = std::fs::read(&path).unwrap();
+    let pack = Pack::open(&path).unwrap();
+    let id = pack
+        .lookup(RouteKind::Exact, b"/")
+        .unwrap()
+        .variant(Encoding::Identity)
+        .unwrap();
+    let at = id.hpack.as_ptr() as usize - pack.bytes().as_ptr() as usize;
+    let len = id.hpack.len();
+    drop(pack);
+    // Every byte of the block, changed: never silently accepted.
+    for i in at..at + len {
+        let mut bad = good.clone();
+        bad[i] ^= 0x01;
+        reseal(&mut bad);
+        std::fs::write(&path, &bad).unwrap();
+        let pack = Pack::open(&path).unwrap();
+        let err = verify(&pack).unwrap_err().0;
+        assert!(
+            err.starts_with("route 0 (/), identity variant: "),
+            "byte {i}: {err}"
+        );
+    }
 }

@@ -1,8 +1,10 @@
-//! `kiln verify`: checks every checksum and every offset of a pack, and stops
-//! at the first problem.
+//! `kiln verify`: checks every checksum and every offset of a pack, that
+//! each variant's HPACK block carries the fields of its HTTP/1 block, and
+//! stops at the first problem.
 
 use super::format::*;
 use super::reader::{Pack, PackError};
+use crate::hpack;
 
 fn within(range: &std::ops::Range<usize>, off: u64, len: u64) -> bool {
     off.checked_add(len)
@@ -29,6 +31,7 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
     let blobs = pack.section_range(Section::Blobs);
     let bodies = pack.section_range(Section::Bodies);
     let variants = pack.section_range(Section::Variants);
+    let mut scratch = Vec::new();
     for (i, v) in bytes[variants].chunks_exact(VARIANT_LEN).enumerate() {
         let problem = if Encoding::from_u8(v[V_ENCODING]).is_none() {
             Some("unknown encoding")
@@ -40,15 +43,35 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
             get_u32(v, V_HEAD_LEN) as u64,
         ) {
             Some("header block outside the blobs section")
+        } else if !within(
+            &blobs,
+            get_u64(v, V_HPACK_OFF),
+            get_u32(v, V_HPACK_LEN) as u64,
+        ) {
+            Some("HPACK block outside the blobs section")
         } else {
             let head_len = get_u32(v, V_HEAD_LEN) as u64;
             let (repr, length) = (get_u32(v, V_REPR_AT) as u64, get_u32(v, V_LENGTH_AT) as u64);
             let etag_end = get_u32(v, V_ETAG_AT) as u64 + get_u16(v, V_ETAG_LEN) as u64;
-            (repr > length || length > head_len || etag_end > head_len)
-                .then_some("header block offsets out of order")
+            let hpack_len = get_u32(v, V_HPACK_LEN);
+            let (hpack_repr, hpack_length) =
+                (get_u32(v, V_HPACK_REPR_AT), get_u32(v, V_HPACK_LENGTH_AT));
+            if repr > length || length > head_len || etag_end > head_len {
+                Some("header block offsets out of order")
+            } else if hpack_repr > hpack_length || hpack_length > hpack_len {
+                Some("HPACK block offsets out of order")
+            } else {
+                None
+            }
         };
         if let Some(p) = problem {
             return Err(PackError(format!("variant {i}: {p}")));
+        }
+        if let Err(p) = same_fields(v, bytes, &mut scratch) {
+            return Err(PackError(format!(
+                "{}: {p}",
+                variant_owner(pack, bytes, i as u64)
+            )));
         }
     }
 
@@ -108,4 +131,106 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
         }
     }
     Ok(checked)
+}
+
+/// Checks that the HPACK block of the variant record `v` (its offsets
+/// already checked) carries exactly the fields of its HTTP/1 block, in
+/// order, names lowercased, connection-specific fields left out, and that
+/// both blocks are cut at the same fields: each of the three parts (before
+/// `repr_at`, up to `length_at`, the rest) is decoded on its own and
+/// compared with the same part of the lines. A part cut inside a field
+/// fails to decode or to match.
+///
+/// Each part is decoded by a fresh decoder whose dynamic table holds
+/// nothing (`SETTINGS_HEADER_TABLE_SIZE` 0), so a block that refers to the
+/// dynamic table or resizes it fails: what it means would depend on the
+/// connection. (A block could still insert an entry that nothing refers
+/// to; a client would only store it. kiln's encoder inserts nothing.)
+fn same_fields(v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
+    let at = |off: usize, len: u32| {
+        let start = get_u64(v, off) as usize;
+        &bytes[start..start + len as usize]
+    };
+    let head = at(V_HEAD_OFF, get_u32(v, V_HEAD_LEN));
+    let block = at(V_HPACK_OFF, get_u32(v, V_HPACK_LEN));
+    let cut = |b: &[u8], repr: usize, length: usize| [0..repr, repr..length, length..b.len()];
+    let lines = cut(
+        head,
+        get_u32(v, V_REPR_AT) as usize,
+        get_u32(v, V_LENGTH_AT) as usize,
+    );
+    let parts = cut(
+        block,
+        get_u32(v, V_HPACK_REPR_AT) as usize,
+        get_u32(v, V_HPACK_LENGTH_AT) as usize,
+    );
+    for (part, (lines, encoded)) in ["validators", "representation", "content-length"]
+        .iter()
+        .zip(lines.into_iter().zip(parts))
+    {
+        let mut expected =
+            hpack::fields(&head[lines]).filter(|(name, _)| !hpack::is_connection_specific(name));
+        let decoded =
+            hpack::Decoder::new(0).decode(&block[encoded], scratch, usize::MAX, |name, value| {
+                match expected.next() {
+                    Some((n, v))
+                        if v == value
+                            && n.len() == name.len()
+                            && n.iter()
+                                .zip(name)
+                                .all(|(n, m)| n.to_ascii_lowercase() == *m) =>
+                    {
+                        Ok(())
+                    }
+                    Some((n, _)) => Err(format!(
+                        "HPACK field {} does not match the line {}",
+                        String::from_utf8_lossy(name),
+                        String::from_utf8_lossy(n)
+                    )),
+                    None => Err(format!(
+                        "HPACK field {} has no line",
+                        String::from_utf8_lossy(name)
+                    )),
+                }
+            });
+        let problem = match decoded {
+            Ok(()) => expected.next().map(|(n, _)| {
+                format!(
+                    "line {} missing from the HPACK block",
+                    String::from_utf8_lossy(n)
+                )
+            }),
+            Err(hpack::DecodeError::Field(p)) => Some(p),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(p) = problem {
+            return Err(format!("{part} part: {p}"));
+        }
+    }
+    Ok(())
+}
+
+/// Names the variant at `index` for a message: a route that serves it and
+/// the encoding, or the bare index if no route does.
+fn variant_owner(pack: &Pack, bytes: &[u8], index: u64) -> String {
+    let routes = &bytes[pack.section_range(Section::Routes)];
+    for (i, r) in routes.chunks_exact(ROUTE_LEN).enumerate() {
+        let first = get_u32(r, R_VARIANT_FIRST) as u64;
+        let set = r[R_ENCODINGS];
+        if (first..first + set.count_ones() as u64).contains(&index) {
+            let key = pack.route(i as u32).and_then(|r| r.key()).unwrap_or(b"?");
+            let nth = (index - first) as u32;
+            let encoding = ENCODINGS
+                .into_iter()
+                .filter(|e| set & e.bit() != 0)
+                .nth(nth as usize)
+                .map_or("?", |e| e.token());
+            let name = match key {
+                b"" => "the not-found page".into(),
+                key => String::from_utf8_lossy(key),
+            };
+            return format!("route {i} ({name}), {encoding} variant");
+        }
+    }
+    format!("variant {index} (no route serves it)")
 }

@@ -13,30 +13,49 @@ use tempfile::NamedTempFile;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::format::*;
+use crate::hpack;
 
 /// A prepared response header block, as the server sends it after its own
-/// status line, `Date` and `Connection` lines.
+/// status line, `Date` and `Connection` lines, in two encodings of the same
+/// fields: HTTP/1 lines and an HPACK block for HTTP/2.
 ///
 /// Lines are `Name: value\r\n`. Validators and caching lines come first,
 /// representation lines (`Content-Type`, `Content-Encoding`, ...) from
 /// `repr_at`, and `Content-Length` is the last line, from `length_at`; so a
 /// 304 sends `bytes[..repr_at]` and a 206 sends `bytes[..length_at]` plus its
-/// own `Content-Range` and `Content-Length`.
+/// own `Content-Range` and `Content-Length`. The HPACK block has the same
+/// fields in the same order, cut at the same fields (`hpack_repr_at`,
+/// `hpack_length_at`), except the connection-specific ones
+/// (`hpack::CONNECTION_SPECIFIC`), which HTTP/2 forbids: `_headers` may set
+/// `Proxy-Connection`, which HTTP/1 then sends and HTTP/2 does not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeadBlock {
+    /// The HTTP/1 lines, sent as they are after the server's own lines.
     pub bytes: Vec<u8>,
+    /// Where the representation lines start: a 304 sends what is before.
     pub repr_at: u32,
+    /// Where the `Content-Length` line starts: a 206 sends what is before.
     pub length_at: u32,
     /// Position and length of the `ETag` value (quotes included); 0 length
     /// when the variant has no ETag.
     pub etag_at: u32,
+    /// See `etag_at`.
     pub etag_len: u16,
+    /// The same fields HPACK-encoded (RFC 7541) without the dynamic table,
+    /// so any HTTP/2 connection sends it as is.
+    pub hpack: Vec<u8>,
+    /// `repr_at` in `hpack`: where the first representation field starts.
+    pub hpack_repr_at: u32,
+    /// `length_at` in `hpack`: where the `content-length` field starts.
+    pub hpack_length_at: u32,
 }
 
-/// Composes a `HeadBlock` in the required order.
+/// Composes a `HeadBlock` in the required order, both encodings at once.
 #[derive(Default)]
 pub struct HeadBlockBuilder {
+    /// The block so far.
     block: HeadBlock,
+    /// `begin_representation` was called: `finish` must not call it again.
     in_representation: bool,
 }
 
@@ -46,7 +65,8 @@ impl HeadBlockBuilder {
     }
 
     /// Appends `name: value`. An `ETag` line's value is recorded so the server
-    /// compares `If-None-Match` without parsing the block.
+    /// compares `If-None-Match` without parsing the block. A
+    /// connection-specific field goes into the HTTP/1 lines only.
     pub fn line(&mut self, name: &str, value: &str) -> &mut Self {
         let b = &mut self.block.bytes;
         b.extend_from_slice(name.as_bytes());
@@ -57,6 +77,9 @@ impl HeadBlockBuilder {
         }
         b.extend_from_slice(value.as_bytes());
         b.extend_from_slice(b"\r\n");
+        if !hpack::is_connection_specific(name.as_bytes()) {
+            hpack::encode_field(name.as_bytes(), value.as_bytes(), &mut self.block.hpack);
+        }
         self
     }
 
@@ -64,6 +87,7 @@ impl HeadBlockBuilder {
     /// a 304.
     pub fn begin_representation(&mut self) -> &mut Self {
         self.block.repr_at = self.block.bytes.len() as u32;
+        self.block.hpack_repr_at = self.block.hpack.len() as u32;
         self.in_representation = true;
         self
     }
@@ -74,8 +98,9 @@ impl HeadBlockBuilder {
             self.begin_representation();
         }
         self.block.length_at = self.block.bytes.len() as u32;
-        let line = format!("Content-Length: {content_length}\r\n");
-        self.block.bytes.extend_from_slice(line.as_bytes());
+        self.block.hpack_length_at = self.block.hpack.len() as u32;
+        let value = content_length.to_string();
+        self.line("Content-Length", &value);
         self.block
     }
 }
@@ -177,9 +202,11 @@ pub struct PackWriter {
     blobs: Vec<u8>,
     /// Blob bytes → blob-relative offset, to store each distinct blob once.
     blob_index: HashMap<Vec<u8>, u64>,
+    /// Variant records, their blob offsets still to be filled in.
     variants: Vec<[u8; VARIANT_LEN]>,
-    /// Blob-relative offsets of each variant's head, made absolute at `finish`.
-    variant_head_blob: Vec<u64>,
+    /// Blob-relative offsets of each variant's head and HPACK block, made
+    /// absolute at `finish`.
+    variant_blobs: Vec<(u64, u64)>,
     routes: Vec<PendingRoute>,
     /// (kind, key) → route index: refuses duplicates and fills the slot table.
     route_keys: HashMap<(RouteKind, Vec<u8>), u32>,
@@ -222,7 +249,7 @@ impl PackWriter {
             blobs: Vec::new(),
             blob_index: HashMap::new(),
             variants: Vec::new(),
-            variant_head_blob: Vec::new(),
+            variant_blobs: Vec::new(),
             routes: Vec::new(),
             route_keys: HashMap::new(),
             rules: Vec::new(),
@@ -287,6 +314,7 @@ impl PackWriter {
             .map_err(|_| io_err("more than 2^32 variants".into()))?;
         for v in sorted {
             let head_blob = self.add_blob(&v.head.bytes);
+            let hpack_blob = self.add_blob(&v.head.hpack);
             let mut rec = [0u8; VARIANT_LEN];
             put_u64(&mut rec, V_BODY_OFF, v.body.off);
             put_u64(&mut rec, V_BODY_LEN, v.body.len);
@@ -297,8 +325,11 @@ impl PackWriter {
             put_u16(&mut rec, V_ETAG_LEN, v.head.etag_len);
             rec[V_ENCODING] = v.encoding as u8;
             rec[V_OVERRIDES] = server_header_overrides(&v.head.bytes);
+            put_u32(&mut rec, V_HPACK_LEN, v.head.hpack.len() as u32);
+            put_u32(&mut rec, V_HPACK_REPR_AT, v.head.hpack_repr_at);
+            put_u32(&mut rec, V_HPACK_LENGTH_AT, v.head.hpack_length_at);
             self.variants.push(rec);
-            self.variant_head_blob.push(head_blob);
+            self.variant_blobs.push((head_blob, hpack_blob));
         }
         Ok(VariantSet { first, encodings })
     }
@@ -382,9 +413,10 @@ impl PackWriter {
         table[Section::Blobs as usize] = blobs_entry;
 
         let mut variants = Vec::with_capacity(self.variants.len() * VARIANT_LEN);
-        for (rec, head_blob) in self.variants.iter().zip(&self.variant_head_blob) {
+        for (rec, (head_blob, hpack_blob)) in self.variants.iter().zip(&self.variant_blobs) {
             let mut rec = *rec;
             put_u64(&mut rec, V_HEAD_OFF, blobs_off + head_blob);
+            put_u64(&mut rec, V_HPACK_OFF, blobs_off + hpack_blob);
             variants.extend_from_slice(&rec);
         }
         table[Section::Variants as usize] = self.write_section(&variants)?;

@@ -1,7 +1,12 @@
-//! The `Date` line, formatted at most once per second per thread, and the
-//! access log's timestamp.
+//! The `Date` line and its HPACK field, formatted at most once per second
+//! per thread, and the access log's timestamp.
 
 use crate::httpdate::format_imf;
+
+/// Most bytes the `date` field takes HPACK-encoded: the name's static index
+/// (two bytes: 33 does not fit the 4-bit prefix), the value's length (one
+/// byte) and the 29-byte value, Huffman-coded only when that is shorter.
+const DATE_HPACK_MAX: usize = 2 + 1 + 29;
 
 /// Writes the access-log timestamp `22/Nov/2026:04:30:14 +0000`.
 pub fn format_clf(unix: i64, out: &mut [u8; 26]) {
@@ -20,6 +25,10 @@ pub struct DateCache {
     second: i64,
     /// `Date: <IMF-fixdate>\r\n`, ready to copy into a response.
     line: [u8; 37],
+    /// The same field HPACK-encoded for HTTP/2 (static name index 33, a
+    /// literal without indexing). Its capacity is reserved at creation and
+    /// never exceeded, so reformatting it allocates nothing.
+    hpack: Vec<u8>,
 }
 
 impl Default for DateCache {
@@ -33,6 +42,7 @@ impl DateCache {
         let mut cache = DateCache {
             second: i64::MIN,
             line: *b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n",
+            hpack: Vec::with_capacity(DATE_HPACK_MAX),
         };
         cache.update(0);
         cache
@@ -45,11 +55,20 @@ impl DateCache {
             let mut imf = [0u8; 29];
             format_imf(unix, &mut imf);
             self.line[6..35].copy_from_slice(&imf);
+            self.hpack.clear();
+            crate::hpack::encode_field(b"date", &imf, &mut self.hpack);
+            debug_assert!(self.hpack.len() <= DATE_HPACK_MAX);
         }
     }
 
+    /// `Date: <IMF-fixdate>\r\n`, for HTTP/1.
     pub fn line(&self) -> &[u8] {
         &self.line
+    }
+
+    /// The same `date` field HPACK-encoded, for HTTP/2.
+    pub fn hpack(&self) -> &[u8] {
+        &self.hpack
     }
 
     pub fn second(&self) -> i64 {
@@ -74,5 +93,37 @@ mod tests {
         cache.update(784_111_777);
         assert_eq!(cache.line(), b"Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
         assert_eq!(cache.second(), 784_111_777);
+    }
+
+    /// The `date` field `cache.hpack()` decodes to.
+    fn decoded(cache: &DateCache) -> Vec<u8> {
+        let mut date = None;
+        crate::hpack::Decoder::new(0)
+            .decode(cache.hpack(), &mut Vec::new(), usize::MAX, |name, value| {
+                assert_eq!(name, b"date");
+                assert!(date.replace(value.to_vec()).is_none(), "one field");
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        date.unwrap()
+    }
+
+    #[test]
+    fn the_hpack_field_follows_the_line() {
+        let mut cache = DateCache::new();
+        assert_eq!(decoded(&cache), b"Thu, 01 Jan 1970 00:00:00 GMT");
+        let capacity = cache.hpack.capacity();
+        // Every day of the week and month, all hours, both ends of the
+        // range the format expresses.
+        for unix in (0..400)
+            .map(|i| i * 86_400 * 27 + i * 3_607)
+            .chain([784_111_777, 253_402_300_799])
+        {
+            cache.update(unix);
+            // Static name index 33 (0x0f 0x12), literal without indexing.
+            assert_eq!(cache.hpack()[..2], [0x0f, 0x12]);
+            assert_eq!(decoded(&cache), cache.line()[6..35], "{unix}");
+            assert_eq!(cache.hpack.capacity(), capacity, "no reallocation");
+        }
     }
 }

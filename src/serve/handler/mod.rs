@@ -89,7 +89,8 @@ impl<'r> Request<'r> {
     }
 }
 
-/// Header lines the protocol layer writes after `Response::head`.
+/// Header lines the protocol layer writes after `Response::head` (HTTP/2:
+/// encodes after `Response::hpack`), computed per request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Extra<'a> {
     /// `head` is complete (it ends with `Content-Length` where one is due).
@@ -139,6 +140,10 @@ pub struct Response<'a> {
     /// Header lines (`Name: value\r\n`): a slice of a pack head or a
     /// built-in block.
     pub head: &'a [u8],
+    /// The same fields as `head`, HPACK-encoded without the dynamic table
+    /// (RFC 7541), for HTTP/2: a slice of the variant's HPACK block or a
+    /// built-in one.
+    pub hpack: &'a [u8],
     /// Which of the server's own headers `head` already sets (the pack's
     /// `Variant::overrides`), so the protocol leaves those out.
     pub overrides: u8,
@@ -201,11 +206,34 @@ const ALLOW: &[u8] = b"Allow: GET, HEAD, OPTIONS\r\n";
 const ALLOW_TEXT: &[u8] =
     b"Allow: GET, HEAD, OPTIONS\r\nContent-Type: text/plain; charset=utf-8\r\n";
 
+// The built-in blocks HPACK-encoded, as `hpack::encode_lines` writes them
+// (the test `builtin_hpack_blocks_are_the_lines` checks it): constants, so
+// that no response allocates or encodes anything.
+/// `TEXT`: `content-type` (static name index 31: 0x0f 0x10), its value
+/// Huffman-coded (0x92: 18 bytes).
+const TEXT_HPACK: &[u8] = &[
+    0x0f, 0x10, 0x92, 0x49, 0x7c, 0xa5, 0x8a, 0xe8, 0x19, 0xaa, 0xfb, 0x50, 0x93, 0x8e, 0xc4, 0x15,
+    0x30, 0x5a, 0x99, 0x56, 0x7b,
+];
+/// `ALLOW`: `allow` (static name index 22: 0x0f 0x07), its value
+/// Huffman-coded (0x90: 16 bytes).
+const ALLOW_HPACK: &[u8] = &[
+    0x0f, 0x07, 0x90, 0xc5, 0x83, 0x7f, 0xd2, 0x98, 0xf0, 0x43, 0x7f, 0xe9, 0x4d, 0x5a, 0xf7, 0xe4,
+    0xd5, 0xa7, 0x77,
+];
+/// `ALLOW_TEXT`: `ALLOW_HPACK` then `TEXT_HPACK`.
+const ALLOW_TEXT_HPACK: &[u8] = &[
+    0x0f, 0x07, 0x90, 0xc5, 0x83, 0x7f, 0xd2, 0x98, 0xf0, 0x43, 0x7f, 0xe9, 0x4d, 0x5a, 0xf7, 0xe4,
+    0xd5, 0xa7, 0x77, 0x0f, 0x10, 0x92, 0x49, 0x7c, 0xa5, 0x8a, 0xe8, 0x19, 0xaa, 0xfb, 0x50, 0x93,
+    0x8e, 0xc4, 0x15, 0x30, 0x5a, 0x99, 0x56, 0x7b,
+];
+
 /// A built-in plain-text response.
 pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
     Response {
         status,
         head: TEXT,
+        hpack: TEXT_HPACK,
         overrides: 0,
         extra: Extra::Length,
         body: Body::Static(body),
@@ -230,6 +258,7 @@ fn corrupt<'a>() -> Response<'a> {
 const PRECONDITION_FAILED: Response<'static> = Response {
     status: 412,
     head: b"",
+    hpack: b"",
     overrides: 0,
     extra: Extra::Length,
     body: Body::Empty,
@@ -309,6 +338,7 @@ fn redirect_to_https<'a>(
     Response {
         status: 308,
         head: b"",
+        hpack: b"",
         overrides: 0,
         extra: Extra::Location(location),
         body: Body::Empty,
@@ -323,6 +353,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             return Response {
                 status: 204,
                 head: ALLOW,
+                hpack: ALLOW_HPACK,
                 overrides: 0,
                 extra: Extra::Nothing,
                 body: Body::Empty,
@@ -332,6 +363,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             return Response {
                 status: 405,
                 head: ALLOW_TEXT,
+                hpack: ALLOW_TEXT_HPACK,
                 overrides: 0,
                 extra: Extra::Length,
                 body: Body::Static(b"405 Method Not Allowed\n"),
@@ -409,6 +441,7 @@ fn rule_response<'a>(
         return Response {
             status: rule.status,
             head: b"",
+            hpack: b"",
             overrides: 0,
             extra: Extra::Location(expanded),
             body: Body::Empty,
@@ -445,6 +478,7 @@ fn serve_route<'a>(
     let full = Response {
         status,
         head: variant.head,
+        hpack: variant.hpack,
         overrides: variant.overrides,
         extra: Extra::Nothing,
         body: Body::Pack {
@@ -461,6 +495,7 @@ fn serve_route<'a>(
             return Some(Response {
                 status: 304,
                 head: &variant.head[..variant.repr_at],
+                hpack: &variant.hpack[..variant.hpack_repr_at],
                 overrides: variant.overrides,
                 extra: Extra::Nothing,
                 body: Body::Empty,
@@ -482,6 +517,7 @@ fn serve_route<'a>(
         RangeAsk::Part { start, end } => Response {
             status: 206,
             head: &variant.head[..variant.length_at],
+            hpack: &variant.hpack[..variant.hpack_length_at],
             overrides: variant.overrides,
             extra: Extra::Range { start, end, total },
             body: Body::Pack {
@@ -492,9 +528,86 @@ fn serve_route<'a>(
         RangeAsk::Unsatisfiable => Response {
             status: 416,
             head: &variant.head[..variant.repr_at],
+            hpack: &variant.hpack[..variant.hpack_repr_at],
             overrides: variant.overrides,
             extra: Extra::Unsatisfiable { total },
             body: Body::Empty,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields of an HPACK block, decoded by a decoder with no dynamic
+    /// table, as the lines they stand for (names lowercase).
+    fn decoded_lines(block: &[u8]) -> String {
+        let mut lines = String::new();
+        crate::hpack::Decoder::new(0)
+            .decode(block, &mut Vec::new(), usize::MAX, |name, value| {
+                lines.push_str(&String::from_utf8_lossy(name));
+                lines.push_str(": ");
+                lines.push_str(&String::from_utf8_lossy(value));
+                lines.push_str("\r\n");
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        lines
+    }
+
+    /// `lines` with their names lowercased, as HTTP/2 spells them.
+    fn lowercase_names(lines: &[u8]) -> String {
+        String::from_utf8_lossy(lines)
+            .lines()
+            .map(|l| {
+                let (name, value) = l.split_once(": ").unwrap();
+                format!("{}: {value}\r\n", name.to_ascii_lowercase())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn builtin_hpack_blocks_are_the_lines() {
+        for (lines, block) in [
+            (TEXT, TEXT_HPACK),
+            (ALLOW, ALLOW_HPACK),
+            (ALLOW_TEXT, ALLOW_TEXT_HPACK),
+        ] {
+            let text = String::from_utf8_lossy(lines);
+            assert_eq!(decoded_lines(block), lowercase_names(lines), "{text}");
+            let mut encoded = Vec::new();
+            crate::hpack::encode_lines(lines, &mut encoded);
+            assert_eq!(encoded, block, "{text}");
+        }
+    }
+
+    #[test]
+    fn every_builtin_response_carries_both_blocks() {
+        let site = Site::dummy();
+        let mut scratch = Scratch::default();
+        for (method, target) in [
+            (Method::Get, &b"/"[..]),
+            (Method::Options, b"*"),
+            (Method::Options, b"/"),
+            (Method::NotAllowed, b"/"),
+            (Method::Unknown, b"/"),
+            (Method::Get, b"*"),
+        ] {
+            let req = Request::new(method, target);
+            let resp = answer(&site, &req, None, &mut scratch);
+            assert_eq!(
+                decoded_lines(resp.hpack),
+                lowercase_names(resp.head),
+                "{method:?}"
+            );
+        }
+        let mut req = Request::new(Method::Get, b"/x");
+        req.host = Some(b"example.com");
+        let resp = answer(&site, &req, Some(443), &mut scratch);
+        assert_eq!(
+            (resp.status, resp.head, resp.hpack),
+            (308, &b""[..], &b""[..])
+        );
+    }
 }
