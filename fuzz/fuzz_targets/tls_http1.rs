@@ -111,7 +111,18 @@ struct Server<'f> {
     turns: usize,
 }
 
-impl Server<'_> {
+impl<'f> Server<'f> {
+    /// A new connection on a TLS listener.
+    fn open(fixture: &'f mut Fixture) -> Server<'f> {
+        let session = fixture.protocols.open(stack::TLS, None);
+        Server {
+            fixture,
+            session,
+            closed: false,
+            turns: 0,
+        }
+    }
+
     /// Gives the stack `bytes` and appends everything it answers (with
     /// every `resume` it asks for) to `sent`.
     fn input(&mut self, bytes: &[u8], sent: &mut Vec<u8>) {
@@ -150,13 +161,7 @@ impl Server<'_> {
 
 /// The rest of the input straight onto a TLS listener.
 fn raw(fixture: &mut Fixture, data: &[u8]) {
-    let session = fixture.protocols.open(stack::TLS, None);
-    let mut server = Server {
-        fixture,
-        session,
-        closed: false,
-        turns: 0,
-    };
+    let mut server = Server::open(fixture);
     let mut sent = Vec::new();
     let mut next = read_sizes(data, 700);
     let mut unread = data;
@@ -213,13 +218,7 @@ fn through_client(fixture: &mut Fixture, data: &[u8]) {
     let name = ServerName::try_from("localhost").expect("a DNS name");
     let mut client =
         ClientConnection::new(Arc::clone(&fixture.client), name).expect("client session");
-    let session = fixture.protocols.open(stack::TLS, None);
-    let mut server = Server {
-        fixture,
-        session,
-        closed: false,
-        turns: 0,
-    };
+    let mut server = Server::open(fixture);
     let mut next = read_sizes(data, 700);
     let mut plain = Vec::new();
     while client.is_handshaking() {

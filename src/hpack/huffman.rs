@@ -502,6 +502,7 @@ pub(super) fn encode(bytes: impl Iterator<Item = u8>, out: &mut Vec<u8>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::hex;
     use super::*;
 
     /// A small deterministic generator, so that failures reproduce.
@@ -524,14 +525,6 @@ mod tests {
         let fits = decode(src, &mut out, usize::MAX)?;
         assert!(fits);
         Ok(out)
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
-        digits
-            .chunks(2)
-            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
-            .collect()
     }
 
     /// The table is the canonical code of its lengths (RFC 7541's code is

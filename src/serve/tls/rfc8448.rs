@@ -3,8 +3,8 @@
 // RFC 8448 §3 ("Simple 1-RTT Handshake"), "{server} derive write traffic
 // keys for application data" and the client's counterpart, TLS 1.3 with
 // TLS_AES_128_GCM_SHA256. Checked against several independent copies of
-// the RFC text; the record test below checks them again, through
-// AES-GCM, against the RFC's encrypted records.
+// the RFC text; the record tests (`ktls`'s kernel model and `record`)
+// check them again, through AES-GCM, against the RFC's encrypted records.
 pub const RFC8448_SERVER_KEY: [u8; 16] = [
     0x9f, 0x02, 0x28, 0x3b, 0x6c, 0x9c, 0x07, 0xef, 0xc2, 0x6b, 0xb9, 0xf2, 0xac, 0x92, 0xe3, 0x56,
 ];
