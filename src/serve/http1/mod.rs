@@ -292,7 +292,15 @@ pub fn serve_batch(
                 ctx.date.second(),
                 &Entry {
                     peer: ctx.peer,
-                    request: Some((head.method_token, req.target, head.minor_version)),
+                    request: Some((
+                        head.method_token,
+                        req.target,
+                        if head.minor_version == 0 {
+                            "HTTP/1.0"
+                        } else {
+                            "HTTP/1.1"
+                        },
+                    )),
                     status: resp.status,
                     bytes: sent,
                     referer: head.referer,
