@@ -8,6 +8,7 @@ pub mod parse;
 pub mod request_line;
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
@@ -48,7 +49,7 @@ pub struct Batch {
 /// Everything a batch needs besides the bytes; borrowed from the thread.
 pub struct Context<'w> {
     /// What requests are answered from.
-    pub site: &'w Site,
+    pub site: &'w Arc<Site>,
     /// The handler's reusable buffers.
     pub scratch: &'w mut Scratch,
     /// This second's `Date` line.

@@ -15,11 +15,13 @@
 //! being answered: the rapid-reset attack), and the time a stream may wait
 //! on a closed flow-control window (the header deadline).
 
+use std::sync::Arc;
+
 use crate::hpack::{self, DecodeError, Decoder};
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
 use crate::serve::server_headers::ServerHeaders;
-use crate::serve::handler::{self, Body, Extra, Method, Response};
+use crate::serve::handler::{self, Body, Extra, Method, Response, Site};
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
 
@@ -124,6 +126,12 @@ struct Stream {
     send_window: i64,
     /// RFC 9218 urgency and incremental flag.
     priority: Priority,
+    /// The site a pack body's offsets point into, taken once the body
+    /// outlives the loop turn it started in: a reload may replace the
+    /// thread's site before the rest is sent, and a stream finishes on the
+    /// pack it started on. `None` for the many bodies sent in one turn,
+    /// which so cost no reference count.
+    site: Option<Arc<Site>>,
 }
 
 /// A field block arriving over several frames.
@@ -184,6 +192,10 @@ pub struct Conn {
     closing: bool,
     /// Round-robin position among incremental streams of one urgency.
     round_robin: u32,
+    /// The client changed SETTINGS_HEADER_TABLE_SIZE: the next response
+    /// block starts with a dynamic table size update (RFC 7541 §4.2). Our
+    /// blocks never use the table, so the update always says 0.
+    table_size_update: bool,
 }
 
 impl Default for Conn {
@@ -226,6 +238,7 @@ impl Conn {
             peer_goaway: false,
             closing: false,
             round_robin: 0,
+            table_size_update: false,
         }
     }
 
@@ -321,7 +334,12 @@ impl Conn {
         if ctx.draining && !self.goaway_sent {
             self.go_away(ErrorCode::NO_ERROR, "", out);
         }
-        let sent = if self.closing { 0 } else { self.send_data(out) };
+        let sent = if self.closing { 0 } else { self.send_data(ctx.site, out) };
+        for s in &mut self.streams {
+            if s.site.is_none() && matches!(s.body, Some(Remaining::Pack { .. })) {
+                s.site = Some(Arc::clone(ctx.site));
+            }
+        }
         let done = self.closing
             || ((self.goaway_sent || self.peer_goaway) && self.streams.is_empty() && self.block.is_none());
         out.seal();
@@ -566,6 +584,7 @@ impl Conn {
                 }
             }
             setting::MAX_FRAME_SIZE => self.peer_max_frame = value,
+            setting::HEADER_TABLE_SIZE => self.table_size_update = true,
             _ => {}
         }
         Ok(())
@@ -776,6 +795,7 @@ impl Conn {
             answered: false,
             send_window: self.peer_initial_window,
             priority,
+            site: None,
         });
         let i = self.streams.len() - 1;
         let decoded = fields_ok.and_then(|()| {
@@ -854,6 +874,10 @@ impl Conn {
         let start = out.bytes.len();
         out.bytes.extend_from_slice(&[0; frame::FRAME_HEADER_LEN]);
         let b = &mut out.bytes;
+        if std::mem::take(&mut self.table_size_update) {
+            // A dynamic table size update to 0 (prefix 001, 5-bit value).
+            b.push(0x20);
+        }
         hpack::encode_status(resp.status, b);
         b.extend_from_slice(&SERVER_FIELD);
         b.extend_from_slice(date.hpack());
@@ -931,7 +955,7 @@ impl Conn {
     /// urgency, non-incremental responses one at a time in stream order,
     /// incremental ones a frame each in turn. Returns the body bytes
     /// written.
-    fn send_data(&mut self, out: &mut Output) -> usize {
+    fn send_data(&mut self, current: &Arc<Site>, out: &mut Output) -> usize {
         let mut sent = 0;
         while sent < STEP_BYTES && self.send_window > 0 {
             let Some(i) = self.next_stream() else {
@@ -950,7 +974,17 @@ impl Conn {
                 .extend_from_slice(&frame::data_frame_header(s.id, n as u32, last));
             match body {
                 Remaining::Pack { off, len } => {
-                    out.pack_body(off, n);
+                    match &s.site {
+                        Some(site) if !Arc::ptr_eq(site, current) => {
+                            // Started before a reload: copied from the
+                            // pack it started on, which this output does
+                            // not point into.
+                            let pack = site.pack().map_or(&[][..], |p| p.bytes());
+                            let range = off as usize..(off + n) as usize;
+                            out.bytes.extend_from_slice(&pack[range]);
+                        }
+                        _ => out.pack_body(off, n),
+                    }
                     s.body = Some(Remaining::Pack { off: off + n, len: len - n });
                 }
                 Remaining::Static(bytes) => {
