@@ -45,13 +45,17 @@ fn h2spec() -> Option<PathBuf> {
         gopath.map(|p| p.join("bin/h2spec")),
         home.map(|p| p.join("go/bin/h2spec")),
     ];
-    candidates.into_iter().flatten().find(|p| p.exists()).or_else(|| {
-        Command::new("h2spec")
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|_| PathBuf::from("h2spec"))
-    })
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.exists())
+        .or_else(|| {
+            Command::new("h2spec")
+                .arg("--version")
+                .output()
+                .ok()
+                .map(|_| PathBuf::from("h2spec"))
+        })
 }
 
 #[test]
@@ -105,7 +109,14 @@ fn curl_gets_every_variant_as_over_http1() {
     let plain = format!("http://127.0.0.1:{}", server.port);
     let tls = format!("https://localhost:{}", server.tls_port.unwrap());
     let resolve = format!("localhost:{}:127.0.0.1", server.tls_port.unwrap());
-    let paths = ["/", "/about/", "/style.css", "/missing", "/about", "/index.html"];
+    let paths = [
+        "/",
+        "/about/",
+        "/style.css",
+        "/missing",
+        "/about",
+        "/index.html",
+    ];
     for path in paths {
         for encoding in ["br", "gzip", "zstd", "identity"] {
             let get = |base: &str, version: &str| {
@@ -126,9 +137,15 @@ fn curl_gets_every_variant_as_over_http1() {
                 let fields: Vec<String> = head
                     .lines()
                     .filter(|l| {
-                        ["content-type", "content-encoding", "etag", "content-length", "location"]
-                            .iter()
-                            .any(|n| l.starts_with(&format!("{n}:")))
+                        [
+                            "content-type",
+                            "content-encoding",
+                            "etag",
+                            "content-length",
+                            "location",
+                        ]
+                        .iter()
+                        .any(|n| l.starts_with(&format!("{n}:")))
                     })
                     .map(|l| l.trim().to_string())
                     .collect();

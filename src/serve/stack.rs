@@ -200,17 +200,16 @@ fn protocol_input(
             }
             step
         }
-        Protocol::Http1 { conn, sniffed: None } => conn.input(bytes, ctx, out),
+        Protocol::Http1 {
+            conn,
+            sniffed: None,
+        } => conn.input(bytes, ctx, out),
         Protocol::Http2(conn) => conn.input(bytes, ctx, h2, out),
     }
 }
 
 /// Asks the protocol for the output it has without input.
-fn protocol_resume(
-    proto: &mut Protocol,
-    ctx: &mut http1::Context<'_>,
-    out: &mut Output,
-) -> Step {
+fn protocol_resume(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut Output) -> Step {
     match proto {
         Protocol::Http1 { conn, .. } => conn.resume(ctx, out),
         Protocol::Http2(conn) => conn.resume(ctx, out),

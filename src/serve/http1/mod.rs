@@ -249,6 +249,10 @@ pub fn serve_batch(
                 batch.close = true;
                 break;
             }
+            Parsed::NotHttp => {
+                batch.close = true;
+                break;
+            }
             Parsed::Complete(head) => head,
         };
         // As much of the body as has arrived is read before answering, so

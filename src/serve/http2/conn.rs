@@ -20,10 +20,10 @@ use std::sync::Arc;
 use crate::hpack::{self, DecodeError, Decoder};
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
-use crate::serve::server_headers::ServerHeaders;
 use crate::serve::handler::{self, Body, Extra, Method, Response, Site};
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
+use crate::serve::server_headers::ServerHeaders;
 
 use super::super::http1::Context;
 use super::frame::{self, ErrorCode, ErrorScope, Frame, FrameError, Parsed, setting};
@@ -319,7 +319,8 @@ impl Conn {
             ],
         );
         let top_up = CONNECTION_WINDOW - frame::DEFAULT_INITIAL_WINDOW_SIZE;
-        out.bytes.extend_from_slice(&frame::window_update(0, top_up));
+        out.bytes
+            .extend_from_slice(&frame::window_update(0, top_up));
     }
 
     fn go_away(&mut self, code: ErrorCode, reason: &'static str, out: &mut Output) {
@@ -334,14 +335,20 @@ impl Conn {
         if ctx.draining && !self.goaway_sent {
             self.go_away(ErrorCode::NO_ERROR, "", out);
         }
-        let sent = if self.closing { 0 } else { self.send_data(ctx.site, out) };
+        let sent = if self.closing {
+            0
+        } else {
+            self.send_data(ctx.site, out)
+        };
         for s in &mut self.streams {
             if s.site.is_none() && matches!(s.body, Some(Remaining::Pack { .. })) {
                 s.site = Some(Arc::clone(ctx.site));
             }
         }
         let done = self.closing
-            || ((self.goaway_sent || self.peer_goaway) && self.streams.is_empty() && self.block.is_none());
+            || ((self.goaway_sent || self.peer_goaway)
+                && self.streams.is_empty()
+                && self.block.is_none());
         out.seal();
         let more = !done && self.can_send();
         let waiting = !self.partial.is_empty() || self.block.is_some() || !self.streams.is_empty();
@@ -427,7 +434,15 @@ impl Conn {
                 flow_controlled_len,
             } => {
                 let len = data.len();
-                self.data(stream, end_stream, len, flow_controlled_len, ctx, out, answered)
+                self.data(
+                    stream,
+                    end_stream,
+                    len,
+                    flow_controlled_len,
+                    ctx,
+                    out,
+                    answered,
+                )
             }
             Frame::Headers {
                 stream,
@@ -473,7 +488,8 @@ impl Conn {
                     ));
                 };
                 open.continuations += 1;
-                if open.continuations > MAX_CONTINUATIONS || open.bytes.len() + block.len() > MAX_BLOCK
+                if open.continuations > MAX_CONTINUATIONS
+                    || open.bytes.len() + block.len() > MAX_BLOCK
                 {
                     return Err(connection_error(
                         ErrorCode::ENHANCE_YOUR_CALM,
@@ -590,7 +606,12 @@ impl Conn {
         Ok(())
     }
 
-    fn window_update(&mut self, stream: u32, increment: u32, out: &mut Output) -> Result<(), ConnectionError> {
+    fn window_update(
+        &mut self,
+        stream: u32,
+        increment: u32,
+        out: &mut Output,
+    ) -> Result<(), ConnectionError> {
         let max = i64::from(frame::MAX_WINDOW_SIZE);
         if stream == 0 {
             self.send_window += i64::from(increment);
@@ -627,7 +648,8 @@ impl Conn {
         if let Some(i) = self.find(stream) {
             self.streams.remove(i);
         }
-        out.bytes.extend_from_slice(&frame::rst_stream(stream, code));
+        out.bytes
+            .extend_from_slice(&frame::rst_stream(stream, code));
         self.reset[self.reset_next] = stream;
         self.reset_next = (self.reset_next + 1) % RESET_MEMORY;
     }
@@ -648,13 +670,17 @@ impl Conn {
         answered: &mut bool,
     ) -> Result<(), ConnectionError> {
         if stream > self.last_stream {
-            return Err(connection_error(ErrorCode::PROTOCOL_ERROR, "DATA on an idle stream"));
+            return Err(connection_error(
+                ErrorCode::PROTOCOL_ERROR,
+                "DATA on an idle stream",
+            ));
         }
         // Whatever becomes of the frame, it used the connection window:
         // top it up once a good part is used.
         self.recv_consumed += flow_len;
         if self.recv_consumed >= CONNECTION_WINDOW / 2 {
-            out.bytes.extend_from_slice(&frame::window_update(0, self.recv_consumed));
+            out.bytes
+                .extend_from_slice(&frame::window_update(0, self.recv_consumed));
             self.recv_consumed = 0;
         }
         if len == 0 && !end_stream {
@@ -733,14 +759,21 @@ impl Conn {
         // Trailers, or a second HEADERS, on a stream in flight.
         if stream <= self.last_stream {
             match self.find(stream) {
+                // Half-closed (remote): the client ended its side (§5.1).
+                Some(i) if !self.streams[i].receiving => {
+                    self.reset_stream(stream, ErrorCode::STREAM_CLOSED, out);
+                }
                 // Trailers carry no pseudo-header field (§8.1).
                 Some(_) if fields_ok.is_err() || h2.fields.has_pseudo() => {
                     self.reset_stream(stream, ErrorCode::PROTOCOL_ERROR, out);
                 }
-                Some(i) if self.streams[i].receiving && block.end_stream => {
+                Some(i) if block.end_stream => {
                     self.streams[i].receiving = false;
                     if let Some(request) = self.streams[i].request.take() {
-                        if request.content_length().is_some_and(|l| l != self.streams[i].received) {
+                        if request
+                            .content_length()
+                            .is_some_and(|l| l != self.streams[i].received)
+                        {
                             self.reset_stream(stream, ErrorCode::PROTOCOL_ERROR, out);
                         } else {
                             self.respond(i, &request, ctx, out);
@@ -807,7 +840,14 @@ impl Conn {
         match decoded {
             Err(0) => self.reset_stream(stream, ErrorCode::PROTOCOL_ERROR, out),
             Err(status) => {
-                self.respond_builtin(i, status, b"431 Request Header Fields Too Large\n", None, ctx, out);
+                self.respond_builtin(
+                    i,
+                    status,
+                    b"431 Request Header Fields Too Large\n",
+                    None,
+                    ctx,
+                    out,
+                );
                 *answered = true;
             }
             Ok(()) if block.end_stream => {
@@ -820,7 +860,13 @@ impl Conn {
     }
 
     /// Answers the request on `self.streams[i]`.
-    fn respond(&mut self, i: usize, request: &RequestFields, ctx: &mut Context<'_>, out: &mut Output) {
+    fn respond(
+        &mut self,
+        i: usize,
+        request: &RequestFields,
+        ctx: &mut Context<'_>,
+        out: &mut Output,
+    ) {
         let req = request.request();
         if request.target().len() > 8 * 1024 {
             self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
@@ -948,7 +994,11 @@ impl Conn {
 
     /// Whether some stream has body left and the windows let it go.
     fn can_send(&self) -> bool {
-        self.send_window > 0 && self.streams.iter().any(|s| s.body.is_some() && s.send_window > 0)
+        self.send_window > 0
+            && self
+                .streams
+                .iter()
+                .any(|s| s.body.is_some() && s.send_window > 0)
     }
 
     /// Writes DATA frames, most urgent streams first (RFC 9218): within an
@@ -985,7 +1035,10 @@ impl Conn {
                         }
                         _ => out.pack_body(off, n),
                     }
-                    s.body = Some(Remaining::Pack { off: off + n, len: len - n });
+                    s.body = Some(Remaining::Pack {
+                        off: off + n,
+                        len: len - n,
+                    });
                 }
                 Remaining::Static(bytes) => {
                     out.bytes.extend_from_slice(&bytes[..n as usize]);
@@ -1006,7 +1059,12 @@ impl Conn {
     /// The stream whose DATA goes next, if any may be sent.
     fn next_stream(&self) -> Option<usize> {
         let ready = |s: &&Stream| s.body.is_some() && s.send_window > 0;
-        let urgency = self.streams.iter().filter(ready).map(|s| s.priority.urgency).min()?;
+        let urgency = self
+            .streams
+            .iter()
+            .filter(ready)
+            .map(|s| s.priority.urgency)
+            .min()?;
         let at = |s: &&Stream| ready(s) && s.priority.urgency == urgency;
         // Streams are kept in the order they were opened: the first
         // non-incremental one goes whole before the next.
@@ -1279,7 +1337,12 @@ mod tests {
         let mut peer = Peer::new();
         let mut bytes = start();
         let block = get_block("/", &[]);
-        bytes.extend(header(block.len(), frame_type::HEADERS, flag::END_STREAM, 1));
+        bytes.extend(header(
+            block.len(),
+            frame_type::HEADERS,
+            flag::END_STREAM,
+            1,
+        ));
         bytes.extend(&block);
         for _ in 0..=MAX_CONTINUATIONS {
             bytes.extend(header(0, frame_type::CONTINUATION, 0, 1));
@@ -1317,9 +1380,17 @@ mod tests {
         let refused: Vec<_> = sent
             .iter()
             .filter(|f| f.frame_type == frame_type::RST_STREAM)
-            .map(|f| (f.stream, u32::from_be_bytes(f.payload[..4].try_into().unwrap())))
+            .map(|f| {
+                (
+                    f.stream,
+                    u32::from_be_bytes(f.payload[..4].try_into().unwrap()),
+                )
+            })
             .collect();
-        assert_eq!(refused, [(2 * MAX_CONCURRENT_STREAMS + 1, ErrorCode::REFUSED_STREAM.0)]);
+        assert_eq!(
+            refused,
+            [(2 * MAX_CONCURRENT_STREAMS + 1, ErrorCode::REFUSED_STREAM.0)]
+        );
         assert!(!step.close);
         assert_eq!(step.wait, Wait::Request { fresh: false });
     }
@@ -1374,12 +1445,18 @@ mod tests {
         let mut update = header(4, frame_type::WINDOW_UPDATE, 0, 1);
         update.extend(1u32.to_be_bytes());
         let (_, sent) = peer.send(&update);
-        let data: Vec<_> = sent.iter().filter(|f| f.frame_type == frame_type::DATA).collect();
+        let data: Vec<_> = sent
+            .iter()
+            .filter(|f| f.frame_type == frame_type::DATA)
+            .collect();
         assert_eq!(data.len(), 1);
         assert_eq!(data[0].payload, b"H");
         let mut out = Output::new(0, u64::MAX);
         peer.conn.timeout(&mut out);
-        assert_eq!(goaway_code(&frames(&flatten(&out))), Some(ErrorCode::NO_ERROR));
+        assert_eq!(
+            goaway_code(&frames(&flatten(&out))),
+            Some(ErrorCode::NO_ERROR)
+        );
     }
 
     #[test]
@@ -1426,7 +1503,11 @@ mod tests {
         for byte in &bytes {
             sent.extend(peer.send(std::slice::from_ref(byte)).1);
         }
-        let kinds = |s: &[Sent]| s.iter().map(|f| (f.frame_type, f.stream)).collect::<Vec<_>>();
+        let kinds = |s: &[Sent]| {
+            s.iter()
+                .map(|f| (f.frame_type, f.stream))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(kinds(&whole), kinds(&sent));
     }
 }

@@ -85,7 +85,11 @@ impl RequestFields {
         }
     }
 
-    fn keep_line(&mut self, which: fn(&mut Self) -> &mut Lines, value: &[u8]) -> Result<(), FieldError> {
+    fn keep_line(
+        &mut self,
+        which: fn(&mut Self) -> &mut Lines,
+        value: &[u8],
+    ) -> Result<(), FieldError> {
         let span = self.keep(value);
         let lines = which(self);
         let slot = lines
@@ -102,14 +106,20 @@ impl RequestFields {
         check_value(value)?;
         if let Some(pseudo) = name.strip_prefix(b":") {
             if self.regular {
-                return Err(FieldError::Malformed("pseudo-header field after a regular one"));
+                return Err(FieldError::Malformed(
+                    "pseudo-header field after a regular one",
+                ));
             }
             let bit = match pseudo {
                 b"method" => METHOD,
                 b"scheme" => SCHEME,
                 b"authority" => AUTHORITY,
                 b"path" => PATH,
-                _ => return Err(FieldError::Malformed("unknown or response pseudo-header field")),
+                _ => {
+                    return Err(FieldError::Malformed(
+                        "unknown or response pseudo-header field",
+                    ));
+                }
             };
             if self.pseudo & bit != 0 {
                 return Err(FieldError::Malformed("repeated pseudo-header field"));
@@ -268,7 +278,11 @@ fn parse_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(value.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')))
+    Some(
+        value
+            .iter()
+            .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')),
+    )
 }
 
 #[cfg(test)]
@@ -332,15 +346,60 @@ mod tests {
             &[(":method", "GET"), (":path", "/")],
             &[(":scheme", "https"), (":path", "/")],
             &[(":method", "GET"), (":scheme", "https"), (":path", "")],
-            &[(":method", "GET"), (":method", "GET"), (":scheme", "https"), (":path", "/")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), (":status", "200")],
-            &[(":method", "GET"), (":scheme", "https"), ("accept", "*/*"), (":path", "/")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("Accept", "x")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("connection", "x")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("te", "gzip")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("x", " padded")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("x", "a\nb")],
-            &[(":method", "GET"), (":scheme", "https"), (":path", "/"), ("content-length", "x")],
+            &[
+                (":method", "GET"),
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                (":status", "200"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                ("accept", "*/*"),
+                (":path", "/"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("Accept", "x"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("connection", "x"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("te", "gzip"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("x", " padded"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("x", "a\nb"),
+            ],
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("content-length", "x"),
+            ],
             &[
                 (":method", "GET"),
                 (":scheme", "https"),
