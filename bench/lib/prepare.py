@@ -81,7 +81,8 @@ def build_kiln(repo: Path, log: Path) -> tuple[Path | None, str]:
         errors = [line for line in log.read_text().splitlines() if line.startswith("error")]
         first = errors[0] if errors else f"exit status {built.returncode}"
         return None, f"cargo build --release failed: {first} (see {log})"
-    binary = repo / "target" / "release" / "kiln"
+    # Under CARGO_TARGET_DIR when it is set (relative to `repo`, where cargo ran).
+    binary = repo / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "kiln"
     for subcommand in ("build", "serve"):
         probe = subprocess.run([str(binary), subcommand, "--help"], capture_output=True)
         if probe.returncode != 0:
