@@ -307,7 +307,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="bench/run", description="Benchmark kiln against nginx and h2o on one core.")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 round, short runs, a subset of cases (< 2 min)")
+                        help="smoke run: 1 round, short runs, a subset of cases (~3 min)")
     parser.add_argument("--servers",
                         help=f"comma-separated subset of {','.join(SERVER_ORDER)} (default: "
                         "all; kiln-baseline only with --baseline)")

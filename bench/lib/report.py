@@ -24,7 +24,7 @@ HOW_TO = """\
 bench/run            # full run (~55 min): installs wrk/h2load/nginx/h2o/python3.11-doc if
                      # missing, prepares the corpora in bench/work/, builds kiln --release,
                      # measures, then writes this file and results.png
-bench/run --quick    # smoke run (< 2 min): 1 round, short runs, a subset of cases;
+bench/run --quick    # smoke run (~3 min): 1 round, short runs, a subset of cases;
                      # written to bench/work/quick/ so this file is left alone
 bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset, reported
                      # in bench/work/subset/ (this file is for full runs only)
