@@ -252,8 +252,9 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
         "protocol": spoken,
         "tls_version": tls.group(1) if tls else None,
         "requests": completed,
-        # h2load's req/s (completed responses over its measured time) has two decimals;
-        # the time itself is printed to 10 ms only.
+        # h2load's req/s: the responses completed over the -D duration. Its "finished in"
+        # time is longer, from the first connection on: the wall time the client's core
+        # share is taken over, as wrk's.
         "rps": float(rps),
         "duration_us": round(float(seconds) * H2LOAD_UNITS_US[unit]),
         "bytes": int(traffic.group(1)) if traffic else None,
