@@ -77,6 +77,10 @@ const RESET_MEMORY: usize = 16;
 /// `server: kiln`: static name index 54, literal without indexing.
 const SERVER_FIELD: [u8; 7] = [0x0f, 0x27, 0x04, b'k', b'i', b'l', b'n'];
 
+/// The dynamic table every HPACK decoder starts with (RFC 7541 §4.2), and
+/// the most kiln uses of a larger one: the server's own fields take less.
+const TABLE_SIZE: u32 = frame::DEFAULT_HEADER_TABLE_SIZE;
+
 /// Buffers every HTTP/2 connection of a thread shares, so that decoding a
 /// request allocates nothing once they are warm.
 #[derive(Default)]
@@ -192,10 +196,16 @@ pub struct Conn {
     closing: bool,
     /// Round-robin position among incremental streams of one urgency.
     round_robin: u32,
-    /// The client changed SETTINGS_HEADER_TABLE_SIZE: the next response
-    /// block starts with a dynamic table size update (RFC 7541 §4.2). Our
-    /// blocks never use the table, so the update always says 0.
-    table_size_update: bool,
+    /// The dynamic table kiln may fill in the client's decoder: 4096 bytes
+    /// until the client's SETTINGS_HEADER_TABLE_SIZE says less.
+    table_max: u32,
+    /// The client lowered its table size: the next block starts by
+    /// emptying the table and setting its new size (RFC 7541 §4.2, §6.3).
+    table_resize: bool,
+    /// The set of server fields (`ServerHeaders::key`) inserted into the
+    /// client's dynamic table on this connection, if any: responses with
+    /// that set name them by index.
+    indexed: Option<u8>,
 }
 
 impl Default for Conn {
@@ -238,7 +248,9 @@ impl Conn {
             peer_goaway: false,
             closing: false,
             round_robin: 0,
-            table_size_update: false,
+            table_max: TABLE_SIZE,
+            table_resize: false,
+            indexed: None,
         }
     }
 
@@ -600,7 +612,12 @@ impl Conn {
                 }
             }
             setting::MAX_FRAME_SIZE => self.peer_max_frame = value,
-            setting::HEADER_TABLE_SIZE => self.table_size_update = true,
+            setting::HEADER_TABLE_SIZE if value < self.table_max => {
+                // What kiln inserted may not fit any more: start over.
+                self.table_max = value;
+                self.table_resize = true;
+                self.indexed = None;
+            }
             _ => {}
         }
         Ok(())
@@ -920,14 +937,28 @@ impl Conn {
         let start = out.bytes.len();
         out.bytes.extend_from_slice(&[0; frame::FRAME_HEADER_LEN]);
         let b = &mut out.bytes;
-        if std::mem::take(&mut self.table_size_update) {
-            // A dynamic table size update to 0 (prefix 001, 5-bit value).
-            b.push(0x20);
+        if std::mem::take(&mut self.table_resize) {
+            hpack::encode_table_size_update(0, b);
+            if self.table_max > 0 {
+                hpack::encode_table_size_update(self.table_max as usize, b);
+            }
         }
         hpack::encode_status(resp.status, b);
-        b.extend_from_slice(&SERVER_FIELD);
+        let key = server_headers.key(resp.overrides);
+        match self.indexed {
+            Some(indexed) if indexed == key => {
+                b.extend_from_slice(server_headers.hpack_indexed(key));
+            }
+            None if server_headers.hpack_indexing(key).1 <= self.table_max as usize => {
+                b.extend_from_slice(server_headers.hpack_indexing(key).0);
+                self.indexed = Some(key);
+            }
+            _ => {
+                b.extend_from_slice(&SERVER_FIELD);
+                b.extend_from_slice(server_headers.hpack(key));
+            }
+        }
         b.extend_from_slice(date.hpack());
-        b.extend_from_slice(server_headers.hpack(resp.overrides));
         b.extend_from_slice(resp.hpack);
         match resp.extra {
             Extra::Nothing => {}
@@ -1315,6 +1346,69 @@ mod tests {
         assert_eq!(sent[4].flags & flag::END_STREAM, flag::END_STREAM);
         assert_eq!(step.wait, Wait::Idle);
         assert!(!step.close);
+    }
+
+    /// Every HEADERS payload of `sent`, decoded in order on one decoder
+    /// of `table` bytes (as the client's), as (name, value) lists.
+    fn decode_all(sent: &[Sent], table: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut decoder = Decoder::new(table);
+        sent.iter()
+            .filter(|f| f.frame_type == frame_type::HEADERS)
+            .map(|f| {
+                let mut fields = Vec::new();
+                decoder
+                    .decode(&f.payload, &mut Vec::new(), 1 << 16, |n, v| {
+                        fields.push((n.to_vec(), v.to_vec()));
+                        Ok::<(), ()>(())
+                    })
+                    .expect("the client decodes every block");
+                fields
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_server_fields_go_once_then_by_index() {
+        let mut peer = Peer::new();
+        peer.headers = ServerHeaders::new(true, true);
+        let mut bytes = start();
+        for stream in [1, 3, 5] {
+            bytes.extend(headers(stream, true, &get_block("/", &[])));
+        }
+        let (_, sent) = peer.send(&bytes);
+        let blocks = decode_all(&sent, 4096);
+        assert_eq!(blocks.len(), 3);
+        assert!(blocks[0].contains(&(b"x-frame-options".to_vec(), b"SAMEORIGIN".to_vec())));
+        let sizes: Vec<usize> = sent
+            .iter()
+            .filter(|f| f.frame_type == frame_type::HEADERS)
+            .map(|f| f.payload.len())
+            .collect();
+        assert!(sizes[1] + 100 < sizes[0], "{sizes:?}");
+        // Same fields, in any order (the date may tick between them).
+        let names = |b: &Vec<(Vec<u8>, Vec<u8>)>| {
+            let mut n: Vec<Vec<u8>> = b.iter().map(|(n, _)| n.clone()).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&blocks[0]), names(&blocks[2]));
+    }
+
+    #[test]
+    fn a_client_without_a_dynamic_table_gets_stateless_blocks() {
+        let mut peer = Peer::new();
+        peer.headers = ServerHeaders::new(true, true);
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(header(6, frame_type::SETTINGS, 0, 0));
+        bytes.extend(setting::HEADER_TABLE_SIZE.to_be_bytes());
+        bytes.extend(0u32.to_be_bytes());
+        for stream in [1, 3] {
+            bytes.extend(headers(stream, true, &get_block("/", &[])));
+        }
+        let (_, sent) = peer.send(&bytes);
+        let blocks = decode_all(&sent, 0);
+        assert_eq!(blocks.len(), 2);
+        assert!(blocks[1].contains(&(b"server".to_vec(), b"kiln".to_vec())));
     }
 
     #[test]
