@@ -360,12 +360,17 @@ impl Conn {
                 && self.block.is_none());
         out.seal();
         let more = !done && self.can_send();
+        let fresh = progress || sent > 0;
+        // A response with body left waits on the client's window: in
+        // flight, which shutdown must let finish, unlike a request still
+        // arriving.
+        let in_flight = self.streams.iter().any(|s| s.body.is_some());
         let waiting = !self.partial.is_empty() || self.block.is_some() || !self.streams.is_empty();
         Step {
-            wait: if waiting {
-                Wait::Request {
-                    fresh: progress || sent > 0,
-                }
+            wait: if in_flight {
+                Wait::Response { fresh }
+            } else if waiting {
+                Wait::Request { fresh }
             } else {
                 Wait::Idle
             },
@@ -1461,7 +1466,7 @@ mod tests {
         let (step, sent) = peer.send(&bytes);
         assert!(sent.iter().any(|f| f.frame_type == frame_type::HEADERS));
         assert!(!sent.iter().any(|f| f.frame_type == frame_type::DATA));
-        assert_eq!(step.wait, Wait::Request { fresh: true });
+        assert_eq!(step.wait, Wait::Response { fresh: true });
         assert!(!step.more);
         // One byte of window: one byte of DATA.
         let mut update = header(4, frame_type::WINDOW_UPDATE, 0, 1);
