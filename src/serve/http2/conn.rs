@@ -50,6 +50,14 @@ const MAX_CONTINUATIONS: u32 = 32;
 /// `MAX_DISCARDED_BODY`); more is refused with 413.
 const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 
+/// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE), never
+/// topped up: a client must be able to send the content kiln reads and
+/// drops, and one octet more, for kiln to see it is past the limit. With
+/// the default window (65,535, one octet below the limit) a client
+/// sending 64 KiB or more waited on a closed window for a response that
+/// never came, until the header deadline ended the connection.
+const STREAM_WINDOW: u32 = MAX_DISCARDED_BODY as u32 + 1;
+
 /// Body bytes written per loop turn over all streams: bounds the output a
 /// slow client holds, and lets the loop read in between.
 const STEP_BYTES: usize = 128 * 1024;
@@ -326,6 +334,7 @@ impl Conn {
             &mut out.bytes,
             &[
                 (setting::MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+                (setting::INITIAL_WINDOW_SIZE, STREAM_WINDOW),
                 (setting::MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
                 (setting::NO_RFC7540_PRIORITIES, 1),
             ],
@@ -363,12 +372,17 @@ impl Conn {
                 && self.block.is_none());
         out.seal();
         let more = !done && self.can_send();
+        let fresh = progress || sent > 0;
+        // A response with body left waits on the client's window: in
+        // flight, which shutdown must let finish, unlike a request still
+        // arriving.
+        let in_flight = self.streams.iter().any(|s| s.body.is_some());
         let waiting = !self.partial.is_empty() || self.block.is_some() || !self.streams.is_empty();
         Step {
-            wait: if waiting {
-                Wait::Request {
-                    fresh: progress || sent > 0,
-                }
+            wait: if in_flight {
+                Wait::Response { fresh }
+            } else if waiting {
+                Wait::Request { fresh }
             } else {
                 Wait::Idle
             },
@@ -719,13 +733,24 @@ impl Conn {
             self.reset_stream(stream, ErrorCode::FLOW_CONTROL_ERROR, out);
             return Ok(());
         }
+        if s.answered {
+            // Refused (413, 431) while the client was still sending: the
+            // rest is dropped, and its end spares the client the
+            // RST_STREAM that `stream_sent` would ask it to stop with.
+            s.receiving = !end_stream;
+            return Ok(());
+        }
         if declared.is_some_and(|l| received > l || (end_stream && received != l)) {
             self.reset_stream(stream, ErrorCode::PROTOCOL_ERROR, out);
             return Ok(());
         }
         if received > MAX_DISCARDED_BODY || end_stream {
             let s = &mut self.streams[i];
-            s.receiving = false;
+            // Past the limit the client is still sending: the stream goes
+            // on receiving, so that once the 413 is sent the client is
+            // asked to stop (`stream_sent`, §8.1) instead of being told
+            // at its next DATA that the stream is closed.
+            s.receiving = !end_stream;
             let request = s.request.take();
             if received > MAX_DISCARDED_BODY {
                 let body: &'static [u8] = b"413 Content Too Large\n";
@@ -840,7 +865,9 @@ impl Conn {
             request: None,
             receiving: !block.end_stream,
             received: 0,
-            recv_window: i64::from(frame::DEFAULT_INITIAL_WINDOW_SIZE),
+            // The window we advertise, though the client may not have
+            // our SETTINGS yet: until then it keeps to a smaller one.
+            recv_window: i64::from(STREAM_WINDOW),
             body: None,
             answered: false,
             send_window: self.peer_initial_window,
@@ -1533,7 +1560,7 @@ mod tests {
         let (step, sent) = peer.send(&bytes);
         assert!(sent.iter().any(|f| f.frame_type == frame_type::HEADERS));
         assert!(!sent.iter().any(|f| f.frame_type == frame_type::DATA));
-        assert_eq!(step.wait, Wait::Request { fresh: true });
+        assert_eq!(step.wait, Wait::Response { fresh: true });
         assert!(!step.more);
         // One byte of window: one byte of DATA.
         let mut update = header(4, frame_type::WINDOW_UPDATE, 0, 1);
