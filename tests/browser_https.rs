@@ -1,8 +1,9 @@
 //! In a real browser: headless Chromium, driven by Playwright
 //! (`tests/browser/load_site.mjs`), opens every HTML page of the example
 //! site from `kiln serve` over HTTPS with a self-signed certificate, and
-//! every resource a page loads must arrive, with status 200, over HTTP/1.1
-//! on TLS.
+//! every resource a page loads must arrive, with status 200, over HTTP/2
+//! (ALPN `h2`, what Chromium picks) on TLS; then again with Chromium's
+//! HTTP/2 turned off, over HTTP/1.1.
 //!
 //! Skipped (it passes, saying why on stderr) when this machine has no
 //! Chromium, no Node or no `tests/browser/node_modules`; `./test` installs
@@ -76,8 +77,15 @@ fn html_pages(site: &Path) -> Vec<String> {
 
 /// Runs the Playwright script and returns its JSON report; panics, with
 /// what the script wrote to stderr, if it fails or outlives the deadline.
-fn run_browser(node: &Path, chromium: &Path, base: &str, pages: &[String]) -> Value {
+fn run_browser(
+    node: &Path,
+    chromium: &Path,
+    chromium_args: &str,
+    base: &str,
+    pages: &[String],
+) -> Value {
     let mut child = Command::new(node)
+        .env("CHROMIUM_ARGS", chromium_args)
         .arg("load_site.mjs")
         .arg(chromium)
         .arg(base)
@@ -132,9 +140,9 @@ fn run_browser(node: &Path, chromium: &Path, base: &str, pages: &[String]) -> Va
 }
 
 /// What is wrong with one page load: any response, request or Resource
-/// Timing entry that is not a clean load over HTTP/1.1 on TLS. A reload may
-/// also get 304s.
-fn page_problems(load: &Value, reload: bool) -> Vec<String> {
+/// Timing entry that is not a clean load over `protocol` (as Resource
+/// Timing names it) on TLS. A reload may also get 304s.
+fn page_problems(load: &Value, reload: bool, protocol: &str) -> Vec<String> {
     let path = load["path"].as_str().unwrap_or("?");
     let ok = |status: u64| status == 200 || (reload && status == 304);
     let mut problems = Vec::new();
@@ -177,11 +185,10 @@ fn page_problems(load: &Value, reload: bool) -> Vec<String> {
             complain(format!("{} answered {status} (Resource Timing)", t["name"]));
         }
         // An entry served from the browser's cache went over no protocol.
-        if t["transfer_size"].as_u64().is_some_and(|n| n > 0)
-            && t["next_hop_protocol"] != "http/1.1"
+        if t["transfer_size"].as_u64().is_some_and(|n| n > 0) && t["next_hop_protocol"] != protocol
         {
             complain(format!(
-                "{} came over {} instead of http/1.1",
+                "{} came over {} instead of {protocol}",
                 t["name"], t["next_hop_protocol"]
             ));
         }
@@ -220,17 +227,27 @@ fn chromium_loads_every_page_of_the_example_site_over_https() {
     let pages = html_pages(Path::new(SITE));
     assert!(pages.len() >= 6, "the example site's pages: {pages:?}");
 
-    let report = run_browser(&node, &chromium, &base, &pages);
+    // Chromium's own choice (h2 by ALPN), then HTTP/1.1 with HTTP/2 off.
+    for (protocol, chromium_args) in [("h2", ""), ("http/1.1", "--disable-http2")] {
+        let report = run_browser(&node, &chromium, chromium_args, &base, &pages);
+        check_report(&report, &pages, protocol, &server);
+    }
+}
 
+/// Judges one browser run over `protocol`.
+fn check_report(report: &Value, pages: &[String], protocol: &str, server: &Server) {
     let loads = report["pages"].as_array().unwrap();
     let visited: Vec<&str> = loads.iter().filter_map(|l| l["path"].as_str()).collect();
     assert_eq!(visited, pages);
-    let mut problems: Vec<String> = loads.iter().flat_map(|l| page_problems(l, false)).collect();
-    problems.extend(page_problems(&report["reload"], true));
+    let mut problems: Vec<String> = loads
+        .iter()
+        .flat_map(|l| page_problems(l, false, protocol))
+        .collect();
+    problems.extend(page_problems(&report["reload"], true, protocol));
     let version = report["browser_version"].as_str().unwrap_or("?");
     assert!(
         problems.is_empty(),
-        "in Chromium {version}:\n{}\nserver stderr:\n{}",
+        "in Chromium {version} over {protocol}:\n{}\nserver stderr:\n{}",
         problems.join("\n"),
         server.stderr_text()
     );
@@ -254,7 +271,7 @@ fn chromium_loads_every_page_of_the_example_site_over_https() {
         .count();
     assert!(brotli > 0, "no response with Content-Encoding: br");
     eprintln!(
-        "Chromium {version}: {} pages and a reload, {} responses ({brotli} br), types {types:?}",
+        "Chromium {version} over {protocol}: {} pages and a reload, {} responses ({brotli} br), types {types:?}",
         pages.len(),
         responses.len()
     );

@@ -196,6 +196,13 @@ fn http09_and_garbage_are_refused() {
     let mut out = String::new();
     let _ = c.read_to_string(&mut out);
     assert_eq!(status_of(&out), 400);
+    // Another protocol altogether (here h2spec's broken HTTP/2 preface) is
+    // not answered in HTTP/1: the connection is closed.
+    let mut c = s.connect();
+    c.write_all(b"INVALID CONNECTION PREFACE\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert_eq!(out, "");
     // The server is still fine.
     assert_eq!(s.get("/hello.txt", "").body, HELLO);
 }

@@ -58,6 +58,16 @@ fn reload_under_load_loses_nothing() {
             })
         })
         .collect();
+    // The clients see the first site before any reload (on a loaded
+    // machine they may take longer to start than the first reload).
+    let started = std::time::Instant::now();
+    while !seen.lock().unwrap().contains("v0") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no client got an answer"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for v in 1..=5 {
         std::thread::sleep(Duration::from_millis(150));
         version_pack(&pack, &format!("v{v}"));

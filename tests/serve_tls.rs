@@ -292,7 +292,7 @@ impl Drop for KillOnDrop {
 }
 
 #[test]
-fn tls_1_3_and_1_2_with_alpn_http_1_1() {
+fn tls_1_3_and_1_2_with_alpn_h2_then_http_1_1() {
     let dir = tempfile::tempdir().unwrap();
     let pair = write_pair(dir.path(), "site", &["site.test"], false);
     let server = serve_with_pairs(dir.path(), &[pair], &[]);
@@ -301,11 +301,18 @@ fn tls_1_3_and_1_2_with_alpn_http_1_1() {
         (&rustls::version::TLS12, "TLSv1_2"),
     ] {
         let tcp = TcpStream::connect(("127.0.0.1", server.tls_port.unwrap())).unwrap();
-        let config = insecure_client_config_for(&[version], &[b"h2", b"http/1.1"]);
+        let config = insecure_client_config_for(&[version], &[b"http/1.1"]);
         let mut c = tls_client(tcp, "site.test", config);
         let Client::Tls(s) = &c else { unreachable!() };
         assert_eq!(format!("{:?}", s.conn.protocol_version().unwrap()), name);
         assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+        // Offered both, kiln prefers HTTP/2 (tests/http2.rs speaks it).
+        let tcp = TcpStream::connect(("127.0.0.1", server.tls_port.unwrap())).unwrap();
+        let config = insecure_client_config_for(&[version], &[b"http/1.1", b"h2"]);
+        let Client::Tls(s) = tls_client(tcp, "site.test", config) else {
+            unreachable!()
+        };
+        assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]), "{name}");
         let suite = format!("{:?}", s.conn.negotiated_cipher_suite().unwrap().suite());
         assert!(
             suite.contains("GCM") || suite.contains("CHACHA20_POLY1305"),

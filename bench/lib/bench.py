@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""kiln's benchmark: kiln against nginx and h2o, each on one core, wrk on the other.
+"""kiln's benchmark: kiln against nginx and h2o, each on one core, the load client (wrk
+for HTTP/1.1, h2load for HTTP/2) on the other.
 
 Entry point of bench/run and bench/report. Prepares the machine and the corpora, then
 runs every case on every server, interleaved (kiln, nginx, h2o, kiln, ...) for several
@@ -27,7 +28,8 @@ import servers
 BENCH_DIR = Path(__file__).resolve().parent.parent
 REPO = BENCH_DIR.parent
 WORK = BENCH_DIR / "work"
-# Seed of the random-path order in paths.lua (same order for every server).
+# Seed of the random-path order in paths.lua and of the h2 cases' shuffled path list (same
+# order for every server).
 PATHS_SEED = 42
 # Share of idle CPU over 1 s that counts as a quiet machine before a run.
 QUIET_IDLE_SHARE = 0.9
@@ -45,11 +47,11 @@ class Case:
     name: str
     # Corpus served (see corpora.py).
     corpus: str
-    # Concurrent wrk connections.
+    # Concurrent connections of the load client.
     connections: int
     # Fixed request path, or "" for random paths drawn from the corpus's list.
     path: str = "/index.txt"
-    # Accept-Encoding sent by wrk (None: no header).
+    # Accept-Encoding sent by the load client (None: no header).
     accept_encoding: str | None = None
     # Requests sent per write (HTTP/1.1 pipelining); 1 means none.
     pipeline: int = 1
@@ -60,6 +62,9 @@ class Case:
     # `Connection: close` on every request: one new connection (over TLS, one full
     # handshake) per request.
     close: bool = False
+    # HTTP/2 through h2load with this many concurrent streams per connection (h2c by prior
+    # knowledge, or h2 by ALPN with `tls`); 0 means HTTP/1.1 through wrk.
+    streams: int = 0
     # Part of the --quick subset.
     quick: bool = False
 
@@ -83,6 +88,16 @@ CASES = [
     Case("tls-pydocs-br-c128", "pydocs", 128, path="", accept_encoding="br, gzip", tls=True),
     Case("tls-handshake-c128", "hello", 128, tls=True, close=True, quick=True),
     Case("tls-hello-c128-idle10k", "hello", 128, idle=10_000, tls=True),
+    Case("h2c-hello-c128x16", "hello", 128, streams=16, quick=True),
+    Case("h2c-hello-c128x100", "hello", 128, streams=100),
+    Case("h2c-pydocs-br-c128x16", "pydocs", 128, path="", accept_encoding="br, gzip",
+         streams=16),
+    Case("h2c-tiles-c128x16", "tiles", 128, path="", streams=16),
+    Case("h2-hello-c128x16", "hello", 128, streams=16, tls=True, quick=True),
+    Case("h2-hello-c128x100", "hello", 128, streams=100, tls=True),
+    Case("h2-pydocs-br-c128x16", "pydocs", 128, path="", accept_encoding="br, gzip",
+         streams=16, tls=True),
+    Case("h2-tiles-c128x16", "tiles", 128, path="", streams=16, tls=True),
 ]
 # The syscall counts run these cases, shorter, with strace attached.
 STRACE_CASES = [c for c in CASES if c.name in ("hello-c128", "tls-hello-c128")]
@@ -133,10 +148,21 @@ def wrk_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int) 
                             [], headers)
 
 
+def h2load_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int,
+                   log: Path | None) -> list[str]:
+    """The h2load command line for `case` against `port` (`log`: see measure.h2load_argv)."""
+    base = f"{'https' if case.tls else 'http'}://127.0.0.1:{port}"
+    headers = {"Accept-Encoding": case.accept_encoding} if case.accept_encoding else {}
+    uri_file = None if case.path else corpora.shuffled_paths(corpus, PATHS_SEED)
+    return measure.h2load_argv(base + case.path, case.connections, case.streams, duration_s,
+                               headers, uri_file, log)
+
+
 def runs(entry: servers.ServerEntry, case: Case) -> bool:
-    """Whether `entry` takes part in `case` (kiln --dummy: cleartext hello cases only)."""
+    """Whether `entry` takes part in `case` (kiln --dummy: cleartext HTTP/1.1 hello cases
+    only)."""
     return not entry.ceiling_only or (case.corpus == "hello" and not case.idle
-                                      and not case.tls)
+                                      and not case.tls and not case.streams)
 
 
 class Bench:
@@ -164,7 +190,21 @@ class Bench:
     def start(self, entry: servers.ServerEntry, case: Case) -> servers.RunningServer:
         tls = self.certificate if case.tls else None
         return servers.start(entry, self.corpora[case.corpus], self.packs,
-                             WORK / "run" / entry.name, tls)
+                             WORK / "run" / entry.name, tls, http2=case.streams > 0)
+
+    def load(self, entry: servers.ServerEntry, case: Case, port: int, duration_s: int,
+             pids: list[int], measured: bool) -> tuple[list[str], dict]:
+        """Run the case's load client (wrk, or h2load for HTTP/2) for `duration_s`; return
+        its command line and its summary (measure.run_wrk's keys). Only a `measured` h2load
+        run writes the per-request log its percentiles come from."""
+        corpus = self.corpora[case.corpus]
+        if not case.streams:
+            argv = wrk_command(case, corpus, port, duration_s)
+            return argv, measure.run_wrk(argv, duration_s, pids)
+        log = WORK / "run" / entry.name / "h2load-requests.tsv" if measured else None
+        argv = h2load_command(case, corpus, port, duration_s, log)
+        return argv, measure.run_h2load(argv, duration_s, pids, log,
+                                        "h2" if case.tls else "h2c")
 
     def run_case(self, entry: servers.ServerEntry, case: Case, round_no: int) -> dict:
         """Check, warm up and measure one case on one server; return the run's record."""
@@ -187,16 +227,17 @@ class Bench:
                                             timeout_s=self.settings.duration_s * 4 + 120)
                 record["idle"]["opened"] = holder.wait_open()
                 record["idle"]["rss_after_open_kib"] = measure.rss_kib(pids)
-            measure.run_wrk(wrk_command(case, corpus, server.port, self.settings.warmup_s),
-                            self.settings.warmup_s, pids)
-            argv = wrk_command(case, corpus, server.port, self.settings.duration_s)
+            self.load(entry, case, server.port, self.settings.warmup_s, pids, measured=False)
             cpu_before = measure.cpu_seconds(pids)
-            wrk = measure.run_wrk(argv, self.settings.duration_s, pids)
+            argv, wrk = self.load(entry, case, server.port, self.settings.duration_s, pids,
+                                  measured=True)
             server_cpu = measure.cpu_seconds(pids) - cpu_before
             if case.pipeline > 1:
                 # wrk times a pipelined batch as one sample but corrects its histogram as
                 # if each response were one, which corrupts the percentiles: drop them.
                 wrk.update(dict.fromkeys(measure.LATENCY_KEYS))
+            # "wrk" and "wrk_argv" are named after the first load client; they hold
+            # h2load's summary and command line on the HTTP/2 cases.
             record.update(wrk_argv=argv, wrk=wrk, server_cpu_s=round(server_cpu, 2),
                           requests_per_cpu_s=round(wrk["requests"] / server_cpu)
                           if server_cpu > 0 else None)
@@ -222,15 +263,13 @@ class Bench:
             record["error"] = str(err)
             return record
         try:
-            corpus = self.corpora[case.corpus]
-            checks.check(case, corpus, server.port)
+            checks.check(case, self.corpora[case.corpus], server.port)
             pids = measure.process_tree(server.process.pid)
-            measure.run_wrk(wrk_command(case, corpus, server.port, self.settings.warmup_s),
-                            self.settings.warmup_s, pids)
+            self.load(entry, case, server.port, self.settings.warmup_s, pids, measured=False)
             output = WORK / "run" / entry.name / "strace.txt"
             tracer = measure.start_strace(pids, output)
-            argv = wrk_command(case, corpus, server.port, self.settings.strace_s)
-            wrk = measure.run_wrk(argv, self.settings.strace_s, pids)
+            argv, wrk = self.load(entry, case, server.port, self.settings.strace_s, pids,
+                                  measured=False)
             calls = measure.stop_strace(tracer, output)
             top = sorted((c for c in calls.items() if c[0] != "total"), key=lambda c: -c[1])
             record.update(wrk_argv=argv, requests=wrk["requests"], total_calls=calls["total"],
@@ -254,7 +293,7 @@ def describe(record: dict) -> str:
         f"  p50 {wrk['p50_us'] / 1000:6.2f} ms  p99 {wrk['p99_us'] / 1000:6.2f} ms  "
     line = (f"{head} {wrk['rps']:>11,.0f} req/s{latency}"
             f"{record['requests_per_cpu_s'] or 0:>9,} req/cpu-s"
-            f"  wrk {wrk['wrk_core_share']:.0%}  sock-err {wrk['socket_errors']}"
+            f"  {wrk['client']} {wrk['wrk_core_share']:.0%}  sock-err {wrk['socket_errors']}"
             f"  non2xx {wrk['non2xx']}")
     if "idle" in record:
         idle = record["idle"]
@@ -268,7 +307,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="bench/run", description="Benchmark kiln against nginx and h2o on one core.")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 1 round, short runs, a subset of cases (< 2 min)")
+                        help="smoke run: 1 round, short runs, a subset of cases (~3 min)")
     parser.add_argument("--servers",
                         help=f"comma-separated subset of {','.join(SERVER_ORDER)} (default: "
                         "all; kiln-baseline only with --baseline)")
@@ -329,8 +368,9 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
                     print(describe(record), flush=True)
                     bench.results["runs"].append(record)
                     bench.save()
-    # The cleartext count always (the core's figure); the TLS one when TLS was measured.
-    any_tls = any(c.tls for c in cases)
+    # The cleartext count always (the core's figure); the TLS one when HTTP/1.1 over TLS
+    # was measured.
+    any_tls = any(c.tls and not c.streams for c in cases)
     for case in (c for c in STRACE_CASES if any_tls or not c.tls):
         for entry in active:
             if entry.name in STRACED_SERVERS:

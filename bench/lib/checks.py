@@ -3,11 +3,19 @@
 Fixed-path cases check status, body and length; random-path cases fetch a fixed sample
 of the corpus with the case's Accept-Encoding, decode the body and compare it with the
 file on disk, so a server that answers fast but wrong cannot score.
+
+HTTP/2 cases make the same checks over HTTP/2 (curl, one process per request) and fail
+when a response comes over HTTP/1.1; they also read the server's SETTINGS (nghttp) so
+that a server allowing fewer concurrent streams than the case opens fails too, rather
+than being measured under a lighter load than the others.
 """
 
 import gzip
 import http.client
+import json
+import re
 import ssl
+import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -16,6 +24,12 @@ from corpora import Corpus, sample_paths
 # Paths checked per random-path case, and the seed that picks them.
 SAMPLE_SIZE = 25
 SAMPLE_SEED = 7
+# Longest wait for one curl or nghttp exchange.
+HTTP2_TIMEOUT_S = 10
+# The first SETTINGS frame nghttp -v shows from the server (flags 0x00: not the ACK),
+# with its parameter lines, and the concurrent-streams parameter among them.
+NGHTTP_SETTINGS = re.compile(r"recv SETTINGS frame <[^>]*flags=0x00[^>]*>\n((?:[ \t]+\S.*\n)*)")
+MAX_STREAMS = re.compile(r"SETTINGS_MAX_CONCURRENT_STREAMS\(0x03\):(\d+)")
 
 
 def _brotli_decompress(body: bytes) -> bytes:
@@ -33,7 +47,84 @@ class CheckError(Exception):
     """A response was wrong; the message names the path and what was wrong."""
 
 
-def _get(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]):
+class _Http2Response:
+    """What _Http2Connection received: http.client.HTTPResponse's part used here."""
+
+    def __init__(self, status: int, headers: dict[str, list[str]], body: bytes):
+        self.status = status
+        # Lower-case name -> values, as curl's %{header_json} gives them.
+        self.headers = headers
+        self.body = body
+
+    def read(self) -> bytes:
+        return self.body
+
+    def getheader(self, name: str) -> str | None:
+        values = self.headers.get(name.lower())
+        return ", ".join(values) if values else None
+
+
+class _Http2Connection:
+    """http.client.HTTPConnection's part used here, over HTTP/2: curl with prior knowledge
+    (h2c), or offering h2 by ALPN over TLS 1.3. Each request is a new curl process, and a
+    response that came over HTTP/1.1 (a server that did not speak HTTP/2) is an error."""
+
+    def __init__(self, port: int, tls: bool):
+        self.base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+        self.options = (["--http2", "--tlsv1.3", "--insecure"] if tls
+                        else ["--http2-prior-knowledge"])
+        self.response: _Http2Response | None = None
+
+    def request(self, method: str, path: str, headers: dict[str, str]) -> None:
+        argv = ["curl", "--silent", "--show-error", "--max-time", str(HTTP2_TIMEOUT_S),
+                "--request", method, *self.options,
+                "--write-out", "%{stderr}%{http_version} %{response_code}\n%{header_json}"]
+        for name, value in headers.items():
+            argv += ["--header", f"{name}: {value}"]
+        # The body goes to stdout as received (no --compressed: the checks decode it).
+        done = subprocess.run(argv + [self.base + path], capture_output=True,
+                              timeout=HTTP2_TIMEOUT_S + 5)
+        report = done.stderr.decode(errors="replace")
+        if done.returncode != 0:
+            # curl's message comes first, then the --write-out text.
+            message = (report.strip() or "no message").splitlines()[0]
+            raise CheckError(f"{path}: curl {' '.join(self.options)} failed (status "
+                             f"{done.returncode}): {message}")
+        version, status = report.split("\n", 1)[0].split()
+        if version != "2":
+            raise CheckError(f"{path}: answered over HTTP/{version}, not HTTP/2")
+        self.response = _Http2Response(int(status), json.loads(report.split("\n", 1)[1]),
+                                       done.stdout)
+
+    def getresponse(self) -> _Http2Response:
+        return self.response
+
+    def close(self) -> None:
+        """Nothing to close: each request had its own curl process."""
+
+
+def _max_concurrent_streams(port: int, tls: bool, path: str) -> int | None:
+    """SETTINGS_MAX_CONCURRENT_STREAMS of the server's SETTINGS (None: not sent, so no
+    limit), as nghttp -v shows it on a GET of `path` (h2c by prior knowledge, or h2 by
+    ALPN; nghttp speaks nothing else)."""
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}{path}"
+    try:
+        done = subprocess.run(["nghttp", "--null-out", "--verbose",
+                               f"--timeout={HTTP2_TIMEOUT_S}", url],
+                              capture_output=True, text=True, timeout=HTTP2_TIMEOUT_S + 5)
+    except subprocess.TimeoutExpired as err:
+        raise CheckError(f"nghttp {url}: no answer within {err.timeout} s") from err
+    settings = NGHTTP_SETTINGS.search(done.stdout)
+    if done.returncode != 0 or settings is None:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        raise CheckError(f"nghttp {url} (status {done.returncode}), no SETTINGS from the "
+                         f"server: {' / '.join(tail)}")
+    limit = MAX_STREAMS.search(settings.group(1))
+    return int(limit.group(1)) if limit else None
+
+
+def _get(conn: http.client.HTTPConnection | _Http2Connection, path: str,
+         headers: dict[str, str]):
     """GET `path`; return (status, headers, body), requiring an exact Content-Length."""
     conn.request("GET", path, headers=headers)
     response = conn.getresponse()
@@ -76,7 +167,9 @@ def _check_sample(conn, corpus: Corpus, accept_encoding: str | None) -> dict[str
 
 def check(case, corpus: Corpus, port: int) -> dict:
     """Check `port` serves `case` correctly; return what was checked, or raise CheckError."""
-    if case.tls:
+    if case.streams:
+        conn = _Http2Connection(port, case.tls)
+    elif case.tls:
         # The benchmark's certificate is self-signed: encryption is what is measured.
         context = ssl.create_default_context()
         context.check_hostname = False
@@ -87,14 +180,23 @@ def check(case, corpus: Corpus, port: int) -> dict:
     try:
         if case.corpus == "hello":
             _expect(conn, case.path, 200, b"Hello World!", None)
-            return {"checked": 1}
-        if case.corpus == "answer":
+            checked = {"checked": 1}
+        elif case.corpus == "answer":
             _expect(conn, "/answer", 200, b"42", "text/plain")
             _expect(conn, "/question", 404, None, None)
-            return {"checked": 2}
-        encodings = _check_sample(conn, corpus, case.accept_encoding)
-        return {"checked": sum(encodings.values()), "encodings": encodings}
-    except (OSError, http.client.HTTPException) as err:
+            checked = {"checked": 2}
+        else:
+            encodings = _check_sample(conn, corpus, case.accept_encoding)
+            checked = {"checked": sum(encodings.values()), "encodings": encodings}
+    except (OSError, http.client.HTTPException, subprocess.TimeoutExpired) as err:
         raise CheckError(f"request failed: {err}") from err
     finally:
         conn.close()
+    if case.streams:
+        path = case.path or sample_paths(corpus, 1, SAMPLE_SEED)[0]
+        streams = _max_concurrent_streams(port, case.tls, path)
+        if streams is not None and streams < case.streams:
+            raise CheckError(f"the server allows {streams} concurrent streams, the case "
+                             f"opens {case.streams}")
+        checked.update(protocol="h2" if case.tls else "h2c", max_concurrent_streams=streams)
+    return checked

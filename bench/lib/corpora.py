@@ -146,6 +146,23 @@ def sample_paths(corpus: Corpus, count: int, seed: int) -> list[str]:
     return random.Random(seed).sample(paths, min(count, len(paths)))
 
 
+def shuffled_paths(corpus: Corpus, seed: int) -> Path:
+    """The corpus's URL paths in a fixed pseudo-random order, one per line, written once
+    beside its paths list: h2load's input file (-i) on the HTTP/2 random-path cases.
+
+    h2load has no script to draw paths at random as bench/lua/paths.lua does for wrk: it
+    walks its list in order, from the first path on every connection. Shuffled, the list
+    at least does not walk the corpus in directory order (tiles z/x/y by rows)."""
+    shuffled = corpus.paths_file.with_name(f"{corpus.name}-shuffled-{seed}.txt")
+    if not shuffled.exists():
+        paths = corpus.paths_file.read_text().split()
+        random.Random(seed).shuffle(paths)
+        partial = shuffled.with_suffix(".partial")
+        partial.write_text("\n".join(paths) + "\n")
+        os.rename(partial, shuffled)
+    return shuffled
+
+
 def build_packs(kiln: Path, work: Path, corpora: dict[str, Corpus]) -> dict[str, Path]:
     """Build one kiln pack per corpus, reusing packs newer than both kiln and the corpus.
 

@@ -1,12 +1,17 @@
-"""Measuring one run: the load (wrk), the server's CPU and memory, the machine's quiet.
+"""Measuring one run: the load (wrk, or h2load on the HTTP/2 cases), the server's CPU and
+memory, the machine's quiet.
 
 Server figures come from /proc, summed over the server's process tree (nginx runs a
-master and a worker). wrk's CPU time comes from the kernel's accounting of reaped
-children, so the harness can tell when the client, not the server, was the limit.
+master and a worker). The load client's CPU time comes from the kernel's accounting of
+reaped children, so the harness can tell when the client, not the server, was the limit.
+Both clients' summaries have the same keys (those of bench/lua/report.lua, then the ones
+run_wrk adds), so the report reads an HTTP/2 run like an HTTP/1 one.
 """
 
 import json
+import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -15,11 +20,13 @@ import time
 from pathlib import Path
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
-# The core wrk (and the idle-connection holder) runs on; the server has core 0.
+# The core the load client (and the idle-connection holder) runs on; the server has
+# core 0.
 CLIENT_CORE = "1"
 # Clock ticks per second, the unit of utime/stime in /proc/PID/stat.
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# Share of wrk's core above which the client, not the server, limited the run.
+# Share of the load client's core above which the client, not the server, limited the
+# run.
 CLIENT_BOUND_SHARE = 0.95
 # wrk's per-request timeout; slower responses are counted as timeouts.
 WRK_TIMEOUT = "2s"
@@ -29,6 +36,19 @@ RESULT_MARKER = "BENCH_RESULT "
 RSS_SAMPLE_S = 0.25
 # Latency figures in report.lua's line.
 LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us"]
+# h2load's summary lines (nghttp2 1.52): its run time and req/s, the request counts, the
+# statuses, the bytes received, and the protocols negotiated (TLS lines over TLS only).
+H2LOAD_FINISHED = re.compile(r"^finished in ([\d.]+)(us|ms|s), ([\d.]+) req/s", re.M)
+H2LOAD_REQUESTS = re.compile(
+    r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+    r"(\d+) errored, (\d+) timeout", re.M)
+H2LOAD_STATUSES = re.compile(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx",
+                             re.M)
+H2LOAD_TRAFFIC = re.compile(r"^traffic: .*?\((\d+)\) total", re.M)
+H2LOAD_ALPN = re.compile(r"^Application protocol: (\S+)", re.M)
+H2LOAD_TLS = re.compile(r"^(?:TLS )?Protocol: (\S+)", re.M)
+# h2load's units of "finished in", in microseconds.
+H2LOAD_UNITS_US = {"us": 1, "ms": 1e3, "s": 1e6}
 
 
 class MeasureError(Exception):
@@ -116,9 +136,9 @@ def wrk_argv(url: str, connections: int, duration_s: int, script: str,
     return argv
 
 
-def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
-    """Run wrk; return its summary (from report.lua), the CPU time wrk used and the
-    server's peak RSS, sampled while the load runs."""
+def _run_client(argv: list[str], duration_s: int, server_pids: list[int]):
+    """Run a load client; return (exit status, stdout, stderr, its CPU seconds, the
+    server's peak RSS in KiB, sampled while the load runs)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + duration_s + 60
@@ -127,26 +147,126 @@ def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
         if time.monotonic() > deadline:
             process.kill()
             process.wait()
-            raise MeasureError(f"wrk did not finish within {duration_s + 60} s")
+            # argv[3]: the client's name, after `taskset -c CORE`.
+            raise MeasureError(f"{argv[3]} did not finish within {duration_s + 60} s")
         peak_rss = max(peak_rss, rss_kib(server_pids))
         time.sleep(RSS_SAMPLE_S)
     stdout, stderr = process.communicate()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
-    if process.returncode != 0 or not lines:
-        output = (stdout + stderr).strip()[-600:]
-        raise MeasureError(f"wrk failed (status {process.returncode}): {output}")
-    result = json.loads(lines[0][len(RESULT_MARKER):])
-    wrk_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return process.returncode, stdout, stderr, cpu, peak_rss
+
+
+def _client_figures(result: dict, client_cpu: float, peak_rss: int) -> dict:
+    """Add the figures both clients' summaries share to `result` (which has `requests`
+    and `duration_us`): req/s unless given, the client's CPU, whether it was the limit."""
     seconds = result["duration_us"] / 1e6
-    result["rps"] = result["requests"] / seconds
-    result["wrk_cpu_s"] = round(wrk_cpu, 3)
-    result["wrk_core_share"] = round(wrk_cpu / seconds, 3)
-    result["client_bound"] = wrk_cpu / seconds >= CLIENT_BOUND_SHARE
-    result["socket_errors"] = sum(result[k] for k in
-                                  ("connect_errors", "read_errors", "write_errors", "timeouts"))
+    result.setdefault("rps", result["requests"] / seconds)
+    # Named after wrk, the first client; they hold h2load's figures on the HTTP/2 cases.
+    result["wrk_cpu_s"] = round(client_cpu, 3)
+    result["wrk_core_share"] = round(client_cpu / seconds, 3)
+    result["client_bound"] = client_cpu / seconds >= CLIENT_BOUND_SHARE
     result["server_rss_peak_kib"] = peak_rss
     return result
+
+
+def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
+    """Run wrk; return its summary (from report.lua), the CPU time wrk used and the
+    server's peak RSS, sampled while the load runs."""
+    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids)
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
+    if status != 0 or not lines:
+        output = (stdout + stderr).strip()[-600:]
+        raise MeasureError(f"wrk failed (status {status}): {output}")
+    result = json.loads(lines[0][len(RESULT_MARKER):])
+    result["client"] = "wrk"
+    result["socket_errors"] = sum(result[k] for k in
+                                  ("connect_errors", "read_errors", "write_errors", "timeouts"))
+    return _client_figures(result, cpu, peak_rss)
+
+
+def h2load_argv(url: str, connections: int, streams: int, duration_s: int,
+                headers: dict[str, str], uri_file: Path | None, log: Path | None) -> list[str]:
+    """The h2load command line (one thread, on the client core). `url` is the request's
+    URL, or with `uri_file` (h2load -i, one path per line) the base URL of the paths;
+    `log`: where h2load writes one line per request, to compute the percentiles."""
+    argv = ["taskset", "-c", CLIENT_CORE, "h2load", "-t1", f"-c{connections}", f"-m{streams}",
+            f"-D{duration_s}"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    if log is not None:
+        argv.append(f"--log-file={log}")
+    if uri_file is not None:
+        return argv + ["-B", url, "-i", str(uri_file)]
+    return argv + [url]
+
+
+def _percentiles(log: Path) -> dict:
+    """LATENCY_KEYS from h2load's --log-file: tab-separated start time (µs since the epoch),
+    status (-1 for a failed stream) and µs until the end of the response, one line per
+    request; failed streams have no latency. Nearest-rank percentiles."""
+    durations = []
+    with log.open() as lines:
+        for line in lines:
+            # More columns may come in later versions: only the first three are read.
+            _, status, duration = line.split("\t", 3)[:3]
+            if status != "-1":
+                durations.append(int(duration))
+    if not durations:
+        return dict.fromkeys(LATENCY_KEYS)
+    durations.sort()
+
+    def rank(percent: float) -> int:
+        return durations[max(0, math.ceil(percent / 100 * len(durations)) - 1)]
+
+    return {"p50_us": rank(50), "p90_us": rank(90), "p99_us": rank(99),
+            "p999_us": rank(99.9), "max_us": durations[-1],
+            "mean_us": round(sum(durations) / len(durations), 1)}
+
+
+def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Path | None,
+               protocol: str) -> dict:
+    """Run h2load; return the keys run_wrk returns, from h2load's summary and its log
+    (latencies: None without `log`), and the protocols negotiated. Raises MeasureError
+    when h2load did not speak `protocol` (h2, or h2c) or completed no request."""
+    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids)
+    output = stdout + stderr
+    finished, requests = H2LOAD_FINISHED.search(output), H2LOAD_REQUESTS.search(output)
+    statuses, alpn = H2LOAD_STATUSES.search(output), H2LOAD_ALPN.search(output)
+    if status != 0 or not (finished and requests and statuses):
+        raise MeasureError(f"h2load failed (status {status}): {output.strip()[-600:]}")
+    # h2load falls back to HTTP/1.1 when the server's ALPN does not offer h2.
+    spoken = alpn.group(1) if alpn else "none"
+    if spoken != protocol:
+        raise MeasureError(f"h2load spoke {spoken}, not {protocol}: {output.strip()[-600:]}")
+    started, done, succeeded, failed, errored, timeouts = map(int, requests.groups()[1:])
+    # "errored": streams reset or lost with their connection; "failed" adds to them the
+    # responses that are neither 2xx nor 3xx, counted as non2xx below.
+    completed = done - errored
+    if completed == 0:
+        raise MeasureError(f"h2load completed no request: {output.strip()[-600:]}")
+    seconds, unit, rps = finished.groups()
+    traffic, tls = H2LOAD_TRAFFIC.search(output), H2LOAD_TLS.search(output)
+    result = {
+        "client": "h2load",
+        "protocol": spoken,
+        "tls_version": tls.group(1) if tls else None,
+        "requests": completed,
+        # h2load's req/s: the responses completed over the -D duration. Its "finished in"
+        # time is longer, from the first connection on: the wall time the client's core
+        # share is taken over, as wrk's.
+        "rps": float(rps),
+        "duration_us": round(float(seconds) * H2LOAD_UNITS_US[unit]),
+        "bytes": int(traffic.group(1)) if traffic else None,
+        "started": started, "done": done, "succeeded": succeeded, "failed": failed,
+        "errored": errored, "timeouts": timeouts,
+        "status_2xx": int(statuses.group(1)), "status_3xx": int(statuses.group(2)),
+        # wrk's count (report.lua) is of statuses above 399 too.
+        "non2xx": int(statuses.group(3)) + int(statuses.group(4)),
+        "socket_errors": errored + timeouts,
+    }
+    result.update(_percentiles(log) if log is not None else dict.fromkeys(LATENCY_KEYS))
+    return _client_figures(result, cpu, peak_rss)
 
 
 class IdleHolder:

@@ -10,8 +10,12 @@ from pathlib import Path
 from corpora import PYDOCS_SOURCE
 
 # Debian packages needed, each with the file whose presence shows it is installed.
+# nghttp2-client brings h2load (the HTTP/2 load) and nghttp (the check of the server's
+# SETTINGS); curl (7.83 or later, for %{header_json}) makes the HTTP/2 cases' checks.
 APT_PACKAGES = {
     "wrk": "/usr/bin/wrk",
+    "nghttp2-client": "/usr/bin/h2load",
+    "curl": "/usr/bin/curl",
     "nginx": "/usr/sbin/nginx",
     "h2o": "/usr/bin/h2o",
     "python3.11-doc": str(PYDOCS_SOURCE),
@@ -77,7 +81,8 @@ def build_kiln(repo: Path, log: Path) -> tuple[Path | None, str]:
         errors = [line for line in log.read_text().splitlines() if line.startswith("error")]
         first = errors[0] if errors else f"exit status {built.returncode}"
         return None, f"cargo build --release failed: {first} (see {log})"
-    binary = repo / "target" / "release" / "kiln"
+    # Under CARGO_TARGET_DIR when it is set (relative to `repo`, where cargo ran).
+    binary = repo / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "kiln"
     for subcommand in ("build", "serve"):
         probe = subprocess.run([str(binary), subcommand, "--help"], capture_output=True)
         if probe.returncode != 0:
@@ -96,9 +101,10 @@ def _first_line(command: list[str]) -> str:
 
 
 def versions(kiln: Path | None, repo: Path) -> dict[str, str]:
-    """Version strings of the client and of every server that can run."""
+    """Version strings of the clients and of every server that can run."""
     found = {
         "wrk": _first_line(["wrk", "--version"]),
+        "h2load": _first_line(["h2load", "--version"]),
         "nginx": _first_line(["nginx", "-v"]),
         "h2o": _first_line(["h2o", "--version"]),
     }

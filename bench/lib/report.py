@@ -21,13 +21,14 @@ HOW_TO = """\
 ## How to re-run
 
 ```sh
-bench/run            # full run (~35 min): installs wrk/nginx/h2o/python3.11-doc if missing,
-                     # prepares the corpora in bench/work/, builds kiln --release, measures,
-                     # then writes this file and results.png
-bench/run --quick    # smoke run (< 2 min): 1 round, short runs, a subset of cases;
+bench/run            # full run (~55 min): installs wrk/h2load/nginx/h2o/python3.11-doc if
+                     # missing, prepares the corpora in bench/work/, builds kiln --release,
+                     # measures, then writes this file and results.png
+bench/run --quick    # smoke run (~3 min): 1 round, short runs, a subset of cases;
                      # written to bench/work/quick/ so this file is left alone
 bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset, reported
                      # in bench/work/subset/ (this file is for full runs only)
+bench/run --cases h2c-hello-c128x16,h2-hello-c128x16   # HTTP/2 (h2load) cases alone
 bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
@@ -109,7 +110,7 @@ def _throughput_table(results: dict, summary: dict, servers: list[str]) -> list[
 
 def _detail_table(results: dict, summary: dict, servers: list[str]) -> list[str]:
     header = ["case", "server", "req/s", "p50 ms", "p99 ms", "server CPU s", "req per CPU-s",
-              "wrk core", "peak RSS MiB", "socket errors", "non-2xx", "notes"]
+              "client core", "peak RSS MiB", "socket errors", "non-2xx", "notes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for case in results["cases"]:
         for server in servers:
@@ -210,8 +211,9 @@ def _targets(results: dict, summary: dict) -> list[str]:
         return verdict, "; ".join(p for p in parts if p) or "no case"
 
     def bound(case: str) -> str:
-        """A reminder, beside a ratio, that wrk and not kiln set kiln's figure."""
-        return " [wrk-bound]" if summary[(case, "kiln")]["client_bound"] else ""
+        """A reminder, beside a ratio, that the load client and not kiln set kiln's
+        figure."""
+        return " [client-bound]" if summary[(case, "kiln")]["client_bound"] else ""
 
     def versus(case: str, field: str, pick, factor: float, higher: bool):
         kiln = summary.get((case, "kiln"), {}).get(field)
@@ -230,27 +232,32 @@ def _targets(results: dict, summary: dict) -> list[str]:
         return test
 
     def versus_cpu(factor: float):
-        """req/s ≥ factor × the best peer's, or, where wrk limited kiln, requests per
-        server CPU-second ≥ factor × the best peer's."""
+        """req/s ≥ factor × the best peer's, or, where the load client limited kiln,
+        requests per server CPU-second ≥ factor × the best peer's (server CPU per request
+        ≤ 1 / factor × the best peer's)."""
         def test(case: str):
             s = summary.get((case, "kiln"), {})
             field = "per_cpu_s" if s.get("client_bound") else "rps"
             kiln, peer = s.get(field), best_peer(case, field, max)
             if kiln is None or peer is None:
                 return None, ""
-            unit = " req per CPU-s [wrk-bound]" if field == "per_cpu_s" else ""
+            unit = " req per CPU-s [client-bound]" if field == "per_cpu_s" else ""
             return kiln >= factor * peer, f"{kiln / peer:.2f}×{unit}"
         return test
 
-    # Results saved before the TLS cases have no "tls" nor "close" fields.
-    clear = {n: c for n, c in cases.items() if not c.get("tls")}
-    tls = {n: c for n, c in cases.items() if c.get("tls")}
-    plain = [n for n, c in cases.items() if c["pipeline"] == 1]
+    # The HTTP/1.1 targets are over the HTTP/1.1 cases, the HTTP/2 ones over the h2 cases.
+    # Results saved before the TLS cases have no "tls" nor "close" fields, those saved
+    # before the h2 cases no "streams".
+    h1 = {n: c for n, c in cases.items() if not c.get("streams")}
+    h2 = {n: c for n, c in cases.items() if c.get("streams")}
+    clear = {n: c for n, c in h1.items() if not c.get("tls")}
+    tls = {n: c for n, c in h1.items() if c.get("tls")}
+    plain = [n for n, c in h1.items() if c["pipeline"] == 1]
     hello_answer = [n for n, c in clear.items() if c["pipeline"] == 1 and not c["idle"]
                     and c["corpus"] in ("hello", "answer")]
-    tiles = [n for n, c in cases.items() if c["corpus"] == "tiles"]
-    pipelined = [n for n, c in cases.items() if c["pipeline"] > 1]
-    crowded = [n for n, c in cases.items() if c["connections"] in (512, 2048)]
+    tiles = [n for n, c in h1.items() if c["corpus"] == "tiles"]
+    pipelined = [n for n, c in h1.items() if c["pipeline"] > 1]
+    crowded = [n for n, c in h1.items() if c["connections"] in (512, 2048)]
     # kiln --dummy runs the cleartext hello cases without idle connections (bench.py:
     # runs()).
     hello = [n for n, c in clear.items() if c["corpus"] == "hello" and not c["idle"]]
@@ -263,6 +270,27 @@ def _targets(results: dict, summary: dict) -> list[str]:
         if ok is None or kiln is None:
             return None, ""
         return ok and kiln >= 750_000, f"{detail} best peer, {kiln:,.0f} req/s"
+
+    def h2c_twin(case: str) -> str | None:
+        """The h2c case of the same shape as the h2-over-TLS `case`, if it was run."""
+        def shape(c: dict) -> dict:
+            return {k: v for k, v in c.items() if k not in ("name", "tls", "quick")}
+        return next((n for n, c in h2.items()
+                     if not c["tls"] and shape(c) == shape(cases[case])), None)
+
+    def tls_share_test(case: str):
+        """kiln's h2 figure over TLS ≥ 80 % of its own h2c figure: req/s, or requests per
+        server CPU-second where the load client limited either kiln run."""
+        twin = h2c_twin(case)
+        over_tls = summary.get((case, "kiln"), {})
+        clear_text = summary.get((twin, "kiln"), {})
+        bound_any = over_tls.get("client_bound") or clear_text.get("client_bound")
+        field = "per_cpu_s" if bound_any else "rps"
+        kiln_tls, kiln_clear = over_tls.get(field), clear_text.get(field)
+        if not kiln_tls or not kiln_clear:
+            return None, ""
+        unit = " in req per CPU-s [client-bound]" if bound_any else ""
+        return kiln_tls >= 0.8 * kiln_clear, f"{kiln_tls / kiln_clear:.0%} of {twin}{unit}"
 
     def dummy_test(case: str):
         kiln, dummy = rps(case, "kiln"), rps(case, "kiln-dummy")
@@ -301,12 +329,21 @@ def _targets(results: dict, summary: dict) -> list[str]:
         ("kiln ≥ 90 % of kiln --dummy on hello", check_all(hello, dummy_test)),
         ("idle keep-alive connections cost < 1 KiB each beyond base RSS",
          check_all([n for n, c in clear.items() if c["idle"]], idle_test(1024))),
-        ("TLS keep-alive ≥ 1.5× the best peer (req/s, or req per CPU-s where wrk-bound)",
+        ("TLS keep-alive ≥ 1.5× the best peer (req/s, or req per CPU-s where client-bound)",
          check_all(tls_keepalive, versus_cpu(1.5))),
-        ("TLS handshakes ≥ 3× the best peer (per second, or per CPU-s where wrk-bound)",
+        ("TLS handshakes ≥ 3× the best peer (per second, or per CPU-s where client-bound)",
          check_all(handshakes, versus_cpu(3.0))),
         ("idle TLS connections cost < 8 KiB each beyond base RSS",
          check_all([n for n, c in tls.items() if c["idle"]], idle_test(8192))),
+        ("HTTP/2 ≥ 1.5× the best peer (req/s, or, where client-bound, server CPU per request "
+         "≤ 0.67× the best peer's: req per CPU-s ≥ 1.5×)",
+         check_all(list(h2), versus_cpu(1.5))),
+        ("HTTP/2 p99 at or below the best peer's",
+         check_all(list(h2), lambda c: versus(c, "p99_ms", min, 1.0, False))),
+        ("h2 hello over TLS ≥ 80 % of kiln's own h2c (req/s, or req per CPU-s where "
+         "client-bound)",
+         check_all([n for n, c in h2.items() if c["tls"] and c["corpus"] == "hello"],
+                   tls_share_test)),
     ]
     return [_verdict(ok, f"{title}: {detail}") for title, (ok, detail) in rows]
 
@@ -359,8 +396,9 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
              f"- {settings['rounds']} interleaved round(s); each run: {settings['warmup_s']:g} s "
              f"warm-up, then {settings['duration_s']:g} s measured; a new server process per run",
              "", "## kiln's targets", "",
-             "Ratios are of medians; \"[wrk-bound]\" marks cases where wrk used ≥ 95 % of its "
-             "core in some kiln run, so kiln's figure is a lower bound.", "",
+             "Ratios are of medians; \"[client-bound]\" marks cases where the load client "
+             "(wrk, or h2load on the HTTP/2 cases) used ≥ 95 % of its core in some kiln run, "
+             "so kiln's figure is a lower bound.", "",
              *_targets(results, summary), ""]
     if chart_drawn:
         lines += ["![req/s and p99 per case and server](results.png)", ""]
@@ -378,8 +416,9 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
 
 
 METHOD = """\
-- Each server runs alone on core 0 (`taskset -c 0`) with one worker or thread; wrk runs
-  with one thread on core 1 (`taskset -c 1`); loopback only. The idle-connection holder
+- Each server runs alone on core 0 (`taskset -c 0`) with one worker or thread; the load
+  client (wrk, or h2load on the HTTP/2 cases) runs with one thread on core 1
+  (`taskset -c 1`); loopback only. The idle-connection holder
   (bench/lib/idle_conns.py) also runs on core 1 and is idle while measured.
 - Before each run the harness waits (bounded) for the machine to be ≥ 90 % idle over 1 s;
   runs where that wait timed out are marked "busy machine".
@@ -394,7 +433,7 @@ METHOD = """\
   PNG tiles in `z/x/y.png`, bench/lib/gen_tiles.py, seed 1). Random-path cases draw paths
   from the corpus's file list in a fixed pseudo-random order (bench/lua/paths.lua).
   In pydocs-br, kiln answers `br` while nginx and h2o, having only `.gz` files, answer gzip.
-- Measured per run: req/s, p50, p99 (wrk; none for pipelined runs: wrk takes one latency
+- Measured per HTTP/1.1 run: req/s, p50, p99 (wrk; none for pipelined runs: wrk takes one latency
   sample per batch of 16 but its coordinated-omission correction assumes one per
   response, which corrupts the percentiles), socket errors (connect/read/write/timeout) and
   non-2xx responses (status ≥ 400, wrk's count via bench/lua/report.lua), server CPU
@@ -407,9 +446,29 @@ METHOD = """\
   those runs are not used for throughput).
 - TLS cases (`tls-*`): every server presents the same self-signed ECDSA P-256
   certificate (made once with openssl into bench/work/tls/); wrk (OpenSSL) negotiates
-  TLS 1.3 with X25519 and does not resume sessions, so `tls-handshake-c128` (a
-  `Connection: close` request per connection) is one full handshake per request.
+  TLS 1.3 with X25519 and resumes its session on every new connection (`SSL_clear`
+  keeps it; a profile of kiln shows no certificate signature), so `tls-handshake-c128`
+  (a `Connection: close` request per connection) is one resumed handshake per request.
   nginx and h2o use the distribution's OpenSSL; kiln uses rustls (aws-lc-rs).
+- HTTP/2 cases (`h2c-*`: cleartext, h2c by prior knowledge; `h2-*`: TLS 1.3, h2 by ALPN,
+  the same certificate): h2load (nghttp2) with one thread, 128 connections and 16 or 100
+  concurrent streams on each (`-c128 -m16`, `-m100`), after an unmeasured h2load run of
+  the same shape. req/s and the request counts are h2load's; p50 and p99 are
+  nearest-rank percentiles of its `--log-file` (per request: start to end of response);
+  "socket errors" are its errored and timed-out requests (streams reset, or lost with
+  their connection), non-2xx its 4xx and 5xx; server CPU and the client's core share
+  as for wrk. A run in which h2load negotiated anything but h2 (h2c) fails.
+  Random-path HTTP/2 cases read the corpus's path list shuffled (seed 42, `-i`): h2load
+  walks that list in the same order on every connection, from its first path, so the
+  128 connections ask for about the same files at about the same time, and a per-file
+  cache (nginx's open_file_cache) hits far more often than under wrk's independent draws.
+  The checks before each run are made over HTTP/2 (curl; an answer over HTTP/1.1 fails),
+  and nghttp reads the server's SETTINGS: a server allowing fewer concurrent streams than
+  the case opens fails. Stream limits: kiln 100, h2o 100
+  (`http2-max-concurrent-requests-per-connection`), nginx 128 (its default
+  `http2_max_concurrent_streams`). nginx gets `http2` on its listen line for these cases
+  only (on cleartext it then speaks h2c and no HTTP/1.1); h2o and kiln serve HTTP/1.1 and
+  HTTP/2 on the same listeners. kiln --dummy does not run them.
 - Configurations: bench/conf/nginx.conf and bench/conf/h2o.conf. nginx's open_file_cache
   holds at most 6,000 descriptors: with max=200000 the worker hits the 20,000 descriptors
   per process on the tiles corpus and answers 500. kiln runs

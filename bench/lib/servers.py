@@ -17,7 +17,8 @@ from typing import TextIO
 from corpora import Corpus
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-# The core the server runs on; wrk and the idle-connection holder get the other one.
+# The core the server runs on; the load client and the idle-connection holder get the
+# other one.
 SERVER_CORE = "0"
 # How long a server may take to accept connections after it is started.
 START_TIMEOUT_S = 15.0
@@ -57,9 +58,11 @@ class ServerEntry:
 
     # Name used by --servers, in results and in the report.
     name: str
-    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs, tls),
-    # where `tls` is the Certificate to listen with TLS, or None for cleartext.
-    command: Callable[[Corpus, int, Path, dict, Certificate | None], list[str]]
+    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs, tls,
+    # http2), where `tls` is the Certificate to listen with TLS, or None for cleartext,
+    # and `http2` says the case speaks HTTP/2 (h2 by ALPN over TLS, h2c by prior
+    # knowledge over cleartext).
+    command: Callable[[Corpus, int, Path, dict, Certificate | None, bool], list[str]]
     # kiln --dummy: it answers `Hello World!` to anything, so it only measures the
     # core's ceiling on the plain hello cases.
     ceiling_only: bool = False
@@ -77,19 +80,21 @@ def _render(template: str, target: Path, values: dict[str, str]) -> Path:
 
 
 def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-           tls: Certificate | None) -> list[str]:
+           tls: Certificate | None, http2: bool) -> list[str]:
     tls_lines = "" if tls is None else (
         f"ssl_certificate {tls.cert};\n        ssl_certificate_key {tls.key};\n"
         "        ssl_protocols TLSv1.2 TLSv1.3;")
     conf = _render("nginx.conf", run_dir / "nginx.conf",
                    {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root),
-                    "SSL": "" if tls is None else " ssl", "TLS": tls_lines})
+                    "SSL": "" if tls is None else " ssl", "HTTP2": " http2" if http2 else "",
+                    "TLS": tls_lines})
     # -e: the log used before the configuration is read (default: /var/log/nginx).
     return ["nginx", "-p", str(run_dir), "-e", str(run_dir / "error.log"), "-c", str(conf)]
 
 
 def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-         tls: Certificate | None) -> list[str]:
+         tls: Certificate | None, http2: bool) -> list[str]:
+    # h2o's listeners speak HTTP/1.1 and HTTP/2 alike (see bench/conf/h2o.conf).
     tls_lines = "" if tls is None else (
         f"  ssl:\n    certificate-file: {tls.cert}\n    key-file: {tls.key}\n"
         "    minimum-version: TLSv1.2\n")
@@ -99,10 +104,12 @@ def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
 
 
 def _kiln_command(kiln: Path, dummy: bool):
-    """kiln serve on one thread; security headers off as nginx and h2o send none."""
+    """kiln serve on one thread; security headers off as nginx and h2o send none. Its
+    listeners speak HTTP/1.1 and HTTP/2 alike: h2c by prior knowledge on --listen, h2
+    offered by ALPN on --listen-tls."""
 
     def command(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-                tls: Certificate | None) -> list[str]:
+                tls: Certificate | None, http2: bool) -> list[str]:
         argv = [str(kiln), "serve", str(packs[corpus.name]), "--threads", "1",
                 "--no-security-headers"]
         if tls is None:
@@ -175,12 +182,12 @@ def _log_tail(log: Path) -> str:
 
 
 def start(entry: ServerEntry, corpus: Corpus, packs: dict, run_dir: Path,
-          tls: Certificate | None = None) -> RunningServer:
-    """Start `entry` on core 0 for `corpus` (over TLS with `tls`); return once it accepts
-    connections."""
+          tls: Certificate | None = None, http2: bool = False) -> RunningServer:
+    """Start `entry` on core 0 for `corpus` (over TLS with `tls`, speaking HTTP/2 with
+    `http2`); return once it accepts connections."""
     run_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    argv = entry.command(corpus, port, run_dir, packs, tls)
+    argv = entry.command(corpus, port, run_dir, packs, tls, http2)
     log = run_dir / "server.log"
     log_file = log.open("w")
     process = subprocess.Popen(

@@ -4,9 +4,12 @@
 //!
 //! A field whose name and value are both in the static table is one index
 //! (§6.1); any other is a literal without indexing (§6.2.2), its name by
-//! static index when the name is there. The dynamic table is never used:
-//! nothing is inserted, so no connection's decoder state depends on what
-//! was sent. A string is Huffman-coded only when that is strictly shorter.
+//! static index when the name is there. `encode_field` never uses the
+//! dynamic table: nothing is inserted, so no connection's decoder state
+//! depends on what was sent. The one exception is `encode_field_indexing`,
+//! for the few fields a connection sends on every response (the server's
+//! own), inserted once and then referenced (see `ServerHeaders`). A string
+//! is Huffman-coded only when that is strictly shorter.
 //!
 //! Names are lowercased here (HTTP/2 requires lowercase names, RFC 9113
 //! §8.2.1), so callers may pass them as HTTP/1 spells them; values are
@@ -20,6 +23,13 @@ use super::table::STATIC_TABLE;
 const INDEXED: u8 = 0x80;
 /// First byte of a literal without indexing (§6.2.2), 4-bit index prefix.
 const LITERAL_WITHOUT_INDEXING: u8 = 0x00;
+/// First byte of a literal with incremental indexing (§6.2.1), 6-bit
+/// index prefix.
+const LITERAL_WITH_INDEXING: u8 = 0x40;
+/// First byte of a dynamic table size update (§6.3), 5-bit prefix.
+const TABLE_SIZE_UPDATE: u8 = 0x20;
+/// The first index of the dynamic table (§2.3.3): the entry inserted last.
+pub const FIRST_DYNAMIC_INDEX: usize = 62;
 /// Flag of a Huffman-coded string literal (§5.2), 7-bit length prefix.
 const HUFFMAN: u8 = 0x80;
 /// Static index of `:status` (with value 200), the name of every status.
@@ -123,6 +133,36 @@ pub fn encode_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
             encode_string(value, false, out);
         }
     }
+}
+
+/// Appends `name: value` so that the decoder inserts it into its dynamic
+/// table (§6.2.1), unless the static table has the whole field: then it is
+/// that index, as in [`encode_field`]. Returns whether the field was
+/// inserted.
+pub fn encode_field_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bool {
+    match representation(name, value) {
+        Representation::Indexed(index) => {
+            encode_integer(index, 7, INDEXED, out);
+            return false;
+        }
+        Representation::IndexedName(index) => encode_integer(index, 6, LITERAL_WITH_INDEXING, out),
+        Representation::Literal => {
+            out.push(LITERAL_WITH_INDEXING);
+            encode_string(name, true, out);
+        }
+    }
+    encode_string(value, false, out);
+    true
+}
+
+/// Appends a reference to `index` of the static or dynamic table (§6.1).
+pub fn encode_indexed(index: usize, out: &mut Vec<u8>) {
+    encode_integer(index, 7, INDEXED, out);
+}
+
+/// Appends a dynamic table size update to `size` (§6.3).
+pub fn encode_table_size_update(size: usize, out: &mut Vec<u8>) {
+    encode_integer(size, 5, TABLE_SIZE_UPDATE, out);
 }
 
 /// How many bytes [`encode_field`] appends for `name: value`.

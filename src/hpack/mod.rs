@@ -54,7 +54,10 @@ mod tests;
 use std::fmt;
 
 pub use decode::Decoder;
-pub use encode::{encode_field, encode_status, encoded_field_len, encoded_status_len};
+pub use encode::{
+    FIRST_DYNAMIC_INDEX, encode_field, encode_field_indexing, encode_indexed, encode_status,
+    encode_table_size_update, encoded_field_len, encoded_status_len,
+};
 pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
 
 /// A header block that breaks RFC 7541. In HTTP/2 every one is a

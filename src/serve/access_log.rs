@@ -37,8 +37,9 @@ pub struct AccessLog {
 pub struct Entry<'a> {
     /// The client address (`-` when unknown).
     pub peer: Option<IpAddr>,
-    /// `GET /path HTTP/1.1`, or `None` for an unparsable request (`"-"`).
-    pub request: Option<(&'a [u8], &'a [u8], u8)>,
+    /// Method, target and protocol (`GET /path HTTP/1.1`), or `None` for
+    /// an unparsable request (`"-"`).
+    pub request: Option<(&'a [u8], &'a [u8], &'static str)>,
     /// The status sent.
     pub status: u16,
     /// Body bytes sent.
@@ -103,12 +104,12 @@ impl AccessLog {
         b.extend_from_slice(&self.stamp);
         b.extend_from_slice(b"] \"");
         match e.request {
-            Some((method, target, minor)) => {
+            Some((method, target, protocol)) => {
                 push_escaped(b, method);
                 b.push(b' ');
                 push_escaped(b, target);
-                b.extend_from_slice(b" HTTP/1.");
-                b.push(b'0' + minor);
+                b.push(b' ');
+                b.extend_from_slice(protocol.as_bytes());
             }
             None => b.push(b'-'),
         }

@@ -2,8 +2,16 @@
 //! headers (on by default) and HSTS (`--hsts`). A site may set any of them in
 //! `_headers`; the pack then marks the variant (`Variant::overrides`) and the
 //! site's line is the one sent. Every combination is prepared once at start,
-//! as HTTP/1 lines and as an HPACK block for HTTP/2, so a response only
+//! as HTTP/1 lines and as HPACK blocks for HTTP/2, so a response only
 //! indexes a table.
+//!
+//! HTTP/2 sends these fields, with `server: kiln`, on every response of a
+//! connection: about 150 of a small response's 260 header bytes. So a
+//! connection's first response inserts them into the client's dynamic
+//! table (`hpack_indexing`), and the later ones name them by index, a byte
+//! each (`hpack_indexed`): kiln never inserts anything else, so the indices
+//! stay put. `hpack` is the stateless form, for responses whose set differs
+//! from the one inserted, or when the client's table is too small.
 
 use crate::pack::format::SERVER_HEADERS;
 
@@ -26,6 +34,54 @@ pub struct ServerHeaders {
     blocks: Vec<Vec<u8>>,
     /// The same fields HPACK-encoded (`hpack::encode_lines`), same index.
     hpack_blocks: Vec<Vec<u8>>,
+    /// `server: kiln` and the same fields, inserted into the dynamic table
+    /// as they are decoded; same index.
+    indexing_blocks: Vec<Vec<u8>>,
+    /// What `indexing_blocks` then sends again: one table index per field.
+    indexed_blocks: Vec<Vec<u8>>,
+    /// The room `indexing_blocks` takes in a dynamic table (RFC 7541 §4.1).
+    table_sizes: Vec<usize>,
+}
+
+/// `server: kiln`, which HTTP/2 sends on every response (HTTP/1 sends its
+/// `Server` line with the pack's block).
+const SERVER_FIELD: (&[u8], &[u8]) = (b"server", b"kiln");
+
+/// The three forms of HTTP/2's fields for one set of lines: inserting,
+/// indexed, and the table room taken.
+fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
+    let fields: Vec<(&[u8], &[u8])> = std::iter::once(SERVER_FIELD)
+        .chain(crate::hpack::fields(lines))
+        .filter(|(name, _)| !crate::hpack::is_connection_specific(name))
+        .collect();
+    let mut indexing = Vec::new();
+    let mut static_refs = Vec::new();
+    let mut size = 0;
+    for (name, value) in &fields {
+        let start = indexing.len();
+        let inserted = crate::hpack::encode_field_indexing(name, value, &mut indexing);
+        if inserted {
+            size += name.len() + value.len() + 32;
+            static_refs.push(None);
+        } else {
+            static_refs.push(Some(indexing[start..].to_vec()));
+        }
+    }
+    // The field inserted last is the first dynamic index.
+    let inserted = static_refs.iter().filter(|r| r.is_none()).count();
+    let mut indexed = Vec::new();
+    let mut nth = 0;
+    for reference in static_refs {
+        match reference {
+            Some(bytes) => indexed.extend_from_slice(&bytes),
+            None => {
+                let index = crate::hpack::FIRST_DYNAMIC_INDEX + inserted - 1 - nth;
+                crate::hpack::encode_indexed(index, &mut indexed);
+                nth += 1;
+            }
+        }
+    }
+    (indexing, indexed, size)
 }
 
 impl ServerHeaders {
@@ -56,10 +112,27 @@ impl ServerHeaders {
                 block
             })
             .collect();
+        let (mut indexing_blocks, mut indexed_blocks, mut table_sizes) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for lines in &blocks {
+            let (indexing, indexed, size) = indexing_forms(lines);
+            indexing_blocks.push(indexing);
+            indexed_blocks.push(indexed);
+            table_sizes.push(size);
+        }
         ServerHeaders {
             blocks,
             hpack_blocks,
+            indexing_blocks,
+            indexed_blocks,
+            table_sizes,
         }
+    }
+
+    /// The set `overrides` stands for: responses with equal keys send the
+    /// same fields.
+    pub fn key(&self, overrides: u8) -> u8 {
+        (overrides as usize & (self.blocks.len() - 1)) as u8
     }
 
     /// The lines to send when the response itself sets the `overrides` ones.
@@ -71,6 +144,20 @@ impl ServerHeaders {
     /// table, for HTTP/2.
     pub fn hpack(&self, overrides: u8) -> &[u8] {
         &self.hpack_blocks[overrides as usize & (self.hpack_blocks.len() - 1)]
+    }
+
+    /// `server: kiln` and the fields of `lines(overrides)`, inserted into
+    /// the client's dynamic table as they are decoded, and the room they
+    /// take there.
+    pub fn hpack_indexing(&self, overrides: u8) -> (&[u8], usize) {
+        let key = usize::from(self.key(overrides));
+        (&self.indexing_blocks[key], self.table_sizes[key])
+    }
+
+    /// The same fields once `hpack_indexing(overrides)` was the only
+    /// insertion into the client's table: an index each.
+    pub fn hpack_indexed(&self, overrides: u8) -> &[u8] {
+        &self.indexed_blocks[usize::from(self.key(overrides))]
     }
 }
 
@@ -132,5 +219,42 @@ mod tests {
         let all = ServerHeaders::new(true, true);
         assert!(all.hpack(0).len() < all.lines(0).len());
         assert!(ServerHeaders::new(false, false).hpack(0).is_empty());
+    }
+
+    /// The inserting block, then the indexed one, decode on one decoder to
+    /// the same fields as `server: kiln` and `hpack`, and take the room
+    /// they say in its table.
+    #[test]
+    fn indexed_blocks_name_what_the_indexing_block_inserted() {
+        let decode = |decoder: &mut crate::hpack::Decoder, block: &[u8]| {
+            let mut fields = Vec::new();
+            decoder
+                .decode(block, &mut Vec::new(), usize::MAX, |name, value| {
+                    fields.push((name.to_vec(), value.to_vec()));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            fields
+        };
+        for (security, hsts) in [(true, true), (false, false)] {
+            let headers = ServerHeaders::new(security, hsts);
+            for overrides in 0..64u8 {
+                let mut stateless = vec![(b"server".to_vec(), b"kiln".to_vec())];
+                stateless.extend(decode(
+                    &mut crate::hpack::Decoder::new(0),
+                    headers.hpack(overrides),
+                ));
+                let (indexing, size) = headers.hpack_indexing(overrides);
+                let indexed = headers.hpack_indexed(overrides);
+                let mut decoder = crate::hpack::Decoder::new(4096);
+                assert_eq!(decode(&mut decoder, indexing), stateless);
+                for _ in 0..3 {
+                    assert_eq!(decode(&mut decoder, indexed), stateless);
+                }
+                assert_eq!(indexed.len(), stateless.len(), "an index of one byte each");
+                assert!(size <= 4096);
+            }
+        }
+        assert!(ServerHeaders::new(true, true).hpack_indexing(0).1 > 0);
     }
 }

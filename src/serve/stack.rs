@@ -16,6 +16,7 @@ use super::access_log::{AccessLog, Sink};
 use super::date::DateCache;
 use super::handler::{Scratch, Site};
 use super::http1;
+use super::http2;
 use super::net::{self, Backing, Output, Step, Wait};
 use super::server_headers::ServerHeaders;
 use super::tls::TlsSession;
@@ -101,6 +102,9 @@ pub struct Protocols {
     plain_in: Vec<u8>,
     /// HTTP/1's output on a TLS connection, before encryption.
     plain_out: Output,
+    /// HTTP/2's buffers for decoding requests, shared by the thread's
+    /// connections.
+    h2: http2::Scratch,
     /// The handler's reusable buffers.
     scratch: Scratch,
     /// The `Date` line, reformatted once a second.
@@ -126,13 +130,98 @@ pub struct Session {
     /// No request was answered yet: on TLS the handshake and the first
     /// request share the header deadline.
     answered: bool,
-    /// HTTP/1 has requests left over from a full batch, to serve once the
-    /// TLS session's unsent output is out.
-    http1_more: bool,
+    /// The protocol has output left (HTTP/1 requests from a full batch,
+    /// HTTP/2 DATA), to produce once the TLS session's unsent output is
+    /// out.
+    proto_more: bool,
     /// The step that left TLS output unsent, answered again by `resume`.
     last: Step,
-    /// The HTTP/1 state between reads.
-    http1: http1::Conn,
+    /// On TLS: the protocol was chosen by ALPN once the handshake ended.
+    alpn_done: bool,
+    /// The protocol's state between reads.
+    proto: Protocol,
+}
+
+/// The HTTP version a connection speaks, with its state.
+enum Protocol {
+    /// HTTP/1.1, the default. `sniffed`: on a new cleartext connection,
+    /// how much of the HTTP/2 preface the client sent so far (h2c by prior
+    /// knowledge); `None` once it sent anything else, and on TLS, where
+    /// ALPN decides.
+    Http1 {
+        conn: http1::Conn,
+        sniffed: Option<u8>,
+    },
+    /// HTTP/2; boxed, as its state is larger than HTTP/1's.
+    Http2(Box<http2::Conn>),
+}
+
+/// Hands plaintext to the connection's protocol; output goes to `out`.
+fn protocol_input(
+    proto: &mut Protocol,
+    ctx: &mut http1::Context<'_>,
+    h2: &mut http2::Scratch,
+    bytes: &[u8],
+    out: &mut Output,
+) -> Step {
+    let preface = http2::frame::PREFACE;
+    match proto {
+        Protocol::Http1 {
+            conn,
+            sniffed: Some(seen),
+        } => {
+            let seen_len = usize::from(*seen);
+            let want = &preface[seen_len..];
+            let k = bytes.len().min(want.len());
+            if bytes[..k] == want[..k] {
+                if seen_len + k < preface.len() {
+                    *seen = (seen_len + k) as u8;
+                    return Step {
+                        wait: Wait::Request { fresh: false },
+                        ..IDLE_STEP
+                    };
+                }
+                let mut conn = Box::new(http2::Conn::after_preface());
+                let step = conn.input(&bytes[k..], ctx, h2, out);
+                *proto = Protocol::Http2(conn);
+                return step;
+            }
+            let seen_len = usize::from(*seen);
+            let step = if seen_len == 0 {
+                conn.input(bytes, ctx, out)
+            } else {
+                // Rare: a request that began like the preface.
+                let mut joined = preface[..seen_len].to_vec();
+                joined.extend_from_slice(bytes);
+                conn.input(&joined, ctx, out)
+            };
+            if let Protocol::Http1 { sniffed, .. } = proto {
+                *sniffed = None;
+            }
+            step
+        }
+        Protocol::Http1 {
+            conn,
+            sniffed: None,
+        } => conn.input(bytes, ctx, out),
+        Protocol::Http2(conn) => conn.input(bytes, ctx, h2, out),
+    }
+}
+
+/// Asks the protocol for the output it has without input.
+fn protocol_resume(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut Output) -> Step {
+    match proto {
+        Protocol::Http1 { conn, .. } => conn.resume(ctx, out),
+        Protocol::Http2(conn) => conn.resume(ctx, out),
+    }
+}
+
+/// The header deadline passed: the protocol's last words.
+fn protocol_timeout(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut Output) {
+    match proto {
+        Protocol::Http1 { conn, .. } => conn.timeout(ctx, out),
+        Protocol::Http2(conn) => conn.timeout(out),
+    }
 }
 
 impl Protocols {
@@ -152,6 +241,7 @@ impl Protocols {
             tls,
             plain_in: Vec::with_capacity(64 * 1024),
             plain_out: Output::new(64 * 1024, sendfile_min),
+            h2: http2::Scratch::default(),
             scratch: Scratch::default(),
             date: DateCache::new(),
             draining: false,
@@ -213,7 +303,7 @@ impl Protocols {
             Ok(unsent) => unsent,
             Err(_) => return FAILED_STEP,
         };
-        session.http1_more = step.more;
+        session.proto_more = step.more;
         let wait = match step.wait {
             Wait::Idle if !session.answered => Wait::Request { fresh: false },
             wait => wait,
@@ -263,9 +353,13 @@ impl net::Stack for Protocols {
             tls,
             broken,
             answered: false,
-            http1_more: false,
+            proto_more: false,
             last: IDLE_STEP,
-            http1: http1::Conn::default(),
+            alpn_done: false,
+            proto: Protocol::Http1 {
+                conn: http1::Conn::default(),
+                sniffed: (listener == CLEARTEXT).then_some(0),
+            },
         }
     }
 
@@ -275,7 +369,7 @@ impl net::Stack for Protocols {
         }
         let Some(tls) = session.tls.as_mut() else {
             let mut ctx = context!(self, session);
-            return session.http1.input(bytes, &mut ctx, out);
+            return protocol_input(&mut session.proto, &mut ctx, &mut self.h2, bytes, out);
         };
         self.plain_in.clear();
         if tls.receive(bytes, &mut self.plain_in, out).is_err() {
@@ -290,12 +384,22 @@ impl net::Stack for Protocols {
                 ..IDLE_STEP
             };
         }
+        if !session.alpn_done {
+            session.alpn_done = true;
+            if tls.alpn_protocol() == Some(b"h2") {
+                session.proto = Protocol::Http2(Box::default());
+            }
+        }
         let plain_in = std::mem::take(&mut self.plain_in);
         self.plain_out.clear();
         let mut ctx = context!(self, session);
-        let step = session
-            .http1
-            .input(&plain_in, &mut ctx, &mut self.plain_out);
+        let step = protocol_input(
+            &mut session.proto,
+            &mut ctx,
+            &mut self.h2,
+            &plain_in,
+            &mut self.plain_out,
+        );
         self.plain_in = plain_in;
         self.seal_tls(session, step, out)
     }
@@ -303,7 +407,7 @@ impl net::Stack for Protocols {
     fn resume(&mut self, session: &mut Session, out: &mut Output) -> Step {
         let Some(tls) = session.tls.as_mut() else {
             let mut ctx = context!(self, session);
-            return session.http1.resume(&mut ctx, out);
+            return protocol_resume(&mut session.proto, &mut ctx, out);
         };
         if tls.has_unsent() {
             let unsent = match tls.resume(out) {
@@ -311,16 +415,16 @@ impl net::Stack for Protocols {
                 Err(_) => return FAILED_STEP,
             };
             return Step {
-                more: unsent || session.http1_more,
+                more: unsent || session.proto_more,
                 ..session.last
             };
         }
-        if !session.http1_more {
+        if !session.proto_more {
             return session.last;
         }
         self.plain_out.clear();
         let mut ctx = context!(self, session);
-        let step = session.http1.resume(&mut ctx, &mut self.plain_out);
+        let step = protocol_resume(&mut session.proto, &mut ctx, &mut self.plain_out);
         self.seal_tls(session, step, out)
     }
 
@@ -329,7 +433,7 @@ impl net::Stack for Protocols {
             None => {
                 let mut ctx = context!(self, session);
                 ctx.draining = true;
-                session.http1.timeout(&mut ctx, out);
+                protocol_timeout(&mut session.proto, &mut ctx, out);
             }
             // A client that stalls mid-handshake gets no answer.
             Some(tls) if tls.is_handshaking() => {}
@@ -337,7 +441,7 @@ impl net::Stack for Protocols {
                 self.plain_out.clear();
                 let mut ctx = context!(self, session);
                 ctx.draining = true;
-                session.http1.timeout(&mut ctx, &mut self.plain_out);
+                protocol_timeout(&mut session.proto, &mut ctx, &mut self.plain_out);
                 let close = Step {
                     close: true,
                     ..IDLE_STEP
@@ -348,10 +452,22 @@ impl net::Stack for Protocols {
     }
 
     fn goodbye(&mut self, session: &mut Session, out: &mut Output) {
-        if let Some(tls) = session.tls.as_mut()
-            && !tls.is_handshaking()
-        {
-            tls.close_notify(out);
+        let Protocol::Http2(conn) = &mut session.proto else {
+            if let Some(tls) = session.tls.as_mut()
+                && !tls.is_handshaking()
+            {
+                tls.close_notify(out);
+            }
+            return;
+        };
+        // HTTP/2 says GOAWAY first (and over TLS, close_notify after it).
+        match session.tls.as_mut() {
+            None => conn.goodbye(out),
+            Some(tls) => {
+                self.plain_out.clear();
+                conn.goodbye(&mut self.plain_out);
+                let _ = tls.send(&self.plain_out, &self.backing, true, out);
+            }
         }
     }
 

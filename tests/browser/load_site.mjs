@@ -5,6 +5,8 @@
 // runs it and judges the result; this script only records.
 //
 // Usage: node load_site.mjs CHROMIUM_PATH BASE_URL PATH...
+// CHROMIUM_ARGS (environment, space-separated): extra browser flags, such
+// as --disable-http2 for the HTTP/1.1 run.
 
 import { chromium } from "playwright-core";
 
@@ -85,6 +87,7 @@ async function main() {
     // container often lacks the namespaces the sandbox needs; the browser
     // loads only the test's own server.
     chromiumSandbox: false,
+    args: (process.env.CHROMIUM_ARGS ?? "").split(" ").filter(Boolean),
   });
   try {
     const pages = [];

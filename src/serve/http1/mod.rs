@@ -8,6 +8,7 @@ pub mod parse;
 pub mod request_line;
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
@@ -48,7 +49,7 @@ pub struct Batch {
 /// Everything a batch needs besides the bytes; borrowed from the thread.
 pub struct Context<'w> {
     /// What requests are answered from.
-    pub site: &'w Site,
+    pub site: &'w Arc<Site>,
     /// The handler's reusable buffers.
     pub scratch: &'w mut Scratch,
     /// This second's `Date` line.
@@ -248,6 +249,10 @@ pub fn serve_batch(
                 batch.close = true;
                 break;
             }
+            Parsed::NotHttp => {
+                batch.close = true;
+                break;
+            }
             Parsed::Complete(head) => head,
         };
         // As much of the body as has arrived is read before answering, so
@@ -292,7 +297,15 @@ pub fn serve_batch(
                 ctx.date.second(),
                 &Entry {
                     peer: ctx.peer,
-                    request: Some((head.method_token, req.target, head.minor_version)),
+                    request: Some((
+                        head.method_token,
+                        req.target,
+                        if head.minor_version == 0 {
+                            "HTTP/1.0"
+                        } else {
+                            "HTTP/1.1"
+                        },
+                    )),
                     status: resp.status,
                     bytes: sent,
                     referer: head.referer,

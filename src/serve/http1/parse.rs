@@ -51,6 +51,8 @@ pub enum Parsed<'b> {
     Partial,
     /// The request cannot be served; answer with this status and close.
     Error(u16),
+    /// Not HTTP at all (see `Line::NotHttp`): close without answering.
+    NotHttp,
 }
 
 fn parse_length(value: &[u8]) -> Option<u64> {
@@ -203,6 +205,7 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
                 Line::Complete(line) => line,
                 Line::Partial => return partial(buf),
                 Line::Error(status) => return Parsed::Error(status),
+                Line::NotHttp => return Parsed::NotHttp,
             };
             let fields = if line.minor <= 1 {
                 // Complete heads took the fast path: this one is partial.
@@ -324,6 +327,7 @@ mod tests {
             Parsed::Complete(_) => None,
             Parsed::Partial => Some(0),
             Parsed::Error(s) => Some(s),
+            Parsed::NotHttp => panic!("{raw:?} taken for another protocol"),
         }
     }
 

@@ -2,7 +2,8 @@
 //! HTTP-version`, checked here because httparse knows only HTTP/1.0 and
 //! HTTP/1.1. A later 1.x minor is served as HTTP/1.1 (RFC 9110 §2.5, §6.2),
 //! another major gets 505, a version that is not `HTTP/` digit `.` digit
-//! gets 400, and a line too long gets 414 however it arrives. The grammar
+//! gets 400 (no answer at all when it does not even start with `H`: that
+//! is another protocol), and a line too long gets 414 however it arrives. The grammar
 //! is httparse's (token method, single spaces, a target of visible ASCII or
 //! UTF-8, CRLF or a bare LF), so the two always agree on a line.
 
@@ -29,6 +30,12 @@ pub enum Line<'b> {
     Partial,
     /// Answer with this status and close.
     Error(u16),
+    /// A line whose third word is not even the start of an HTTP version:
+    /// the client speaks another protocol (on a cleartext listener, most
+    /// likely HTTP/2 with a broken preface, a connection error that closes
+    /// the connection: RFC 9113 §3.4). Close without answering: an
+    /// HTTP/1 response would be noise to it.
+    NotHttp,
 }
 
 /// A byte class as a table: one load per byte of every request line and
@@ -136,7 +143,12 @@ pub fn parse(buf: &[u8]) -> Line<'_> {
             _ => b == *want,
         };
         if !fits {
-            return Line::Error(400);
+            let other_protocol = i == 0 && is_token_byte(b) && !b.eq_ignore_ascii_case(&b'H');
+            return if other_protocol {
+                Line::NotHttp
+            } else {
+                Line::Error(400)
+            };
         }
     }
     let content_end = version_start + 8;
@@ -248,6 +260,8 @@ mod tests {
         for (prefix, want) in [
             ("GET /x HTTP/2", Line::Partial),
             ("GET /x HTTX", Line::Error(400)),
+            ("INVALID CONNECTION PREFACE", Line::NotHttp),
+            ("GET / SSH-2.0", Line::NotHttp),
             ("GET /x\t", Line::Error(400)),
             ("GE\x01", Line::Error(400)),
         ] {

@@ -9,13 +9,20 @@
 //! - `priority.rs` — RFC 9218 priorities: the `priority` request header
 //!   and the PRIORITY_UPDATE payload, the same Structured Fields
 //!   dictionary.
-//! - later `conn.rs` — the connection: preface, SETTINGS exchange, stream
-//!   states, flow control, field blocks across CONTINUATION frames, and
-//!   requests handed to `handler::answer` like HTTP/1's.
+//! - `request.rs` — a request's header section: fields checked as HPACK
+//!   hands them out (RFC 9113 §8.2, §8.3), those the handler reads kept.
+//! - `conn.rs` — the connection: preface, SETTINGS exchange, stream
+//!   states, flow control, field blocks across CONTINUATION frames,
+//!   requests handed to `handler::answer` like HTTP/1's, DATA scheduled by
+//!   RFC 9218 priorities, and the limits that keep a client honest.
 //!
 //! Field blocks are HPACK-coded (RFC 7541); the codec lives in
 //! `crate::hpack`, apart from this module: the frame layer only carries a
 //! block's bytes, and HPACK knows nothing of frames.
 
+pub mod conn;
 pub mod frame;
 pub mod priority;
+pub mod request;
+
+pub use conn::{Conn, Scratch};

@@ -86,6 +86,11 @@ pub enum Wait {
     /// one was answered), which restarts the deadline; otherwise the
     /// deadline set by the first byte keeps running.
     Request { fresh: bool },
+    /// A response is in flight but waits on the peer, not on the socket
+    /// (an HTTP/2 stream whose flow-control window is closed): the header
+    /// deadline, as `Request`. Not idle: shutdown lets it finish, as it
+    /// does a response whose output the socket has not taken yet.
+    Response { fresh: bool },
 }
 
 /// The stack's answer to input (or to a `resume`).

@@ -69,6 +69,9 @@ struct Conn<S> {
     close_after: bool,
     /// With `close_after`: linger before closing (see `Step::linger`).
     linger: bool,
+    /// The stack's last step said `Wait::Response`: a response is in
+    /// flight though nothing is pending, so shutdown does not close it.
+    in_flight: bool,
     /// Monotonic milliseconds at which `phase` times out.
     deadline: u64,
     /// The stack has more output to give without input: ask for it before
@@ -89,6 +92,7 @@ impl<S> Conn<S> {
             phase: Phase::Idle,
             close_after: false,
             linger: true,
+            in_flight: false,
             deadline: u64::MAX,
             more: false,
             pending: None,
@@ -406,12 +410,13 @@ impl<S: Stack> Worker<S> {
     fn after_step(&mut self, idx: usize, step: Step) {
         let conn = &mut self.conns[idx];
         conn.more = step.more;
+        conn.in_flight = matches!(step.wait, Wait::Response { .. });
         if step.close {
             conn.close_after = true;
             conn.linger = step.linger;
         } else {
             match step.wait {
-                Wait::Request { fresh } => {
+                Wait::Request { fresh } | Wait::Response { fresh } => {
                     if conn.phase != Phase::Head || fresh {
                         conn.phase = Phase::Head;
                         conn.deadline = self.now + self.config.header_timeout_ms;
@@ -454,7 +459,8 @@ impl<S: Stack> Worker<S> {
             Flush::Blocked(_) => conn.deadline = self.now + self.config.send_timeout_ms,
             Flush::Done => {
                 conn.pending = None;
-                if !conn.more && (conn.close_after || self.drain_deadline.is_some()) {
+                let drained = self.drain_deadline.is_some() && !conn.in_flight;
+                if !conn.more && (conn.close_after || drained) {
                     self.finish(idx);
                     return;
                 }
@@ -516,7 +522,12 @@ impl<S: Stack> Worker<S> {
         self.listeners.clear();
         for idx in 0..self.conns.len() {
             let c = &self.conns[idx];
-            if c.fd >= 0 && c.pending.is_none() && !c.more && c.phase != Phase::Lingering {
+            if c.fd >= 0
+                && c.pending.is_none()
+                && !c.more
+                && !c.in_flight
+                && c.phase != Phase::Lingering
+            {
                 self.close_idle(idx);
             }
         }
