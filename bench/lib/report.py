@@ -446,8 +446,8 @@ METHOD = """\
   those runs are not used for throughput).
 - TLS cases (`tls-*`): every server presents the same self-signed ECDSA P-256
   certificate (made once with openssl into bench/work/tls/); wrk (OpenSSL) negotiates
-  TLS 1.3 with X25519 and resumes its session on every new connection (`SSL_clear`
-  keeps it; a profile of kiln shows no certificate signature), so `tls-handshake-c128`
+  TLS 1.3 with X25519 and resumes its session on every new connection (a profile
+  of kiln shows no certificate signature), so `tls-handshake-c128`
   (a `Connection: close` request per connection) is one resumed handshake per request.
   nginx and h2o use the distribution's OpenSSL; kiln uses rustls (aws-lc-rs).
 - HTTP/2 cases (`h2c-*`: cleartext, h2c by prior knowledge; `h2-*`: TLS 1.3, h2 by ALPN,

@@ -13,31 +13,19 @@
 #![no_main]
 
 use std::cell::RefCell;
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
 
-use kiln::pack::Pack;
 use kiln::serve::date::DateCache;
-use kiln::serve::handler::{Scratch, Site};
+use kiln::serve::handler::Scratch;
 use kiln::serve::http1::parse::MAX_HEAD;
 use kiln::serve::http1::{Context, Discard, MAX_BATCH, serve_batch};
 use kiln::serve::output::Output;
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
 
+mod example_site;
 mod read_sizes;
+use example_site::site;
 use read_sizes::read_sizes;
-
-fn site() -> &'static Arc<Site> {
-    static SITE: OnceLock<Arc<Site>> = OnceLock::new();
-    SITE.get_or_init(|| {
-        let pack = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/seeds/pack_reader/example-site.pack"
-        );
-        Site::from_pack(Pack::open(Path::new(pack)).expect("the example-site seed pack"))
-    })
-}
 
 /// What a serving thread keeps from one connection to the next, reused
 /// across inputs as the thread reuses it across connections (and because

@@ -15,13 +15,10 @@
 #![no_main]
 
 use std::cell::RefCell;
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
 
 use kiln::hpack::Decoder;
-use kiln::pack::Pack;
 use kiln::serve::date::DateCache;
-use kiln::serve::handler::{Scratch, Site};
+use kiln::serve::handler::Scratch;
 use kiln::serve::http1::Context;
 use kiln::serve::http2::frame::{self, frame_type};
 use kiln::serve::http2::{Conn, Scratch as H2Scratch};
@@ -30,23 +27,14 @@ use kiln::serve::output::{Output, Seg};
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
 
+mod example_site;
 mod read_sizes;
+use example_site::site;
 use read_sizes::read_sizes;
 
 /// At most this many `resume` calls after one read: each sends at least a
 /// frame, and no response of the example site needs this many.
 const MAX_RESUMES: usize = 10_000;
-
-fn site() -> &'static Arc<Site> {
-    static SITE: OnceLock<Arc<Site>> = OnceLock::new();
-    SITE.get_or_init(|| {
-        let pack = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/seeds/pack_reader/example-site.pack"
-        );
-        Site::from_pack(Pack::open(Path::new(pack)).expect("the example-site seed pack"))
-    })
-}
 
 /// What a serving thread keeps from one connection to the next.
 struct Thread {

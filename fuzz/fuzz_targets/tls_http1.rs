@@ -18,11 +18,8 @@
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use kiln::pack::Pack;
-use kiln::serve::handler::Site;
 use kiln::serve::net::{Output, Seg, Stack, Step};
 use kiln::serve::server_headers::ServerHeaders;
 use kiln::serve::stack::{self, CurrentSite, Protocols, StackConfig};
@@ -31,7 +28,9 @@ use libfuzzer_sys::fuzz_target;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
+mod example_site;
 mod read_sizes;
+use example_site::site;
 use read_sizes::read_sizes;
 
 /// At most this many turns of the stack per input: every turn consumes
@@ -49,17 +48,6 @@ struct Fixture {
 
 thread_local! {
     static FIXTURE: RefCell<Fixture> = RefCell::new(fixture());
-}
-
-fn site() -> Arc<Site> {
-    static SITE: OnceLock<Arc<Site>> = OnceLock::new();
-    Arc::clone(SITE.get_or_init(|| {
-        let pack = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/seeds/pack_reader/example-site.pack"
-        );
-        Site::from_pack(Pack::open(Path::new(pack)).expect("the example-site seed pack"))
-    }))
 }
 
 fn fixture() -> Fixture {
@@ -81,7 +69,7 @@ fn fixture() -> Fixture {
         access_log: None,
         https_redirect: None,
     };
-    let current = Arc::new(CurrentSite::new(site(), Some(server)));
+    let current = Arc::new(CurrentSite::new(Arc::clone(site()), Some(server)));
     let mut protocols = Protocols::new(current, Arc::new(config), u64::MAX);
     protocols.begin_turn(1_700_000_000, false);
     Fixture {
