@@ -31,8 +31,9 @@ use clap::Args;
 use crate::pack::{Pack, verify};
 use handler::Site;
 use listen::Listen;
-use net::worker::{LoopConfig, Worker};
-use net::{Shared, Waker};
+use net::uring::UringWorker;
+use net::worker::Worker;
+use net::{EventLoop, LoopConfig, Shared, Waker};
 use server_headers::ServerHeaders;
 use stack::{CurrentSite, Protocols, StackConfig};
 
@@ -71,6 +72,11 @@ pub struct ServeArgs {
     /// ACME challenges under /.well-known/acme-challenge/, still served.
     #[arg(long, requires = "listen_tls")]
     pub redirect_https: bool,
+    /// Connection layer: io_uring (`uring`), epoll (`epoll`), or io_uring
+    /// where the kernel offers every operation kiln needs, else epoll
+    /// (`auto`; the choice is logged).
+    #[arg(long, value_enum, default_value_t = net::Io::Auto, value_name = "auto|uring|epoll")]
+    pub io: net::Io,
     /// Event-loop threads (default: number of cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -416,9 +422,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let shared = Arc::new(Shared::default());
     let current = Arc::new(CurrentSite::new(site, tls_config));
+    let uring = match args.io {
+        net::Io::Epoll => false,
+        net::Io::Uring => {
+            net::uring::probe().context("--io uring: io_uring is not usable here")?;
+            true
+        }
+        net::Io::Auto => match net::uring::probe() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!("io_uring is not usable here ({e}); serving with epoll");
+                false
+            }
+        },
+    };
+    tracing::info!(
+        "connection layer: {}",
+        if uring { "io_uring" } else { "epoll" }
+    );
     let mut wakers = Vec::new();
-    let mut handles = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
+    let mut loops = Vec::new();
+    for l in listeners {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
         let stack = Protocols::new(
@@ -426,11 +450,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             Arc::clone(&stack_config),
             args.sendfile_min,
         );
-        let worker = Worker::new(l, waker, Arc::clone(&shared), Arc::clone(&config), stack)?;
+        let (shared, config) = (Arc::clone(&shared), Arc::clone(&config));
+        loops.push(if uring {
+            EventLoop::Uring(
+                UringWorker::new(l, waker, shared, config, stack)
+                    .context("cannot set up io_uring")?,
+            )
+        } else {
+            EventLoop::Epoll(Worker::new(l, waker, shared, config, stack)?)
+        });
+    }
+    let mut handles = Vec::new();
+    for (i, event_loop) in loops.into_iter().enumerate() {
         handles.push(
             std::thread::Builder::new()
                 .name(format!("kiln-loop-{i}"))
-                .spawn(move || worker.run())?,
+                .spawn(move || event_loop.run())?,
         );
     }
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();

@@ -330,6 +330,10 @@ impl net::Stack for Protocols {
         }
     }
 
+    fn wants_peer(&self) -> bool {
+        self.log.is_some()
+    }
+
     fn open(&mut self, listener: u32, peer: Option<IpAddr>) -> Session {
         let mut broken = false;
         let tls = match (listener, &self.tls) {

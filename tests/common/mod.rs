@@ -5,7 +5,8 @@
 //! With `KILN_TEST_TLS=1` in the environment, every server also listens
 //! with TLS (a self-signed certificate) and `Server::connect` speaks TLS
 //! to it: the same tests then run over HTTPS (`./test` runs the serve
-//! suite both ways).
+//! suite both ways). `KILN_TEST_IO=uring|epoll` picks the connection layer
+//! of every server started (`--io`); `./test` runs the suite on both.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -499,6 +500,11 @@ impl Server {
             };
         }
         command.arg("serve").args(args);
+        if let Some(io) = std::env::var_os("KILN_TEST_IO")
+            && !args.contains(&"--io")
+        {
+            command.arg("--io").arg(io);
+        }
         for value in &launch.listen {
             command.args(["--listen", value]);
         }

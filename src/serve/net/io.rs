@@ -110,69 +110,92 @@ pub fn send(
             }
             continue;
         }
-        let mut count = 0;
-        let mut total = 0usize;
-        let limit = iov.len().min(IOV_MAX);
-        for seg in &segs[next..] {
-            let slice: &[u8] = match *seg {
-                Seg::Own { start, end } => &bytes[start..end],
-                Seg::Mapped { off, len } => match map.get(off..off + len) {
-                    Some(s) => s,
-                    None => return Flush::Failed,
-                },
-                Seg::File { .. } => break,
-            };
-            if count == limit {
-                break;
-            }
-            iov[count] = libc::iovec {
-                iov_base: slice.as_ptr() as *mut libc::c_void,
-                iov_len: slice.len(),
-            };
-            count += 1;
-            total += slice.len();
-        }
+        let Some((count, total)) = gather(bytes, map, &segs[next..], &mut iov) else {
+            return Flush::Failed;
+        };
         // SAFETY: every iovec points into `bytes` or the mapping, both alive.
         let n = unsafe { libc::writev(fd, iov.as_ptr(), count as i32) };
-        let mut sent = match classify(n) {
+        let sent = match classify(n) {
             Io::Done(n) => n,
             Io::Interrupted => continue,
             Io::WouldBlock => return Flush::Blocked(next),
             Io::Closed => return Flush::Failed,
         };
-        let complete = sent == total;
-        while sent > 0 {
-            let seg_len = match segs[next] {
-                Seg::Own { start, end } => end - start,
-                Seg::Mapped { len, .. } => len,
-                Seg::File { .. } => unreachable!("writev never covers a file segment"),
-            };
-            if sent >= seg_len {
-                sent -= seg_len;
-                next += 1;
-            } else {
-                segs[next] = match segs[next] {
-                    Seg::Own { start, end } => Seg::Own {
-                        start: start + sent,
-                        end,
-                    },
-                    Seg::Mapped { off, len } => Seg::Mapped {
-                        off: off + sent,
-                        len: len - sent,
-                    },
-                    file => file,
-                };
-                sent = 0;
-            }
-        }
-        while next < segs.len() && matches!(segs[next], Seg::Own { start, end } if start == end) {
-            next += 1;
-        }
-        if !complete {
+        next = advance(segs, next, sent);
+        if sent != total {
             return Flush::Blocked(next);
         }
     }
     Flush::Done
+}
+
+/// Points `iov` at the segments of `segs` up to the first file segment
+/// (or as many as `iov` and IOV_MAX hold), with `bytes` for `Own` and
+/// `map` for `Mapped` segments. Returns how many iovecs were filled and
+/// their total length; `None` when a mapped segment lies outside `map`.
+pub fn gather(
+    bytes: &[u8],
+    map: &[u8],
+    segs: &[Seg],
+    iov: &mut [libc::iovec],
+) -> Option<(usize, usize)> {
+    let mut count = 0;
+    let mut total = 0usize;
+    let limit = iov.len().min(IOV_MAX);
+    for seg in segs {
+        let slice: &[u8] = match *seg {
+            Seg::Own { start, end } => &bytes[start..end],
+            Seg::Mapped { off, len } => map.get(off..off.checked_add(len)?)?,
+            Seg::File { .. } => break,
+        };
+        if count == limit {
+            break;
+        }
+        iov[count] = libc::iovec {
+            iov_base: slice.as_ptr() as *mut libc::c_void,
+            iov_len: slice.len(),
+        };
+        count += 1;
+        total += slice.len();
+    }
+    Some((count, total))
+}
+
+/// Marks `sent` bytes from `segs[next..]` as sent: whole segments are
+/// passed, a partly sent one is shortened in place. Returns the first
+/// segment with bytes left (empty `Own` segments skipped).
+pub fn advance(segs: &mut [Seg], mut next: usize, mut sent: usize) -> usize {
+    while sent > 0 && next < segs.len() {
+        let seg_len = match segs[next] {
+            Seg::Own { start, end } => end - start,
+            Seg::Mapped { len, .. } => len,
+            Seg::File { len, .. } => len as usize,
+        };
+        if sent >= seg_len {
+            sent -= seg_len;
+            next += 1;
+        } else {
+            segs[next] = match segs[next] {
+                Seg::Own { start, end } => Seg::Own {
+                    start: start + sent,
+                    end,
+                },
+                Seg::Mapped { off, len } => Seg::Mapped {
+                    off: off + sent,
+                    len: len - sent,
+                },
+                Seg::File { off, len } => Seg::File {
+                    off: off + sent as u64,
+                    len: len - sent as u64,
+                },
+            };
+            sent = 0;
+        }
+    }
+    while next < segs.len() && matches!(segs[next], Seg::Own { start, end } if start == end) {
+        next += 1;
+    }
+    next
 }
 
 /// What became of a freshly assembled batch.

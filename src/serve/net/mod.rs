@@ -7,11 +7,14 @@
 //! segments ([`Output`]) that point into a [`Backing`] (the pack mapping)
 //! or into the output's own buffer. This module imports no handler type.
 
+pub mod clock;
+pub mod conn;
 pub mod io;
 pub mod poller;
+pub mod uring;
 pub mod worker;
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
@@ -52,6 +55,58 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     Ok(socket.into())
+}
+
+/// How often deadlines are checked, in milliseconds.
+pub const SWEEP_MS: u64 = 250;
+/// How long accepting stops after EMFILE/ENFILE or at `--max-connections`.
+pub const ACCEPT_PAUSE_MS: u64 = 100;
+/// How long a closing connection is drained so that the peer reads our
+/// last response instead of a reset.
+pub const LINGER_MS: u64 = 2_000;
+/// How long a shutdown waits for responses in flight.
+pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
+
+/// Settings every loop shares.
+pub struct LoopConfig {
+    /// Time allowed for a whole request head (and any body to skip).
+    pub header_timeout_ms: u64,
+    /// Time an idle keep-alive connection is kept.
+    pub keepalive_timeout_ms: u64,
+    /// Time a client may take without reading any of its response.
+    pub send_timeout_ms: u64,
+    /// Accepting pauses at this many open connections (all threads).
+    pub max_connections: usize,
+    /// Bodies this long or longer are sent with `sendfile`.
+    pub sendfile_min: u64,
+}
+
+/// Which connection layer serves: `--io`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Io {
+    /// io_uring where the kernel offers every operation kiln uses, else
+    /// epoll.
+    Auto,
+    /// io_uring, or fail to start.
+    Uring,
+    /// epoll.
+    Epoll,
+}
+
+/// One thread's event loop, on the back end chosen at start.
+pub enum EventLoop<S: Stack> {
+    Epoll(worker::Worker<S>),
+    Uring(uring::UringWorker<S>),
+}
+
+impl<S: Stack> EventLoop<S> {
+    /// Runs until shutdown has drained.
+    pub fn run(self) -> std::io::Result<()> {
+        match self {
+            EventLoop::Epoll(w) => w.run(),
+            EventLoop::Uring(w) => w.run(),
+        }
+    }
 }
 
 /// State every thread reads and the control thread writes.
@@ -122,6 +177,10 @@ pub trait Stack {
     /// Once per loop turn, before events: `unix_seconds` is the wall clock
     /// (for `Date`), `draining` is set once shutdown began.
     fn begin_turn(&mut self, unix_seconds: i64, draining: bool);
+    /// Whether `open` uses the peer's address (for the access log): a
+    /// back end that must ask the kernel for it separately (io_uring's
+    /// multishot accept reports none) skips that syscall otherwise.
+    fn wants_peer(&self) -> bool;
     /// A connection was accepted on the listener tagged `listener`.
     fn open(&mut self, listener: u32, peer: Option<IpAddr>) -> Self::Session;
     /// Bytes arrived; output to send goes to `out` (cleared by the loop).
@@ -178,6 +237,24 @@ impl Waker {
 
     pub fn raw(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// The peer address an `accept` or `getpeername` filled in.
+pub fn peer_ip(addr: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match addr.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(addr as *const _ as *const libc::sockaddr_in) };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let a: &libc::sockaddr_in6 =
+                unsafe { &*(addr as *const _ as *const libc::sockaddr_in6) };
+            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
+        }
+        _ => None,
     }
 }
 

@@ -7,120 +7,44 @@
 //! An idle connection owns no buffer here: only output the socket has not
 //! taken yet is kept per connection (and whatever its stack keeps).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::clock::{monotonic_ms, unix_seconds};
+use super::conn::{ConnState, Phase};
 use super::io::{self, Flush, Io, Pending, Sent};
 use super::poller::{Event, Poller};
-use super::{Output, Shared, Stack, Step, Wait, Waker};
+use super::{
+    ACCEPT_PAUSE_MS, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step, Waker,
+    peer_ip,
+};
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
-/// How often deadlines are checked, in milliseconds.
-const SWEEP_MS: u64 = 250;
-/// How long accepting stops after EMFILE/ENFILE or at `--max-connections`.
-const ACCEPT_PAUSE_MS: u64 = 100;
-/// How long a closing connection is drained so that the peer reads our
-/// last response instead of a reset.
-const LINGER_MS: u64 = 2_000;
-/// How long a shutdown waits for responses in flight.
-pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
 
 const TOKEN_WAKE: u64 = 1 << 63;
 const TOKEN_LISTENER: u64 = 1 << 62;
-
-/// Settings every loop shares.
-pub struct LoopConfig {
-    /// Time allowed for a whole request head (and any body to skip).
-    pub header_timeout_ms: u64,
-    /// Time an idle keep-alive connection is kept.
-    pub keepalive_timeout_ms: u64,
-    /// Time a client may take without reading any of its response.
-    pub send_timeout_ms: u64,
-    /// Accepting pauses at this many open connections (all threads).
-    pub max_connections: usize,
-    /// Bodies this long or longer are sent with `sendfile`.
-    pub sendfile_min: u64,
-}
-
-/// Where a connection is in its life; decides which deadline applies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// Between requests: the keep-alive deadline.
-    Idle,
-    /// Part of a request has arrived: the header deadline, set when the
-    /// first byte arrived and not moved by later bytes.
-    Head,
-    /// A response is waiting for the socket: the send deadline.
-    Sending,
-    /// Our side is shut down; reading until the peer closes.
-    Lingering,
-}
 
 /// One connection slot.
 struct Conn<S> {
     /// The socket; -1 when the slot is free.
     fd: RawFd,
-    /// Which deadline applies and what a timeout does.
-    phase: Phase,
-    /// Close once `pending` is sent.
-    close_after: bool,
-    /// With `close_after`: linger before closing (see `Step::linger`).
-    linger: bool,
-    /// The stack's last step said `Wait::Response`: a response is in
-    /// flight though nothing is pending, so shutdown does not close it.
-    in_flight: bool,
-    /// Monotonic milliseconds at which `phase` times out.
-    deadline: u64,
-    /// The stack has more output to give without input: ask for it before
-    /// reading again.
-    more: bool,
+    /// Deadlines, closing intent and the protocol stack.
+    state: ConnState<S>,
     /// Output the socket has not taken yet.
     pending: Option<Box<Pending>>,
-    /// The phase to return to once `pending` is sent.
-    after_send: Phase,
-    /// The connection's protocol stack; `None` when the slot is free.
-    session: Option<S>,
 }
 
 impl<S> Conn<S> {
     fn free() -> Conn<S> {
         Conn {
             fd: -1,
-            phase: Phase::Idle,
-            close_after: false,
-            linger: true,
-            in_flight: false,
-            deadline: u64::MAX,
-            more: false,
+            state: ConnState::closed(),
             pending: None,
-            after_send: Phase::Idle,
-            session: None,
         }
     }
-}
-
-fn monotonic_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is valid; the coarse clocks are served by the vDSO, no
-    // syscall.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-fn unix_seconds() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: as above.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    ts.tv_sec
 }
 
 /// One thread's loop and everything it owns.
@@ -321,18 +245,11 @@ impl<S: Stack> Worker<S> {
             self.free.push(idx);
             return;
         }
-        // A new connection gets the shorter of the two deadlines for its
-        // first request: a client that connects and says nothing is not
-        // owed a whole keep-alive period.
-        let first_deadline = self
-            .config
-            .header_timeout_ms
-            .min(self.config.keepalive_timeout_ms);
+        let session = self.stack.open(tag, peer);
         self.conns[idx] = Conn {
             fd,
-            deadline: self.now + first_deadline,
-            session: Some(self.stack.open(tag, peer)),
-            ..Conn::free()
+            state: ConnState::open(session, self.now, &self.config),
+            pending: None,
         };
         self.open += 1;
         self.shared.live.fetch_add(1, Ordering::Relaxed);
@@ -360,11 +277,11 @@ impl<S: Stack> Worker<S> {
             if conn.fd < 0 || conn.pending.is_some() {
                 return;
             }
-            if conn.phase == Phase::Lingering {
+            if conn.state.phase == Phase::Lingering {
                 self.drain_lingering(idx);
                 return;
             }
-            if conn.more {
+            if conn.state.more {
                 self.resume(idx);
                 continue;
             }
@@ -378,7 +295,7 @@ impl<S: Stack> Worker<S> {
                 }
             };
             let conn = &mut self.conns[idx];
-            let Some(session) = conn.session.as_mut() else {
+            let Some(session) = conn.state.session.as_mut() else {
                 return;
             };
             self.out.clear();
@@ -388,7 +305,7 @@ impl<S: Stack> Worker<S> {
             self.after_step(idx, step);
             // A short read emptied the socket; epoll reports new data as a
             // new edge, so no read is wasted on EAGAIN.
-            if n < self.read_buf.len() && !to_eof && !self.conns[idx].more {
+            if n < self.read_buf.len() && !to_eof && !self.conns[idx].state.more {
                 return;
             }
         }
@@ -397,8 +314,8 @@ impl<S: Stack> Worker<S> {
     /// Asks the stack for the output it has without input.
     fn resume(&mut self, idx: usize) {
         let conn = &mut self.conns[idx];
-        conn.more = false;
-        let Some(session) = conn.session.as_mut() else {
+        conn.state.more = false;
+        let Some(session) = conn.state.session.as_mut() else {
             return;
         };
         self.out.clear();
@@ -409,25 +326,7 @@ impl<S: Stack> Worker<S> {
     /// Applies what the stack answered: deadlines, then the output.
     fn after_step(&mut self, idx: usize, step: Step) {
         let conn = &mut self.conns[idx];
-        conn.more = step.more;
-        conn.in_flight = matches!(step.wait, Wait::Response { .. });
-        if step.close {
-            conn.close_after = true;
-            conn.linger = step.linger;
-        } else {
-            match step.wait {
-                Wait::Request { fresh } | Wait::Response { fresh } => {
-                    if conn.phase != Phase::Head || fresh {
-                        conn.phase = Phase::Head;
-                        conn.deadline = self.now + self.config.header_timeout_ms;
-                    }
-                }
-                Wait::Idle => {
-                    conn.phase = Phase::Idle;
-                    conn.deadline = self.now + self.config.keepalive_timeout_ms;
-                }
-            }
-        }
+        conn.state.apply(step, self.now, &self.config);
         if !self.out.is_empty() {
             match io::send_output(conn.fd, self.stack.backing(), &mut self.out) {
                 Sent::Failed => {
@@ -436,15 +335,13 @@ impl<S: Stack> Worker<S> {
                 }
                 Sent::Partly(pending) => {
                     conn.pending = Some(pending);
-                    conn.after_send = conn.phase;
-                    conn.phase = Phase::Sending;
-                    conn.deadline = self.now + self.config.send_timeout_ms;
+                    conn.state.start_sending(self.now, &self.config);
                     return;
                 }
                 Sent::All => {}
             }
         }
-        if conn.close_after && !conn.more {
+        if conn.state.close_after && !conn.state.more {
             self.finish(idx);
         }
     }
@@ -456,22 +353,14 @@ impl<S: Stack> Worker<S> {
         };
         match io::resume(conn.fd, pending) {
             Flush::Failed => self.close(idx),
-            Flush::Blocked(_) => conn.deadline = self.now + self.config.send_timeout_ms,
+            Flush::Blocked(_) => conn.state.progressed(self.now, &self.config),
             Flush::Done => {
                 conn.pending = None;
-                let drained = self.drain_deadline.is_some() && !conn.in_flight;
-                if !conn.more && (conn.close_after || drained) {
+                if conn.state.done_after_send(self.drain_deadline.is_some()) {
                     self.finish(idx);
                     return;
                 }
-                // The wait the stack asked for before the write blocked,
-                // with its deadline counted from now.
-                conn.phase = conn.after_send;
-                conn.deadline = self.now
-                    + match conn.after_send {
-                        Phase::Head => self.config.header_timeout_ms,
-                        _ => self.config.keepalive_timeout_ms,
-                    };
+                conn.state.sent(self.now, &self.config);
                 // Data that arrived while we were not reading raised its
                 // edge already: read now (after any output the stack
                 // still has).
@@ -483,7 +372,7 @@ impl<S: Stack> Worker<S> {
     /// Closes a connection whose last output was sent: at once when the
     /// stack said the peer sends nothing more, else after lingering.
     fn finish(&mut self, idx: usize) {
-        let conn = &self.conns[idx];
+        let conn = &self.conns[idx].state;
         if conn.close_after && !conn.linger {
             self.close(idx);
         } else {
@@ -497,10 +386,7 @@ impl<S: Stack> Worker<S> {
         let conn = &mut self.conns[idx];
         // SAFETY: valid descriptor; failure means it is already gone.
         unsafe { libc::shutdown(conn.fd, libc::SHUT_WR) };
-        conn.phase = Phase::Lingering;
-        conn.deadline = self.now + LINGER_MS;
-        conn.more = false;
-        conn.session = None;
+        conn.state.start_lingering(self.now);
         self.drain_lingering(idx);
     }
 
@@ -522,12 +408,7 @@ impl<S: Stack> Worker<S> {
         self.listeners.clear();
         for idx in 0..self.conns.len() {
             let c = &self.conns[idx];
-            if c.fd >= 0
-                && c.pending.is_none()
-                && !c.more
-                && !c.in_flight
-                && c.phase != Phase::Lingering
-            {
+            if c.fd >= 0 && c.pending.is_none() && c.state.drainable() {
                 self.close_idle(idx);
             }
         }
@@ -537,8 +418,8 @@ impl<S: Stack> Worker<S> {
     fn sweep(&mut self) {
         self.last_sweep = self.now;
         for idx in 0..self.conns.len() {
-            let c = &self.conns[idx];
-            if c.fd < 0 || c.deadline > self.now {
+            let c = &self.conns[idx].state;
+            if self.conns[idx].fd < 0 || c.deadline > self.now {
                 continue;
             }
             match c.phase {
@@ -564,7 +445,7 @@ impl<S: Stack> Worker<S> {
     fn request_timeout(&mut self, idx: usize) {
         self.out.clear();
         let conn = &mut self.conns[idx];
-        if let Some(session) = conn.session.as_mut() {
+        if let Some(session) = conn.state.session.as_mut() {
             self.stack.timeout(session, &mut self.out);
         }
         if self.out.is_empty() {
@@ -582,29 +463,12 @@ impl<S: Stack> Worker<S> {
     fn close_idle(&mut self, idx: usize) {
         self.out.clear();
         let conn = &mut self.conns[idx];
-        if let Some(session) = conn.session.as_mut() {
+        if let Some(session) = conn.state.session.as_mut() {
             self.stack.goodbye(session, &mut self.out);
         }
         if !self.out.is_empty() {
             let _ = io::send_output(conn.fd, self.stack.backing(), &mut self.out);
         }
         self.close(idx);
-    }
-}
-
-fn peer_ip(addr: &libc::sockaddr_storage) -> Option<IpAddr> {
-    match addr.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says this is a sockaddr_in.
-            let a: &libc::sockaddr_in = unsafe { &*(addr as *const _ as *const libc::sockaddr_in) };
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this is a sockaddr_in6.
-            let a: &libc::sockaddr_in6 =
-                unsafe { &*(addr as *const _ as *const libc::sockaddr_in6) };
-            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
-        }
-        _ => None,
     }
 }

@@ -1,0 +1,1225 @@
+//! The io_uring back end of the connection layer: the same connections,
+//! deadlines and `Stack` as the epoll loop (`worker.rs`), driven by
+//! completions instead of readiness.
+//!
+//! One ring per thread, and one `io_uring_enter` per loop turn that both
+//! submits everything the last turn queued and waits for completions (or
+//! the sweep interval, passed as the enter's timeout: no timer syscall).
+//! Listeners run a multishot accept; every connection runs a multishot
+//! receive into a ring of provided buffers, so an idle connection owns no
+//! buffer and a request costs no syscall of its own; output goes out as
+//! one `writev` operation from the prepared slices (the mapping, the
+//! output's own bytes), and large pack bodies are spliced from the pack
+//! file through a pipe, io_uring's `sendfile`. The ring is created
+//! disabled, restricted to exactly these operations
+//! (`IORING_REGISTER_RESTRICTIONS`), then enabled: the sandbox's seccomp
+//! filter cannot see what a ring does, so the ring limits itself.
+//!
+//! A completion-based loop differs from the epoll one in two ways the
+//! code below is about: buffers handed to the kernel (the output of a
+//! send, the iovecs, a splice's pipe) stay owned by the connection until
+//! their completion arrives, even after it closed; and input keeps
+//! arriving while a response is being sent, so it is held (copied, the
+//! rare case of pipelining past a full batch) until the stack may take it,
+//! and reading stops when too much is held.
+
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::register::Restriction;
+use io_uring::types::BufRingEntry;
+use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
+
+use super::clock::{monotonic_ms, unix_seconds};
+use super::conn::{ConnState, Phase};
+use super::io::{advance, gather};
+use super::{
+    ACCEPT_PAUSE_MS, Backing, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg, Shared, Stack,
+    Step, Waker, peer_ip,
+};
+
+/// Submission queue entries; a full queue is flushed with an extra enter.
+const SQ_ENTRIES: u32 = 2048;
+/// Completion queue entries: every connection has a multishot receive
+/// armed, so a turn can complete one per connection and more.
+const CQ_ENTRIES: u32 = 16384;
+/// Provided receive buffers per thread (a power of two), and their size:
+/// a request head fits one, a TLS record two. 4 MiB per thread, shared by
+/// all its connections.
+const BUF_COUNT: u16 = 512;
+const BUF_SIZE: usize = 8192;
+/// The buffer group of the receive buffers.
+const BGID: u16 = 0;
+/// Input held while a response is being sent: beyond this, reading stops
+/// until the stack has taken what is held.
+const HELD_MAX: usize = 64 * 1024;
+/// Bytes read from a lingering connection before it is closed anyway.
+const LINGER_MAX: usize = 1 << 20;
+/// Pipes kept for splicing between uses; more are made when needed.
+const SPARE_PIPES: usize = 16;
+/// The pipe size asked for (the kernel may give less): one splice moves
+/// at most this much of a body.
+const PIPE_SIZE: usize = 1 << 20;
+/// iovecs per `writev` operation; longer outputs (many HTTP/2 frames) go
+/// out in several.
+const IOVECS: usize = 256;
+
+/// What a completion is for: the top byte of its `user_data`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+enum Kind {
+    /// A listener's multishot accept (the index is the listener's).
+    Accept = 1,
+    /// A connection's multishot receive.
+    Recv,
+    /// A connection's `writev`.
+    Send,
+    /// A splice from the pack file into the connection's pipe.
+    SpliceIn,
+    /// A splice from the pipe into the socket.
+    SpliceOut,
+    /// The shutdown waker's poll.
+    Wake,
+    /// Cancels, closes and shutdowns: nothing waits for their result.
+    Ignore,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Accept,
+            2 => Kind::Recv,
+            3 => Kind::Send,
+            4 => Kind::SpliceIn,
+            5 => Kind::SpliceOut,
+            6 => Kind::Wake,
+            7 => Kind::Ignore,
+            _ => return None,
+        })
+    }
+}
+
+/// `user_data` of an operation: its kind, the generation of the slot it
+/// belongs to (so that a late completion never reaches the slot's next
+/// connection) and the slot index.
+fn tag(kind: Kind, generation: u32, idx: usize) -> u64 {
+    (kind as u64) << 56 | u64::from(generation & 0xff_ffff) << 32 | idx as u64
+}
+
+fn untag(data: u64) -> (Option<Kind>, u32, usize) {
+    (
+        Kind::from_byte((data >> 56) as u8),
+        (data >> 32) as u32 & 0xff_ffff,
+        (data & 0xffff_ffff) as usize,
+    )
+}
+
+/// The ring of provided buffers multishot receives fill: memory the
+/// kernel picks a buffer from for each receive, handed back to it as soon
+/// as the stack has taken the bytes.
+struct Buffers {
+    /// The ring entries the kernel takes buffers from (page-aligned, as
+    /// the kernel requires).
+    ring: *mut BufRingEntry,
+    /// The buffers themselves, `BUF_COUNT` × `BUF_SIZE`.
+    memory: *mut u8,
+    /// The next entry to fill; published to the kernel once per turn.
+    tail: u16,
+}
+
+// SAFETY: the mappings belong to this value alone; it moves to the loop's
+// thread once, before any use.
+unsafe impl std::marker::Send for Buffers {}
+
+impl Buffers {
+    fn new() -> std::io::Result<Buffers> {
+        let ring = map_anonymous(usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>())?;
+        let memory = match map_anonymous(usize::from(BUF_COUNT) * BUF_SIZE) {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: `ring` was mapped just above with this length.
+                unsafe {
+                    libc::munmap(
+                        ring.cast(),
+                        usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>(),
+                    )
+                };
+                return Err(e);
+            }
+        };
+        let mut buffers = Buffers {
+            ring: ring.cast(),
+            memory,
+            tail: 0,
+        };
+        for bid in 0..BUF_COUNT {
+            buffers.recycle(bid);
+        }
+        buffers.publish();
+        Ok(buffers)
+    }
+
+    /// Hands buffer `bid` back to the kernel (seen at the next publish).
+    fn recycle(&mut self, bid: u16) {
+        let slot = usize::from(self.tail & (BUF_COUNT - 1));
+        // SAFETY: `slot` < BUF_COUNT entries; `bid` < BUF_COUNT buffers.
+        unsafe {
+            let entry = &mut *self.ring.add(slot);
+            entry.set_addr(self.memory.add(usize::from(bid) * BUF_SIZE) as u64);
+            entry.set_len(BUF_SIZE as u32);
+            entry.set_bid(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Makes the recycled buffers visible to the kernel.
+    fn publish(&self) {
+        // SAFETY: the tail field lives in the first entry of our mapping;
+        // the kernel reads it concurrently, hence the atomic release store.
+        unsafe {
+            let tail = BufRingEntry::tail(self.ring) as *mut u16;
+            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    /// The first `len` bytes of buffer `bid`, which the kernel filled and
+    /// gave us.
+    fn get(&mut self, bid: u16, len: usize) -> &mut [u8] {
+        let len = len.min(BUF_SIZE);
+        // SAFETY: the buffer is ours until recycled; `bid` < BUF_COUNT.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.memory.add(usize::from(bid % BUF_COUNT) * BUF_SIZE), len)
+        }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: both were mapped by `new` with these lengths; the ring
+        // that used them is dropped first (field order of `UringWorker`).
+        unsafe {
+            libc::munmap(
+                self.ring.cast(),
+                usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>(),
+            );
+            libc::munmap(self.memory.cast(), usize::from(BUF_COUNT) * BUF_SIZE);
+        }
+    }
+}
+
+fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: a fresh private anonymous mapping; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// A pipe a large body is spliced through, from the pack file to the
+/// socket.
+struct Pipe {
+    /// The read end (spliced into the socket).
+    read: OwnedFd,
+    /// The write end (spliced into from the pack file).
+    write: OwnedFd,
+    /// Its capacity: the most one splice moves.
+    size: usize,
+}
+
+impl Pipe {
+    fn new() -> std::io::Result<Pipe> {
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 fills two descriptors, which we own from here.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors are fresh and ours.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        // A larger pipe means fewer splices per body; the kernel may refuse
+        // (pipe-max-size), and then the default size does.
+        // SAFETY: fcntl on our descriptor.
+        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int) };
+        let size = if size > 0 {
+            size as usize
+        } else {
+            // SAFETY: as above.
+            let current = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+            usize::try_from(current).unwrap_or(0).max(4096)
+        };
+        Ok(Pipe { read, write, size })
+    }
+}
+
+/// Output the kernel is sending for one connection, owned here until the
+/// operation's completion arrives (even if the connection closed).
+struct Outgoing {
+    /// Keeps the mapping and file the segments point into alive.
+    backing: Option<Arc<dyn Backing>>,
+    /// The header bytes `Own` segments index.
+    bytes: Vec<u8>,
+    /// What to send, in order.
+    segs: Vec<Seg>,
+    /// First segment not fully sent.
+    next: usize,
+    /// The iovecs of the `writev` in flight, read by the kernel.
+    iov: Vec<libc::iovec>,
+    /// The pipe of a splice in progress, and how many bytes it holds.
+    pipe: Option<Pipe>,
+    /// Bytes spliced into `pipe` and not yet out of it.
+    in_pipe: usize,
+    /// `user_data` of the operation in flight, to cancel it.
+    op: u64,
+    /// A best-effort goodbye: one non-blocking attempt, never cancelled.
+    nowait: bool,
+}
+
+// SAFETY: the iovecs point into this value's own buffers and the pack
+// mapping it keeps alive; it moves between threads only inside its loop.
+unsafe impl std::marker::Send for Outgoing {}
+
+impl Outgoing {
+    fn new() -> Box<Outgoing> {
+        Box::new(Outgoing {
+            backing: None,
+            bytes: Vec::new(),
+            segs: Vec::new(),
+            next: 0,
+            iov: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                };
+                IOVECS
+            ],
+            pipe: None,
+            in_pipe: 0,
+            op: 0,
+            nowait: false,
+        })
+    }
+}
+
+/// One connection slot.
+struct Slot<S> {
+    /// The socket; -1 when the slot is free or its connection closed.
+    fd: RawFd,
+    /// Bumped whenever the slot is reused: completions carry it.
+    generation: u32,
+    /// Deadlines, closing intent and the protocol stack.
+    state: ConnState<S>,
+    /// A multishot receive is armed (its last completion is still to come).
+    recv: bool,
+    /// The receive ended for lack of buffers: arm it again after this
+    /// turn has handed buffers back.
+    starved: bool,
+    /// Reading stopped on purpose: too much input is held.
+    paused: bool,
+    /// Output the kernel is sending; `Some` exactly while an operation of
+    /// it is in flight.
+    send: Option<Box<Outgoing>>,
+    /// Input that arrived while the stack could not take it (a response
+    /// being sent, more output to produce); empty, unallocated, otherwise.
+    held: Vec<u8>,
+    /// The peer shut down its side: close once what it sent is answered.
+    peer_done: bool,
+    /// Bytes read while lingering.
+    discarded: usize,
+    /// Closed: the slot is freed, and `closing_fd` closed, once the
+    /// receive and the send in flight have completed.
+    closing: bool,
+    /// The socket of a closing connection. It is closed only when no
+    /// operation on it is left: io_uring resolves a descriptor number when
+    /// an operation runs, which for one run by a kernel worker can be after
+    /// a close, when the number may belong to the next connection.
+    closing_fd: RawFd,
+}
+
+impl<S> Slot<S> {
+    fn free() -> Slot<S> {
+        Slot {
+            fd: -1,
+            generation: 0,
+            state: ConnState::closed(),
+            recv: false,
+            starved: false,
+            paused: false,
+            send: None,
+            held: Vec::new(),
+            peer_done: false,
+            discarded: 0,
+            closing: false,
+            closing_fd: -1,
+        }
+    }
+
+    /// The stack cannot take input now.
+    fn busy(&self) -> bool {
+        self.send.is_some() || self.state.more || !self.held.is_empty()
+    }
+}
+
+/// A listener and whether its multishot accept is armed.
+struct Listener {
+    /// The socket.
+    socket: TcpListener,
+    /// The stack tag its connections are opened with.
+    tag: u32,
+    /// Its multishot accept is in flight.
+    armed: bool,
+}
+
+/// The operations the ring is restricted to.
+const OPS: [u8; 7] = [
+    opcode::AcceptMulti::CODE,
+    opcode::RecvMulti::CODE,
+    opcode::Writev::CODE,
+    opcode::Splice::CODE,
+    opcode::PollAdd::CODE,
+    opcode::AsyncCancel::CODE,
+    opcode::Close::CODE,
+];
+
+/// Creates a ring with the receive buffers registered, restricted to
+/// `OPS`, and enabled. Fails where the kernel lacks any of it (or forbids
+/// io_uring), which `--io auto` takes as the answer to use epoll.
+fn new_ring(buffers: &Buffers) -> std::io::Result<IoUring> {
+    let ring = IoUring::builder()
+        .setup_r_disabled()
+        .setup_cqsize(CQ_ENTRIES)
+        .setup_coop_taskrun()
+        .setup_submit_all()
+        .build(SQ_ENTRIES)?;
+    let submitter = ring.submitter();
+    let mut probe = Probe::new();
+    submitter.register_probe(&mut probe)?;
+    if let Some(op) = OPS.iter().find(|&&op| !probe.is_supported(op)) {
+        return Err(std::io::Error::other(format!(
+            "the kernel lacks io_uring operation {op}"
+        )));
+    }
+    // SAFETY: the ring memory outlives the ring (see `Buffers::drop`).
+    unsafe { submitter.register_buf_ring_with_flags(buffers.ring as u64, BUF_COUNT, BGID, 0)? };
+    let mut restrictions: Vec<Restriction> =
+        OPS.iter().map(|&op| Restriction::sqe_op(op)).collect();
+    restrictions.push(Restriction::sqe_flags_allowed(
+        squeue::Flags::BUFFER_SELECT.bits(),
+    ));
+    submitter.register_restrictions(&mut restrictions)?;
+    submitter.register_enable_rings()?;
+    Ok(ring)
+}
+
+/// Whether this kernel (and whatever confines the process) lets kiln use
+/// io_uring the way it does: sets up one ring, as every thread will.
+pub fn probe() -> std::io::Result<()> {
+    let buffers = Buffers::new()?;
+    new_ring(&buffers).map(drop)
+}
+
+/// One thread's io_uring loop and everything it owns.
+pub struct UringWorker<S: Stack> {
+    /// The ring; declared first so that it is dropped (and the kernel
+    /// done with every buffer below) before them.
+    ring: IoUring,
+    /// The receive buffers.
+    buffers: Buffers,
+    /// This thread's listeners; dropped at shutdown.
+    listeners: Vec<Listener>,
+    /// Woken by the control thread at shutdown.
+    waker: Arc<Waker>,
+    /// Connection slots, indexed by the low bits of `user_data`.
+    conns: Vec<Slot<S::Session>>,
+    /// Free slot indices.
+    free: Vec<usize>,
+    /// Open connections of this thread.
+    open: usize,
+    /// The output being assembled; its vectors are swapped into an `Outgoing`.
+    out: Output,
+    /// Sends not in use, kept with their capacity.
+    spare_sends: Vec<Box<Outgoing>>,
+    /// Pipes not in use.
+    spare_pipes: Vec<Pipe>,
+    /// Completions of the current turn, copied out of the ring.
+    completions: Vec<(u64, i32, u32)>,
+    /// Slots whose receive starved this turn.
+    starved: Vec<usize>,
+    /// The protocols the connections speak.
+    stack: S,
+    /// Shutdown state from the control thread, and the connection count.
+    shared: Arc<Shared>,
+    /// Timeouts and limits.
+    config: Arc<LoopConfig>,
+    /// Monotonic milliseconds, read once per turn.
+    now: u64,
+    /// When deadlines were last checked.
+    last_sweep: u64,
+    /// When the stack was last ticked (log flushes).
+    last_tick: u64,
+    /// Accepting is paused until then (0: not paused).
+    accept_paused_until: u64,
+    /// Set when shutdown began: the time by which to exit anyway.
+    drain_deadline: Option<u64>,
+    /// An accept failure was logged and no accept succeeded since.
+    accept_error_logged: bool,
+}
+
+impl<S: Stack> UringWorker<S> {
+    /// Sets up the ring; fails where io_uring (or one of the operations
+    /// used) is missing or forbidden.
+    pub fn new(
+        listeners: Vec<(TcpListener, u32)>,
+        waker: Arc<Waker>,
+        shared: Arc<Shared>,
+        config: Arc<LoopConfig>,
+        stack: S,
+    ) -> std::io::Result<UringWorker<S>> {
+        let buffers = Buffers::new()?;
+        let ring = new_ring(&buffers)?;
+        Ok(UringWorker {
+            ring,
+            buffers,
+            listeners: listeners
+                .into_iter()
+                .map(|(socket, tag)| Listener {
+                    socket,
+                    tag,
+                    armed: false,
+                })
+                .collect(),
+            waker,
+            conns: Vec::new(),
+            free: Vec::new(),
+            open: 0,
+            out: Output::new(64 * 1024, config.sendfile_min),
+            spare_sends: Vec::new(),
+            spare_pipes: Vec::new(),
+            completions: Vec::with_capacity(CQ_ENTRIES as usize),
+            starved: Vec::new(),
+            stack,
+            shared,
+            config,
+            now: monotonic_ms(),
+            last_sweep: 0,
+            last_tick: 0,
+            accept_paused_until: 0,
+            drain_deadline: None,
+            accept_error_logged: false,
+        })
+    }
+
+    /// Runs until shutdown has drained (or its grace period ran out).
+    pub fn run(mut self) -> std::io::Result<()> {
+        self.arm_accepts();
+        self.arm_waker();
+        let timeout = types::Timespec::new().nsec((SWEEP_MS * 1_000_000) as u32);
+        loop {
+            self.enter(&timeout)?;
+            self.now = monotonic_ms();
+            self.stack
+                .begin_turn(unix_seconds(), self.drain_deadline.is_some());
+            self.reap();
+            if self.now >= self.last_sweep + SWEEP_MS {
+                self.sweep();
+            }
+            if let Some(deadline) = self.drain_deadline
+                && (self.open == 0 || self.now >= deadline)
+            {
+                break;
+            }
+        }
+        self.stack.finish();
+        for idx in 0..self.conns.len() {
+            self.close(idx);
+        }
+        // Let the kernel finish with every buffer it was given before
+        // they are freed (the ring's own teardown cancels asynchronously).
+        let deadline = self.now + 1000;
+        while self.conns.iter().any(|s| s.closing) && monotonic_ms() < deadline {
+            self.enter(&types::Timespec::new().nsec(50_000_000))?;
+            self.reap();
+        }
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// Publishes recycled buffers, submits what is queued and waits for a
+    /// completion or `timeout`: the turn's one syscall.
+    fn enter(&mut self, timeout: &types::Timespec) -> std::io::Result<()> {
+        self.buffers.publish();
+        let args = types::SubmitArgs::new().timespec(timeout);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Handles every completion the ring holds, then re-arms the receives
+    /// that ran out of buffers.
+    fn reap(&mut self) {
+        let mut completions = std::mem::take(&mut self.completions);
+        completions.clear();
+        completions.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        for &(data, result, flags) in &completions {
+            self.complete(data, result, flags);
+        }
+        self.completions = completions;
+        for idx in std::mem::take(&mut self.starved) {
+            self.conns[idx].starved = false;
+            self.keep_reading(idx);
+        }
+    }
+
+    /// Queues an operation; a full submission queue is flushed first.
+    fn push(&mut self, entry: squeue::Entry) {
+        loop {
+            // SAFETY: whatever the entry points to (iovecs and buffers of a
+            // `Outgoing`, the buffer ring) stays alive until its completion:
+            // slots keep their `Outgoing` until then, and the ring is dropped
+            // before the buffers.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            if let Err(e) = self.ring.submit() {
+                tracing::warn!("io_uring submit: {e}");
+            }
+        }
+    }
+
+    fn complete(&mut self, data: u64, result: i32, flags: u32) {
+        let (kind, generation, idx) = untag(data);
+        match kind {
+            Some(Kind::Accept) => self.on_accept(idx, result, flags),
+            Some(Kind::Wake) => self.on_wake(flags),
+            Some(Kind::Recv) if self.current(idx, generation) => {
+                self.on_recv(idx, result, flags)
+            }
+            Some(Kind::Send | Kind::SpliceIn | Kind::SpliceOut)
+                if self.current(idx, generation) =>
+            {
+                self.on_sent(idx, kind == Some(Kind::SpliceIn), result)
+            }
+            _ => {
+                // A receive completion for a slot since reused cannot
+                // happen (slots wait for their last one), but its buffer
+                // would still be ours to give back.
+                if let Some(bid) = cqueue::buffer_select(flags) {
+                    self.buffers.recycle(bid);
+                }
+            }
+        }
+    }
+
+    fn current(&self, idx: usize, generation: u32) -> bool {
+        self.conns
+            .get(idx)
+            .is_some_and(|s| s.generation & 0xff_ffff == generation)
+    }
+
+    fn arm_waker(&mut self) {
+        let entry = opcode::PollAdd::new(types::Fd(self.waker.raw()), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(tag(Kind::Wake, 0, 0));
+        self.push(entry);
+    }
+
+    fn on_wake(&mut self, flags: u32) {
+        if !cqueue::more(flags) {
+            self.arm_waker();
+        }
+        self.waker.reset();
+        if self.shared.shutdown.load(Ordering::Acquire) && self.drain_deadline.is_none() {
+            self.begin_drain();
+        }
+    }
+
+    fn arm_accepts(&mut self) {
+        if self.accept_paused_until != 0 || self.drain_deadline.is_some() {
+            return;
+        }
+        for i in 0..self.listeners.len() {
+            if self.listeners[i].armed {
+                continue;
+            }
+            self.listeners[i].armed = true;
+            let fd = self.listeners[i].socket.as_raw_fd();
+            // Blocking sockets: io_uring answers EAGAIN on a non-blocking
+            // one where it would otherwise wait for room (a `writev`
+            // into a full socket), and nothing here makes a blocking call.
+            let entry = opcode::AcceptMulti::new(types::Fd(fd))
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+                .user_data(tag(Kind::Accept, 0, i));
+            self.push(entry);
+        }
+    }
+
+    fn cancel_accepts(&mut self) {
+        for i in 0..self.listeners.len() {
+            if self.listeners[i].armed {
+                self.cancel(tag(Kind::Accept, 0, i));
+            }
+        }
+    }
+
+    fn cancel(&mut self, op: u64) {
+        let entry = opcode::AsyncCancel::new(op)
+            .build()
+            .user_data(tag(Kind::Ignore, 0, 0));
+        self.push(entry);
+    }
+
+    fn pause_accepts(&mut self) {
+        self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
+        self.cancel_accepts();
+    }
+
+    fn on_accept(&mut self, listener: usize, result: i32, flags: u32) {
+        if !cqueue::more(flags)
+            && let Some(l) = self.listeners.get_mut(listener)
+        {
+            l.armed = false;
+        }
+        if result >= 0 {
+            let fd = result;
+            let Some(tag) = self.listeners.get(listener).map(|l| l.tag) else {
+                // Accepted while shutting down: the listener is gone.
+                // SAFETY: the descriptor is fresh and ours.
+                unsafe { libc::close(fd) };
+                return;
+            };
+            if self.drain_deadline.is_some() {
+                // SAFETY: as above.
+                unsafe { libc::close(fd) };
+                return;
+            }
+            self.accept_error_logged = false;
+            self.register(fd, tag);
+            if self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections
+                && self.accept_paused_until == 0
+            {
+                self.pause_accepts();
+            }
+        } else {
+            match -result {
+                libc::ECANCELED | libc::EINTR | libc::ECONNABORTED => {}
+                libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                    if !self.accept_error_logged {
+                        self.accept_error_logged = true;
+                        tracing::warn!(
+                            "accept: {}; pausing accepts for {ACCEPT_PAUSE_MS} ms until descriptors free up",
+                            std::io::Error::from_raw_os_error(-result)
+                        );
+                    }
+                    self.pause_accepts();
+                }
+                errno => {
+                    tracing::warn!("accept: {}", std::io::Error::from_raw_os_error(errno))
+                }
+            }
+        }
+        self.arm_accepts();
+    }
+
+    fn register(&mut self, fd: RawFd, tag: u32) {
+        let peer = if self.stack.wants_peer() {
+            // SAFETY: zeroed sockaddr_storage is a valid out-parameter.
+            let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: `addr`/`len` describe a valid buffer.
+            let ok = unsafe { libc::getpeername(fd, (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) } == 0;
+            if ok { peer_ip(&addr) } else { None }
+        } else {
+            None
+        };
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(Slot::free());
+                self.conns.len() - 1
+            }
+        };
+        let session = self.stack.open(tag, peer);
+        let slot = &mut self.conns[idx];
+        let generation = slot.generation;
+        *slot = Slot {
+            fd,
+            generation,
+            state: ConnState::open(session, self.now, &self.config),
+            ..Slot::free()
+        };
+        self.open += 1;
+        self.shared.live.fetch_add(1, Ordering::Relaxed);
+        self.keep_reading(idx);
+    }
+
+    /// Arms the connection's receive unless it is armed, closing, paused
+    /// or its peer finished sending.
+    fn keep_reading(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        if slot.fd < 0 || slot.recv || slot.paused || slot.peer_done || slot.starved {
+            return;
+        }
+        slot.recv = true;
+        let entry = opcode::RecvMulti::new(types::Fd(slot.fd), BGID)
+            .build()
+            .user_data(tag(Kind::Recv, slot.generation, idx));
+        self.push(entry);
+    }
+
+    fn on_recv(&mut self, idx: usize, result: i32, flags: u32) {
+        let slot = &mut self.conns[idx];
+        if !cqueue::more(flags) {
+            slot.recv = false;
+        }
+        let bid = cqueue::buffer_select(flags);
+        if slot.closing {
+            if let Some(bid) = bid {
+                self.buffers.recycle(bid);
+            }
+            self.release_if_done(idx);
+            return;
+        }
+        if result == -libc::ENOBUFS {
+            slot.starved = true;
+            self.starved.push(idx);
+            return;
+        }
+        if result == -libc::ECANCELED {
+            // Reading was paused on purpose (`held` is full); it resumes
+            // here if the stack took the held input meanwhile.
+            self.keep_reading(idx);
+            return;
+        }
+        if result < 0 {
+            self.close(idx);
+            return;
+        }
+        let Some(bid) = bid.filter(|_| result > 0) else {
+            // End of file.
+            slot.peer_done = true;
+            if slot.state.phase == Phase::Lingering || !slot.busy() {
+                self.close(idx);
+            }
+            return;
+        };
+        let n = result as usize;
+        if slot.state.phase == Phase::Lingering {
+            self.buffers.recycle(bid);
+            slot.discarded += n;
+            if slot.discarded > LINGER_MAX {
+                self.close(idx);
+            } else {
+                self.keep_reading(idx);
+            }
+            return;
+        }
+        if slot.busy() {
+            slot.held.extend_from_slice(self.buffers.get(bid, n));
+            self.buffers.recycle(bid);
+            if slot.held.len() > HELD_MAX && slot.recv {
+                slot.paused = true;
+                let op = tag(Kind::Recv, slot.generation, idx);
+                self.cancel(op);
+            }
+            return;
+        }
+        let Some(session) = slot.state.session.as_mut() else {
+            self.buffers.recycle(bid);
+            return;
+        };
+        self.out.clear();
+        let step = self
+            .stack
+            .input(session, self.buffers.get(bid, n), &mut self.out);
+        self.buffers.recycle(bid);
+        self.after_step(idx, step);
+        self.pump(idx);
+    }
+
+    /// Feeds the stack what it can take now: more output it has, input
+    /// held while it could not; closes what is finished; reads on.
+    fn pump(&mut self, idx: usize) {
+        loop {
+            let slot = &mut self.conns[idx];
+            if slot.fd < 0 || slot.send.is_some() || slot.state.phase == Phase::Lingering {
+                return;
+            }
+            if slot.state.close_after && !slot.state.more {
+                self.finish(idx);
+                return;
+            }
+            let Some(session) = slot.state.session.as_mut() else {
+                return;
+            };
+            self.out.clear();
+            let step = if slot.state.more {
+                slot.state.more = false;
+                self.stack.resume(session, &mut self.out)
+            } else if !slot.held.is_empty() {
+                let mut held = std::mem::take(&mut slot.held);
+                if slot.paused {
+                    slot.paused = false;
+                }
+                self.stack.input(session, &mut held, &mut self.out)
+            } else if slot.peer_done {
+                self.close(idx);
+                return;
+            } else {
+                break;
+            };
+            self.after_step(idx, step);
+        }
+        self.keep_reading(idx);
+    }
+
+    /// Applies what the stack answered: deadlines, then the output.
+    fn after_step(&mut self, idx: usize, step: Step) {
+        self.conns[idx]
+            .state
+            .apply(step, self.now, &self.config);
+        if !self.out.is_empty() {
+            self.start_send(idx, false);
+        }
+    }
+
+    /// Moves the assembled output into an `Outgoing` and starts sending it.
+    fn start_send(&mut self, idx: usize, nowait: bool) {
+        let mut send = self.spare_sends.pop().unwrap_or_else(Outgoing::new);
+        std::mem::swap(&mut send.bytes, &mut self.out.bytes);
+        std::mem::swap(&mut send.segs, &mut self.out.segs);
+        self.out.clear();
+        send.backing = Some(Arc::clone(self.stack.backing()));
+        send.next = 0;
+        send.nowait = nowait;
+        let slot = &mut self.conns[idx];
+        slot.state.start_sending(self.now, &self.config);
+        slot.send = Some(send);
+        self.submit_send(idx);
+    }
+
+    /// Queues the next operation of the connection's send: a `writev` of
+    /// the segments up to the next file range, or a step of splicing it.
+    fn submit_send(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        let (fd, generation) = (slot.fd, slot.generation);
+        let Some(send) = slot.send.as_mut() else {
+            return;
+        };
+        let Some(backing) = send.backing.clone() else {
+            return;
+        };
+        let entry = if let Seg::File { off, len } = send.segs[send.next] {
+            let file = match backing.file() {
+                Some(file) => file,
+                None => return self.fail_send(idx),
+            };
+            if send.pipe.is_none() {
+                match self.spare_pipes.pop().map_or_else(Pipe::new, Ok) {
+                    Ok(pipe) => send.pipe = Some(pipe),
+                    Err(e) => {
+                        // No pipe (descriptors short): the body goes out
+                        // of the mapping instead, as smaller ones do.
+                        tracing::debug!("pipe for splice: {e}");
+                        send.segs[send.next] = Seg::Mapped {
+                            off: off as usize,
+                            len: len as usize,
+                        };
+                        return self.submit_send(idx);
+                    }
+                }
+            }
+            let pipe = send.pipe.as_ref().expect("pipe set above");
+            if send.in_pipe > 0 {
+                send.op = tag(Kind::SpliceOut, generation, idx);
+                opcode::Splice::new(
+                    types::Fd(pipe.read.as_raw_fd()),
+                    -1,
+                    types::Fd(fd),
+                    -1,
+                    send.in_pipe as u32,
+                )
+                .build()
+            } else {
+                send.op = tag(Kind::SpliceIn, generation, idx);
+                opcode::Splice::new(
+                    types::Fd(file),
+                    off as i64,
+                    types::Fd(pipe.write.as_raw_fd()),
+                    -1,
+                    len.min(pipe.size as u64) as u32,
+                )
+                .build()
+            }
+        } else {
+            let Some((count, _)) = gather(
+                &send.bytes,
+                backing.bytes(),
+                &send.segs[send.next..],
+                &mut send.iov,
+            ) else {
+                return self.fail_send(idx);
+            };
+            send.op = tag(Kind::Send, generation, idx);
+            let rw_flags = if send.nowait { libc::RWF_NOWAIT } else { 0 };
+            opcode::Writev::new(types::Fd(fd), send.iov.as_ptr(), count as u32)
+                .rw_flags(rw_flags)
+                .build()
+        };
+        let entry = entry.user_data(send.op);
+        self.push(entry);
+    }
+
+    /// A send that cannot go on (a segment outside the pack): the
+    /// connection fails.
+    fn fail_send(&mut self, idx: usize) {
+        if let Some(send) = self.conns[idx].send.take() {
+            self.recycle_send(send);
+        }
+        self.close(idx);
+    }
+
+    fn recycle_send(&mut self, mut send: Box<Outgoing>) {
+        send.backing = None;
+        send.bytes.clear();
+        send.segs.clear();
+        send.next = 0;
+        // A pipe with bytes left in it cannot serve another body.
+        if let Some(pipe) = send.pipe.take()
+            && send.in_pipe == 0
+            && self.spare_pipes.len() < SPARE_PIPES
+        {
+            self.spare_pipes.push(pipe);
+        }
+        send.in_pipe = 0;
+        self.spare_sends.push(send);
+    }
+
+    /// A send operation completed: `into_pipe` for a splice from the pack
+    /// file, else bytes that went out to the socket.
+    fn on_sent(&mut self, idx: usize, into_pipe: bool, result: i32) {
+        let slot = &mut self.conns[idx];
+        let Some(send) = slot.send.as_mut() else {
+            return;
+        };
+        if slot.closing || result <= 0 || send.nowait {
+            let send = slot.send.take().expect("checked above");
+            self.recycle_send(send);
+            if self.conns[idx].closing {
+                self.release_if_done(idx);
+            } else {
+                self.close(idx);
+            }
+            return;
+        }
+        let n = result as usize;
+        if into_pipe {
+            send.in_pipe += n;
+            if let Seg::File { off, len } = send.segs[send.next] {
+                send.segs[send.next] = Seg::File {
+                    off: off + n as u64,
+                    len: len - (n as u64).min(len),
+                };
+            }
+            return self.submit_send(idx);
+        }
+        slot.state.progressed(self.now, &self.config);
+        if send.pipe.is_some() && send.in_pipe > 0 {
+            send.in_pipe -= n.min(send.in_pipe);
+            if send.in_pipe > 0 {
+                return self.submit_send(idx);
+            }
+            if matches!(send.segs[send.next], Seg::File { len: 0, .. }) {
+                send.next = advance(&mut send.segs, send.next + 1, 0);
+                if let Some(pipe) = send.pipe.take()
+                    && self.spare_pipes.len() < SPARE_PIPES
+                {
+                    self.spare_pipes.push(pipe);
+                }
+            }
+        } else {
+            send.next = advance(&mut send.segs, send.next, n);
+        }
+        if send.next < send.segs.len() {
+            return self.submit_send(idx);
+        }
+        let send = slot.send.take().expect("checked above");
+        self.recycle_send(send);
+        let draining = self.drain_deadline.is_some();
+        let slot = &mut self.conns[idx];
+        if slot.state.done_after_send(draining) {
+            self.finish(idx);
+            return;
+        }
+        slot.state.sent(self.now, &self.config);
+        self.pump(idx);
+    }
+
+    /// Closes a connection whose last output was sent: at once when the
+    /// stack said the peer sends nothing more, else after lingering.
+    fn finish(&mut self, idx: usize) {
+        let state = &self.conns[idx].state;
+        if state.close_after && !state.linger {
+            self.close(idx);
+        } else {
+            self.start_linger(idx);
+        }
+    }
+
+    /// Shuts our side down and reads until the peer closes, so that unread
+    /// request bytes do not turn our last response into a reset.
+    fn start_linger(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        if slot.peer_done {
+            self.close(idx);
+            return;
+        }
+        slot.state.start_lingering(self.now);
+        slot.held = Vec::new();
+        slot.paused = false;
+        // A syscall, not an operation: a shutdown operation runs on a
+        // kernel worker, and would resolve the descriptor there, later.
+        // SAFETY: valid descriptor; failure means it is already gone.
+        unsafe { libc::shutdown(slot.fd, libc::SHUT_WR) };
+        self.keep_reading(idx);
+    }
+
+    /// Closes the connection: cancels its receive (and its send, unless a
+    /// best-effort goodbye); the socket is closed through the ring, and the
+    /// slot freed, once their completions are in.
+    fn close(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        if slot.fd < 0 {
+            return;
+        }
+        let fd = slot.fd;
+        let recv = slot.recv.then(|| tag(Kind::Recv, slot.generation, idx));
+        // A goodbye is never cancelled: its one non-blocking attempt runs
+        // when submitted, before the close queued after it.
+        let send = slot.send.as_ref().filter(|s| !s.nowait).map(|s| s.op);
+        slot.fd = -1;
+        slot.closing = true;
+        slot.closing_fd = fd;
+        slot.state = ConnState::closed();
+        slot.held = Vec::new();
+        for op in [recv, send].into_iter().flatten() {
+            self.cancel(op);
+        }
+        self.open -= 1;
+        self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        self.release_if_done(idx);
+    }
+
+    /// Closes the socket of a closed connection and frees its slot once
+    /// no operation of it is in flight.
+    fn release_if_done(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        if !slot.closing || slot.recv || slot.send.is_some() {
+            return;
+        }
+        let fd = slot.closing_fd;
+        slot.closing = false;
+        slot.closing_fd = -1;
+        slot.starved = false;
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free.push(idx);
+        let close = opcode::Close::new(types::Fd(fd))
+            .build()
+            .user_data(tag(Kind::Ignore, 0, 0));
+        self.push(close);
+    }
+
+    /// Closes listeners and idle connections; the rest finish their
+    /// responses and close.
+    fn begin_drain(&mut self) {
+        self.drain_deadline = Some(self.now + SHUTDOWN_GRACE_MS);
+        self.cancel_accepts();
+        self.listeners.clear();
+        for idx in 0..self.conns.len() {
+            let s = &self.conns[idx];
+            if s.fd >= 0 && s.send.is_none() && s.state.drainable() {
+                self.close_idle(idx);
+            }
+        }
+    }
+
+    /// Times connections out, resumes paused accepts, flushes the log.
+    fn sweep(&mut self) {
+        self.last_sweep = self.now;
+        for idx in 0..self.conns.len() {
+            let s = &self.conns[idx];
+            if s.fd < 0 || s.state.deadline > self.now {
+                continue;
+            }
+            match s.state.phase {
+                Phase::Head => self.request_timeout(idx),
+                Phase::Idle => self.close_idle(idx),
+                Phase::Sending | Phase::Lingering => self.close(idx),
+            }
+        }
+        if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {
+            self.accept_paused_until = 0;
+            if self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections {
+                self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
+            } else {
+                self.arm_accepts();
+            }
+        }
+        if self.now >= self.last_tick + 1000 {
+            self.last_tick = self.now;
+            self.stack.tick();
+        }
+    }
+
+    /// The request head did not arrive in time: the stack's last words
+    /// (408), sent, then lingering.
+    fn request_timeout(&mut self, idx: usize) {
+        self.out.clear();
+        let slot = &mut self.conns[idx];
+        if let Some(session) = slot.state.session.as_mut() {
+            self.stack.timeout(session, &mut self.out);
+        }
+        if self.out.is_empty() {
+            self.close(idx);
+            return;
+        }
+        let state = &mut self.conns[idx].state;
+        state.close_after = true;
+        state.linger = true;
+        state.more = false;
+        self.start_send(idx, false);
+    }
+
+    /// Closes a connection with no request in progress, after one
+    /// best-effort, non-blocking write of the stack's goodbye.
+    fn close_idle(&mut self, idx: usize) {
+        self.out.clear();
+        let slot = &mut self.conns[idx];
+        if let Some(session) = slot.state.session.as_mut() {
+            self.stack.goodbye(session, &mut self.out);
+        }
+        if !self.out.is_empty() && self.conns[idx].send.is_none() {
+            self.start_send(idx, true);
+        }
+        self.close(idx);
+    }
+}
