@@ -34,9 +34,9 @@ PATHS_SEED = 42
 # Share of idle CPU over 1 s that counts as a quiet machine before a run.
 QUIET_IDLE_SHARE = 0.9
 # Server order inside a round: the peers run right after kiln, in the same conditions.
-SERVER_ORDER = ["kiln", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
+SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
 # Servers whose syscalls per request are counted (kiln --dummy is not a real server).
-STRACED_SERVERS = ["kiln", "nginx", "h2o"]
+STRACED_SERVERS = ["kiln", "kiln-epoll", "nginx", "h2o"]
 
 
 @dataclass(frozen=True)
@@ -337,7 +337,7 @@ def prepare_servers(names: list[str], cases: list[Case], baseline: Path | None):
     Returns (kiln binary or None, corpora, packs, runnable entries, {skipped: why}).
     """
     kiln, kiln_unavailable = None, ""
-    if {"kiln", "kiln-baseline", "kiln-dummy"} & set(names):
+    if {"kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy"} & set(names):
         kiln, kiln_unavailable = prepare.build_kiln(REPO, WORK / "logs" / "cargo.log")
     prepared = corpora.prepare(WORK, {c.corpus for c in cases} | {"hello"})
     packs = {}

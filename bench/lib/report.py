@@ -14,8 +14,9 @@ REPO_PREFIX = str(Path(__file__).resolve().parent.parent.parent) + "/"
 # Servers kiln is measured against (kiln-dummy is kiln's own ceiling, not a peer).
 PEERS = ["nginx", "h2o"]
 # Column order of the tables and bar order of the chart.
-SERVER_ORDER = ["kiln", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
-COLORS = {"kiln": "#d9480f", "kiln-baseline": "#868e96", "kiln-dummy": "#f4a261",
+SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
+COLORS = {"kiln": "#d9480f", "kiln-epoll": "#e8590c80", "kiln-baseline": "#868e96",
+          "kiln-dummy": "#f4a261",
           "nginx": "#2b8a3e", "h2o": "#1c7ed6"}
 HOW_TO = """\
 ## How to re-run
@@ -175,6 +176,30 @@ def _syscall_table(results: dict) -> list[str]:
         top = ", ".join(f"{name} {n}" for name, n in record["top"].items())
         lines.append(f"| {case} | {record['server']} | {record['requests']:,} | "
                      f"{record['total_calls']:,} | {record['per_request']} | {top} |")
+    return lines
+
+
+def _io_table(results: dict, summary: dict) -> list[str]:
+    """kiln's two connection layers side by side: io_uring (kiln's default here) against
+    epoll (kiln-epoll), same run, same packs."""
+    calls = {(r.get("case", "hello-c128"), r["server"]): r["per_request"]
+             for r in results["syscalls"] if "error" not in r}
+    lines = ["| case | uring req/s | epoll req/s | uring req per CPU-s | epoll req per CPU-s | "
+             "CPU per request, uring/epoll | syscalls per request, uring / epoll |",
+             "|---|---|---|---|---|---|---|"]
+    for case in results["cases"]:
+        uring = summary.get((case["name"], "kiln"))
+        epoll = summary.get((case["name"], "kiln-epoll"))
+        if not uring or not epoll:
+            continue
+        cpu = (epoll["per_cpu_s"] / uring["per_cpu_s"]
+               if uring["per_cpu_s"] and epoll["per_cpu_s"] else None)
+        sys_u = calls.get((case["name"], "kiln"))
+        sys_e = calls.get((case["name"], "kiln-epoll"))
+        syscalls = "" if sys_u is None or sys_e is None else f"{sys_u} / {sys_e}"
+        lines.append(f"| {case['name']} | {_num(uring['rps'])} | {_num(epoll['rps'])} | "
+                     f"{_num(uring['per_cpu_s'])} | {_num(epoll['per_cpu_s'])} | "
+                     f"{_num(cpu, 2)} | {syscalls} |")
     return lines
 
 
@@ -409,7 +434,14 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
               "## Idle keep-alive connections", "",
               *_idle_table(results, summary, servers), "",
               "## Syscalls per request (strace -c -f, hello, 128 connections)", "",
-              *_syscall_table(results), "",
+              *_syscall_table(results), ""]
+    if "kiln-epoll" in servers:
+        lines += ["## io: kiln on io_uring (kiln) against kiln on epoll (kiln-epoll)", "",
+                  "Goals (issue 10): syscalls per keep-alive request ≤ 0.25 at 128 "
+                  "connections; CPU per request ≤ 0.8× epoll's on hello and tiles; "
+                  "pipelined throughput not lower.", "",
+                  *_io_table(results, summary), ""]
+    lines += [
               "## Failed runs", "", *_failures(results), "",
               "## Method", "", METHOD, "", *_commands(results), ""]
     target.write_text("\n".join(lines))

@@ -103,15 +103,18 @@ def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
     return ["h2o", "-c", str(conf)]
 
 
-def _kiln_command(kiln: Path, dummy: bool):
+def _kiln_command(kiln: Path, dummy: bool, io: str | None = None):
     """kiln serve on one thread; security headers off as nginx and h2o send none. Its
     listeners speak HTTP/1.1 and HTTP/2 alike: h2c by prior knowledge on --listen, h2
-    offered by ALPN on --listen-tls."""
+    offered by ALPN on --listen-tls. `io`: the connection layer (--io), else kiln's
+    default (auto: io_uring where the kernel has it)."""
 
     def command(corpus: Corpus, port: int, run_dir: Path, packs: dict,
                 tls: Certificate | None, http2: bool) -> list[str]:
         argv = [str(kiln), "serve", str(packs[corpus.name]), "--threads", "1",
                 "--no-security-headers"]
+        if io is not None:
+            argv += ["--io", io]
         if tls is None:
             argv += ["--listen", f"127.0.0.1:{port}"]
         else:
@@ -133,6 +136,10 @@ def entries(kiln: Path | None, kiln_unavailable: str,
             unavailable="" if baseline else "no --baseline binary given"),
         "kiln": ServerEntry("kiln", _kiln_command(kiln_path, False),
                             unavailable=kiln_unavailable),
+        # The same kiln on its epoll back end: the "io" comparison (kiln's default is
+        # io_uring where the kernel has it, which this machine's has).
+        "kiln-epoll": ServerEntry("kiln-epoll", _kiln_command(kiln_path, False, "epoll"),
+                                  unavailable=kiln_unavailable),
         "kiln-dummy": ServerEntry("kiln-dummy", _kiln_command(kiln_path, True),
                                   ceiling_only=True, unavailable=kiln_unavailable),
         "nginx": ServerEntry("nginx", _nginx),

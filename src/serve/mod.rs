@@ -452,12 +452,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
         let (shared, config) = (Arc::clone(&shared), Arc::clone(&config));
         loops.push(if uring {
-            EventLoop::Uring(
+            EventLoop::Uring(Box::new(
                 UringWorker::new(l, waker, shared, config, stack)
                     .context("cannot set up io_uring")?,
-            )
+            ))
         } else {
-            EventLoop::Epoll(Worker::new(l, waker, shared, config, stack)?)
+            EventLoop::Epoll(Box::new(Worker::new(l, waker, shared, config, stack)?))
         });
     }
     let mut handles = Vec::new();

@@ -425,6 +425,62 @@ pub struct Launch {
     /// Keep reading stdout after the start-up line (`Server::stdout`);
     /// `false` closes the pipe's read end, so later writes fail.
     pub drain_stdout: bool,
+    /// Start the server where io_uring is refused (`deny_io_uring`).
+    pub deny_io_uring: bool,
+}
+
+/// Makes `command`'s process run where `io_uring_setup` fails with ENOSYS,
+/// as on a kernel without io_uring or in a container that forbids it: a
+/// seccomp filter installed between fork and exec.
+pub fn deny_io_uring(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    const SECCOMP_DATA_NR: u32 = 0;
+    let filter = [
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_DATA_NR,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_io_uring_setup as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    // SAFETY: prctl is async-signal-safe; `filter` is copied into the
+    // child's memory by fork and outlives the calls.
+    unsafe {
+        command.pre_exec(move || {
+            let program = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &program as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
 }
 
 impl Default for Launch {
@@ -434,6 +490,7 @@ impl Default for Launch {
             listen: vec!["127.0.0.1:0".to_owned()],
             stderr: None,
             drain_stdout: true,
+            deny_io_uring: false,
         }
     }
 }
@@ -498,6 +555,9 @@ impl Server {
                     Ok(())
                 })
             };
+        }
+        if launch.deny_io_uring {
+            deny_io_uring(&mut command);
         }
         command.arg("serve").args(args);
         if let Some(io) = std::env::var_os("KILN_TEST_IO")

@@ -95,8 +95,8 @@ pub enum Io {
 
 /// One thread's event loop, on the back end chosen at start.
 pub enum EventLoop<S: Stack> {
-    Epoll(worker::Worker<S>),
-    Uring(uring::UringWorker<S>),
+    Epoll(Box<worker::Worker<S>>),
+    Uring(Box<uring::UringWorker<S>>),
 }
 
 impl<S: Stack> EventLoop<S> {
