@@ -423,23 +423,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let shared = Arc::new(Shared::default());
     let current = Arc::new(CurrentSite::new(site, tls_config));
     let uring = match args.io {
-        net::Io::Epoll => false,
+        net::Io::Epoll => None,
         net::Io::Uring => {
-            net::uring::probe().context("--io uring: io_uring is not usable here")?;
-            true
+            Some(net::uring::probe().context("--io uring: io_uring is not usable here")?)
         }
         net::Io::Auto => match net::uring::probe() {
-            Ok(()) => true,
+            Ok(buffers) => Some(buffers),
             Err(e) => {
                 tracing::info!("io_uring is not usable here ({e}); serving with epoll");
-                false
+                None
             }
         },
     };
-    tracing::info!(
-        "connection layer: {}",
-        if uring { "io_uring" } else { "epoll" }
-    );
+    match &uring {
+        Some(buffers) => tracing::info!("connection layer: io_uring ({buffers})"),
+        None => tracing::info!("connection layer: epoll"),
+    }
     let mut wakers = Vec::new();
     let mut loops = Vec::new();
     for l in listeners {
@@ -451,7 +450,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             args.sendfile_min,
         );
         let (shared, config) = (Arc::clone(&shared), Arc::clone(&config));
-        loops.push(if uring {
+        loops.push(if uring.is_some() {
             EventLoop::Uring(Box::new(
                 UringWorker::new(l, waker, shared, config, stack)
                     .context("cannot set up io_uring")?,

@@ -45,11 +45,23 @@ const SQ_ENTRIES: u32 = 2048;
 /// Completion queue entries: every connection has a multishot receive
 /// armed, so a turn can complete one per connection and more.
 const CQ_ENTRIES: u32 = 16384;
-/// Provided receive buffers per thread (a power of two), and their size:
-/// a request head fits one, a TLS record two. 4 MiB per thread, shared by
-/// all its connections.
-const BUF_COUNT: u16 = 512;
-const BUF_SIZE: usize = 8192;
+/// Memory for receive buffers per thread, shared by all its connections.
+const BUF_MEMORY: usize = 4 << 20;
+/// Buffer size where the kernel consumes buffers incrementally (Linux
+/// 6.12, `IOU_PBUF_RING_INC`): each receive takes only the bytes it got
+/// from the current buffer, so 64 buffers of 64 KiB hold thousands of
+/// request heads in one turn.
+const BUF_SIZE_INCREMENTAL: usize = 64 << 10;
+/// Buffer size where each receive takes a whole buffer: a request head
+/// fits one, a TLS record two; 512 of them.
+const BUF_SIZE_WHOLE: usize = 8 << 10;
+/// Ring entries: enough for the smaller buffers (a power of two).
+const RING_ENTRIES: u16 = (BUF_MEMORY / BUF_SIZE_WHOLE) as u16;
+/// `IOU_PBUF_RING_INC` and `IORING_CQE_F_BUF_MORE` (linux/io_uring.h;
+/// not exported by the `io-uring` crate): the registration flag, and the
+/// completion flag saying the kernel keeps filling the same buffer.
+const IOU_PBUF_RING_INC: u16 = 2;
+const IORING_CQE_F_BUF_MORE: u32 = 1 << 4;
 /// The buffer group of the receive buffers.
 const BGID: u16 = 0;
 /// Input held while a response is being sent: beyond this, reading stops
@@ -123,8 +135,18 @@ struct Buffers {
     /// The ring entries the kernel takes buffers from (page-aligned, as
     /// the kernel requires).
     ring: *mut BufRingEntry,
-    /// The buffers themselves, `BUF_COUNT` × `BUF_SIZE`.
+    /// The buffers themselves: `BUF_MEMORY` bytes, `count` × `size`.
     memory: *mut u8,
+    /// Buffers in the ring (a power of two).
+    count: u16,
+    /// Bytes per buffer.
+    size: usize,
+    /// The kernel consumes buffers incrementally: a receive's bytes start
+    /// where the previous receive into the same buffer ended.
+    incremental: bool,
+    /// With `incremental`: where the next receive's bytes start in each
+    /// buffer.
+    filled: Vec<u32>,
     /// The next entry to fill; published to the kernel once per turn.
     tail: u16,
 }
@@ -135,40 +157,74 @@ unsafe impl std::marker::Send for Buffers {}
 
 impl Buffers {
     fn new() -> std::io::Result<Buffers> {
-        let ring = map_anonymous(usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>())?;
-        let memory = match map_anonymous(usize::from(BUF_COUNT) * BUF_SIZE) {
+        let ring = map_anonymous(Self::ring_bytes())?;
+        let memory = match map_anonymous(BUF_MEMORY) {
             Ok(m) => m,
             Err(e) => {
                 // SAFETY: `ring` was mapped just above with this length.
-                unsafe {
-                    libc::munmap(
-                        ring.cast(),
-                        usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>(),
-                    )
-                };
+                unsafe { libc::munmap(ring.cast(), Self::ring_bytes()) };
                 return Err(e);
             }
         };
-        let mut buffers = Buffers {
+        Ok(Buffers {
             ring: ring.cast(),
             memory,
+            count: RING_ENTRIES,
+            size: BUF_SIZE_WHOLE,
+            incremental: false,
+            filled: Vec::new(),
             tail: 0,
+        })
+    }
+
+    fn ring_bytes() -> usize {
+        usize::from(RING_ENTRIES) * std::mem::size_of::<BufRingEntry>()
+    }
+
+    /// Registers the ring as buffer group `BGID`, incremental where the
+    /// kernel offers it, and hands every buffer to the kernel.
+    fn register(&mut self, submitter: &io_uring::Submitter<'_>) -> std::io::Result<()> {
+        let incremental_count = (BUF_MEMORY / BUF_SIZE_INCREMENTAL) as u16;
+        // SAFETY: the ring memory outlives the ring (see `Drop`).
+        let incremental = unsafe {
+            submitter.register_buf_ring_with_flags(
+                self.ring as u64,
+                incremental_count,
+                BGID,
+                IOU_PBUF_RING_INC,
+            )
         };
-        for bid in 0..BUF_COUNT {
-            buffers.recycle(bid);
+        if incremental.is_ok() {
+            self.incremental = true;
+            self.count = incremental_count;
+            self.size = BUF_SIZE_INCREMENTAL;
+            self.filled = vec![0; usize::from(incremental_count)];
+        } else {
+            // SAFETY: as above.
+            unsafe {
+                submitter.register_buf_ring_with_flags(self.ring as u64, RING_ENTRIES, BGID, 0)?
+            };
         }
-        buffers.publish();
-        Ok(buffers)
+        for bid in 0..self.count {
+            self.recycle(bid);
+        }
+        self.publish();
+        Ok(())
     }
 
     /// Hands buffer `bid` back to the kernel (seen at the next publish).
     fn recycle(&mut self, bid: u16) {
-        let slot = usize::from(self.tail & (BUF_COUNT - 1));
-        // SAFETY: `slot` < BUF_COUNT entries; `bid` < BUF_COUNT buffers.
+        let slot = usize::from(self.tail & (self.count - 1));
+        let bid = bid % self.count;
+        if let Some(filled) = self.filled.get_mut(usize::from(bid)) {
+            *filled = 0;
+        }
+        // SAFETY: `slot` < count ≤ RING_ENTRIES entries; the buffer lies
+        // inside the BUF_MEMORY mapping.
         unsafe {
             let entry = &mut *self.ring.add(slot);
-            entry.set_addr(self.memory.add(usize::from(bid) * BUF_SIZE) as u64);
-            entry.set_len(BUF_SIZE as u32);
+            entry.set_addr(self.memory.add(usize::from(bid) * self.size) as u64);
+            entry.set_len(self.size as u32);
             entry.set_bid(bid);
         }
         self.tail = self.tail.wrapping_add(1);
@@ -184,16 +240,34 @@ impl Buffers {
         }
     }
 
-    /// The first `len` bytes of buffer `bid`, which the kernel filled and
-    /// gave us.
-    fn get(&mut self, bid: u16, len: usize) -> &mut [u8] {
-        let len = len.min(BUF_SIZE);
-        // SAFETY: the buffer is ours until recycled; `bid` < BUF_COUNT.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.memory.add(usize::from(bid % BUF_COUNT) * BUF_SIZE),
-                len,
-            )
+    /// Where the `len` bytes a receive completion put in buffer `bid`
+    /// start, and how many of them lie in the buffer; with incremental
+    /// consumption, the next receive into it starts after them.
+    fn locate(&mut self, bid: u16, len: usize) -> (usize, usize) {
+        let start = match self.filled.get_mut(usize::from(bid % self.count)) {
+            Some(filled) => {
+                let start = *filled as usize;
+                *filled = (start + len).min(self.size) as u32;
+                start
+            }
+            None => 0,
+        };
+        (start, len.min(self.size - start))
+    }
+
+    /// The bytes `locate` found.
+    fn slice(&mut self, bid: u16, start: usize, len: usize) -> &mut [u8] {
+        let bid = usize::from(bid % self.count);
+        let len = len.min(self.size.saturating_sub(start));
+        // SAFETY: inside buffer `bid`, which is ours until `done`.
+        unsafe { std::slice::from_raw_parts_mut(self.memory.add(bid * self.size + start), len) }
+    }
+
+    /// A receive completion with buffer `bid` was handled: the buffer goes
+    /// back to the kernel unless the kernel keeps filling it.
+    fn done(&mut self, bid: u16, flags: u32) {
+        if !(self.incremental && flags & IORING_CQE_F_BUF_MORE != 0) {
+            self.recycle(bid);
         }
     }
 }
@@ -203,11 +277,8 @@ impl Drop for Buffers {
         // SAFETY: both were mapped by `new` with these lengths; the ring
         // that used them is dropped first (field order of `UringWorker`).
         unsafe {
-            libc::munmap(
-                self.ring.cast(),
-                usize::from(BUF_COUNT) * std::mem::size_of::<BufRingEntry>(),
-            );
-            libc::munmap(self.memory.cast(), usize::from(BUF_COUNT) * BUF_SIZE);
+            libc::munmap(self.ring.cast(), Self::ring_bytes());
+            libc::munmap(self.memory.cast(), BUF_MEMORY);
         }
     }
 }
@@ -408,7 +479,7 @@ const OPS: [u8; 7] = [
 /// when the loop enters the ring, in one batch, instead of interrupting it).
 /// Fails where the kernel lacks any of it (or forbids io_uring), which
 /// `--io auto` takes as the answer to use epoll.
-fn new_ring(buffers: &Buffers) -> std::io::Result<IoUring> {
+fn new_ring(buffers: &mut Buffers) -> std::io::Result<IoUring> {
     let ring = IoUring::builder()
         .setup_r_disabled()
         .setup_cqsize(CQ_ENTRIES)
@@ -424,8 +495,7 @@ fn new_ring(buffers: &Buffers) -> std::io::Result<IoUring> {
             "the kernel lacks io_uring operation {op}"
         )));
     }
-    // SAFETY: the ring memory outlives the ring (see `Buffers::drop`).
-    unsafe { submitter.register_buf_ring_with_flags(buffers.ring as u64, BUF_COUNT, BGID, 0)? };
+    buffers.register(&submitter)?;
     let mut restrictions: Vec<Restriction> =
         OPS.iter().map(|&op| Restriction::sqe_op(op)).collect();
     restrictions.push(Restriction::sqe_flags_allowed(
@@ -437,9 +507,22 @@ fn new_ring(buffers: &Buffers) -> std::io::Result<IoUring> {
 
 /// Whether this kernel (and whatever confines the process) lets kiln use
 /// io_uring the way it does: sets up one ring, as every thread will.
-pub fn probe() -> std::io::Result<()> {
-    let buffers = Buffers::new()?;
-    new_ring(&buffers)?.submitter().register_enable_rings()
+/// Returns how receive buffers are used, for the log.
+pub fn probe() -> std::io::Result<String> {
+    let mut buffers = Buffers::new()?;
+    new_ring(&mut buffers)?
+        .submitter()
+        .register_enable_rings()?;
+    Ok(format!(
+        "receive buffers: {} × {} KiB per thread{}",
+        buffers.count,
+        buffers.size >> 10,
+        if buffers.incremental {
+            ", consumed incrementally"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// One thread's io_uring loop and everything it owns.
@@ -501,8 +584,8 @@ impl<S: Stack> UringWorker<S> {
         config: Arc<LoopConfig>,
         stack: S,
     ) -> std::io::Result<UringWorker<S>> {
-        let buffers = Buffers::new()?;
-        let ring = new_ring(&buffers)?;
+        let mut buffers = Buffers::new()?;
+        let ring = new_ring(&mut buffers)?;
         Ok(UringWorker {
             ring,
             buffers,
@@ -631,20 +714,13 @@ impl<S: Stack> UringWorker<S> {
         match kind {
             Some(Kind::Accept) => self.on_accept(idx, result, flags),
             Some(Kind::Wake) => self.on_wake(flags),
-            Some(Kind::Recv) if self.current(idx, generation) => self.on_recv(idx, result, flags),
+            Some(Kind::Recv) => self.on_recv(idx, generation, result, flags),
             Some(Kind::Send | Kind::SpliceIn | Kind::SpliceOut)
                 if self.current(idx, generation) =>
             {
                 self.on_sent(idx, kind == Some(Kind::SpliceIn), result)
             }
-            _ => {
-                // A receive completion for a slot since reused cannot
-                // happen (slots wait for their last one), but its buffer
-                // would still be ours to give back.
-                if let Some(bid) = cqueue::buffer_select(flags) {
-                    self.buffers.recycle(bid);
-                }
-            }
+            _ => {}
         }
     }
 
@@ -812,16 +888,36 @@ impl<S: Stack> UringWorker<S> {
         self.push(entry);
     }
 
-    fn on_recv(&mut self, idx: usize, result: i32, flags: u32) {
+    /// A receive completed: its bytes (in `buffer`: id, start, length)
+    /// go to the stack, or are held, or discarded; the buffer goes back to
+    /// the kernel after.
+    fn on_recv(&mut self, idx: usize, generation: u32, result: i32, flags: u32) {
+        let buffer = cqueue::buffer_select(flags).map(|bid| {
+            let (start, len) = self.buffers.locate(bid, result.max(0) as usize);
+            (bid, start, len)
+        });
+        // A completion for a slot since reused cannot happen (slots wait
+        // for their last one), but its buffer would still be ours.
+        if self.current(idx, generation) {
+            self.receive(idx, result, flags, buffer);
+        }
+        if let Some((bid, ..)) = buffer {
+            self.buffers.done(bid, flags);
+        }
+    }
+
+    fn receive(
+        &mut self,
+        idx: usize,
+        result: i32,
+        flags: u32,
+        buffer: Option<(u16, usize, usize)>,
+    ) {
         let slot = &mut self.conns[idx];
         if !cqueue::more(flags) {
             slot.recv = false;
         }
-        let bid = cqueue::buffer_select(flags);
         if slot.closing {
-            if let Some(bid) = bid {
-                self.buffers.recycle(bid);
-            }
             self.release_if_done(idx);
             return;
         }
@@ -840,7 +936,7 @@ impl<S: Stack> UringWorker<S> {
             self.close(idx);
             return;
         }
-        let Some(bid) = bid.filter(|_| result > 0) else {
+        let Some((bid, start, n)) = buffer.filter(|_| result > 0) else {
             // End of file.
             slot.peer_done = true;
             if slot.state.phase == Phase::Lingering || !slot.busy() {
@@ -848,9 +944,7 @@ impl<S: Stack> UringWorker<S> {
             }
             return;
         };
-        let n = result as usize;
         if slot.state.phase == Phase::Lingering {
-            self.buffers.recycle(bid);
             slot.discarded += n;
             if slot.discarded > LINGER_MAX {
                 self.close(idx);
@@ -860,8 +954,8 @@ impl<S: Stack> UringWorker<S> {
             return;
         }
         if slot.busy() {
-            slot.held.extend_from_slice(self.buffers.get(bid, n));
-            self.buffers.recycle(bid);
+            slot.held
+                .extend_from_slice(self.buffers.slice(bid, start, n));
             if slot.held.len() > HELD_MAX && slot.recv {
                 slot.paused = true;
                 let op = tag(Kind::Recv, slot.generation, idx);
@@ -870,14 +964,12 @@ impl<S: Stack> UringWorker<S> {
             return;
         }
         let Some(session) = slot.state.session.as_mut() else {
-            self.buffers.recycle(bid);
             return;
         };
         self.out.clear();
         let step = self
             .stack
-            .input(session, self.buffers.get(bid, n), &mut self.out);
-        self.buffers.recycle(bid);
+            .input(session, self.buffers.slice(bid, start, n), &mut self.out);
         self.after_step(idx, step);
         self.pump(idx);
     }
@@ -1263,8 +1355,8 @@ mod tests {
             );
             return;
         }
-        let buffers = Buffers::new().unwrap();
-        let mut ring = new_ring(&buffers).unwrap();
+        let mut buffers = Buffers::new().unwrap();
+        let mut ring = new_ring(&mut buffers).unwrap();
         ring.submitter().register_enable_rings().unwrap();
         let nop = opcode::Nop::new().build().user_data(1);
         let waker = Waker::new().unwrap();
