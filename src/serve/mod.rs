@@ -123,7 +123,7 @@ pub fn open_site(path: &Path) -> anyhow::Result<Pack> {
         if !path.exists() {
             bail!("{}: no such file or directory", path.display());
         }
-        return crate::build::build_preview(path);
+        return crate::build::build_preview(path, &std::env::temp_dir());
     }
     let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
