@@ -11,6 +11,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -409,6 +410,9 @@ pub struct Server {
     /// access log with `--access-log -`).
     pub stdout: Arc<Mutex<String>>,
     pub startup: String,
+    /// The server's TMPDIR, where a directory site's preview packs go;
+    /// removed with the server.
+    pub tmp: tempfile::TempDir,
 }
 
 /// How `Server::launch` starts the server.
@@ -424,6 +428,13 @@ pub struct Launch {
     /// Keep reading stdout after the start-up line (`Server::stdout`);
     /// `false` closes the pipe's read end, so later writes fail.
     pub drain_stdout: bool,
+    /// When the tests run as root, pass `--user root` (unless ARGS name a
+    /// user or `--no-sandbox`): the server then still reads the tests'
+    /// private folders at reloads. Tests of the switch to another user
+    /// turn this off.
+    pub stay_root: bool,
+    /// Extra environment variables of the server.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Default for Launch {
@@ -433,8 +444,16 @@ impl Default for Launch {
             listen: vec!["127.0.0.1:0".to_owned()],
             stderr: None,
             drain_stdout: true,
+            stay_root: true,
+            env: Vec::new(),
         }
     }
+}
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: plain getter.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Where every write fails: a pipe whose read end is closed (EPIPE) and
@@ -499,6 +518,15 @@ impl Server {
             };
         }
         command.arg("serve").args(args);
+        let names_user = args.iter().any(|a| ["--user", "--no-sandbox"].contains(a));
+        if launch.stay_root && is_root() && !names_user {
+            command.args(["--user", "root"]);
+        }
+        // Open to every user: a server that switched users creates its
+        // preview folder here.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        command.env("TMPDIR", tmp.path()).envs(launch.env);
         for value in &launch.listen {
             command.args(["--listen", value]);
         }
@@ -567,6 +595,7 @@ impl Server {
             stderr,
             stdout,
             startup,
+            tmp,
         }
     }
 
