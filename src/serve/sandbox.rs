@@ -84,7 +84,8 @@ impl Syscall {
 }
 
 /// `sys!(SYS_read)`: allowed with any arguments; `sys!(SYS_prctl, if arg 0
-/// & MASK == VALUE)`: allowed only then.
+/// & MASK => VALUE)`: allowed only when `(arg 0 & MASK) == VALUE`.
+#[cfg(target_arch = "x86_64")]
 macro_rules! sys {
     ($constant:ident) => {
         Syscall {
@@ -109,6 +110,7 @@ macro_rules! sys {
 /// glibc's internal signal for applying a set*id call to every thread
 /// (SIGSETXID, the second real-time signal); its handler is installed at
 /// the process's first `pthread_create`.
+#[cfg(target_arch = "x86_64")]
 const GLIBC_SIGSETXID: u32 = 33;
 
 /// What every thread needs whatever the back end: the control thread
