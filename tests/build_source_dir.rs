@@ -129,9 +129,11 @@ fn an_empty_directory_builds_an_empty_pack() {
 fn preview_pack_is_open_and_its_file_removed() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "index.html", &"<p>preview</p>\n".repeat(50));
-    let pack = build_preview(dir.path()).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let pack = build_preview(dir.path(), scratch.path()).unwrap();
     assert!(!pack.path().exists(), "the temporary file is deleted");
-    assert!(pack.path().starts_with(std::env::temp_dir()));
+    assert!(pack.path().starts_with(scratch.path()));
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
     let route = pack.lookup(RouteKind::Exact, b"/").unwrap();
     assert_eq!(
         route.variant(Encoding::Identity).unwrap().body,

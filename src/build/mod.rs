@@ -334,16 +334,28 @@ fn utf8(bytes: &[u8], name: &str) -> anyhow::Result<String> {
     String::from_utf8(bytes.to_vec()).with_context(|| format!("{name}: not UTF-8 text"))
 }
 
-/// Builds `source` with fast settings into a temporary pack, opens it and
-/// deletes the file (the mapping stays valid), for `kiln serve DIR`.
-pub fn build_preview(source: &Path) -> anyhow::Result<Pack> {
+/// Builds `source` with fast settings into a temporary pack in `scratch`,
+/// opens it and deletes the file (the mapping stays valid), for
+/// `kiln serve DIR`.
+///
+/// The build runs on a rayon pool of its own whose threads are joined
+/// before this returns: the global pool would keep its threads alive after
+/// the first preview, and `kiln serve` then enters a sandbox whose user
+/// switch and Landlock domain hold only for the threads created after it.
+pub fn build_preview(source: &Path, scratch: &Path) -> anyhow::Result<Pack> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let tmp = std::env::temp_dir().join(format!(
+    let tmp = scratch.join(format!(
         "kiln-preview-{}-{}.pack",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    build_pack(source, &tmp, &BuildOptions::preview())?;
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("kiln-preview-{i}"))
+        .build_scoped(
+            |thread| thread.run(),
+            |pool| pool.install(|| build_pack(source, &tmp, &BuildOptions::preview())),
+        )
+        .context("cannot start the preview build's threads")??;
     let opened = Pack::open(&tmp);
     let removed = std::fs::remove_file(&tmp);
     let pack = opened.map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;

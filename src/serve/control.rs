@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
+use super::SiteSource;
 use super::handler::Site;
 use super::net::{Shared, Waker};
 use super::stack::CurrentSite;
@@ -142,10 +143,11 @@ pub fn reload_tls(source: &super::tls::Source, current: &CurrentSite) {
     }
 }
 
-/// Opens the site at `path` as at start-up (a pack is verified, a directory
-/// or tar is fired into a fresh preview pack) and publishes it.
-pub fn reload(path: &Path, current: &CurrentSite) {
-    match super::open_site(path) {
+/// Opens the site as at start-up (a pack is verified, a directory or tar is
+/// fired into a fresh preview pack) and publishes it.
+pub fn reload(site: &SiteSource, current: &CurrentSite) {
+    let path = site.path.as_path();
+    match super::open_site(site) {
         Ok(pack) => {
             let routes = pack.route_count();
             current.publish(Site::from_pack(pack));
@@ -208,7 +210,7 @@ impl Control {
 /// Starts the control thread (see `run`); its end shuts the server down.
 pub fn spawn(
     signals: OwnedFd,
-    pack: Option<PathBuf>,
+    site: Option<SiteSource>,
     tls: Option<super::tls::Source>,
     watched: Option<Watch>,
     shared: Arc<Shared>,
@@ -216,7 +218,7 @@ pub fn spawn(
     wakers: Vec<Arc<Waker>>,
 ) -> io::Result<Control> {
     supervise(shared, wakers, move |shared, wakers| {
-        run(signals, pack, tls, watched, shared, &current, wakers)
+        run(signals, site, tls, watched, shared, &current, wakers)
     })
 }
 
@@ -269,11 +271,11 @@ fn is_transient(e: &io::Error) -> bool {
 }
 
 /// Runs the control loop; returns only on an error it cannot get past.
-/// `pack` is `None` in dummy mode, `watched` when the pack's directory
+/// `site` is `None` in dummy mode, `watched` when the pack's directory
 /// could be watched.
 fn run(
     signals: OwnedFd,
-    pack: Option<PathBuf>,
+    site: Option<SiteSource>,
     tls: Option<super::tls::Source>,
     mut watched: Option<Watch>,
     shared: &Shared,
@@ -319,7 +321,7 @@ fn run(
             } else {
                 let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
                 if signo == libc::SIGHUP {
-                    if let Some(p) = pack.as_deref() {
+                    if let Some(p) = site.as_ref() {
                         reload(p, current);
                     }
                     if let Some(source) = tls.as_ref() {
@@ -353,7 +355,7 @@ fn run(
                 }
             } else {
                 let (pack_changed, certificate_changed) = watch.roles(&buf[..n as usize]);
-                if pack_changed && let Some(p) = pack.as_deref() {
+                if pack_changed && let Some(p) = site.as_ref() {
                     reload(p, current);
                 }
                 if certificate_changed && let Some(source) = tls.as_ref() {

@@ -3,8 +3,9 @@
 //! Layers: `net` (sockets, event loops, timers), `stack` (a connection's
 //! protocols as the loop drives them), `http1` (the protocol), `http2`
 //! (HTTP/2, being built: frames and priorities so far, not yet served),
-//! `handler` (request → prepared pack bytes, protocol-agnostic), and
-//! `control` (signals, hot reload).
+//! `handler` (request → prepared pack bytes, protocol-agnostic),
+//! `control` (signals, hot reload), and `sandbox` (the walls the serving
+//! threads run inside).
 
 pub mod access_log;
 pub mod control;
@@ -15,12 +16,14 @@ pub mod http2;
 pub mod listen;
 pub mod net;
 pub mod output;
+pub mod sandbox;
 pub mod server_headers;
 pub mod stack;
 pub mod tls;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,22 +117,53 @@ pub struct ServeArgs {
     /// measurements).
     #[arg(long, value_name = "BYTES", default_value_t = output::SENDFILE_MIN, hide = true)]
     pub sendfile_min: u64,
+    /// Serve as this user once listeners are bound and the pack and
+    /// certificates opened. Default: `nobody` when started as root (kiln
+    /// refuses to serve as root unless told `--user root`), else the user
+    /// kiln runs as. Reloads read the pack and certificates as this user.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Serve without the sandbox: no user switch, no Landlock, no system
+    /// call filter (docs/security.md). Logged as a warning.
+    #[arg(long, conflicts_with = "user")]
+    pub no_sandbox: bool,
+}
+
+/// What SITE names, as start-up and reloads open it.
+#[derive(Clone, Debug)]
+pub struct SiteSource {
+    /// The pack, directory or tar archive.
+    pub path: PathBuf,
+    /// The folder a directory or archive is fired into preview packs in;
+    /// `None` for a pack.
+    pub preview_dir: Option<PathBuf>,
+}
+
+/// Whether `path` starts with a pack's magic (else it is a directory or an
+/// archive to fire); an error when it cannot be opened.
+fn is_pack(path: &Path) -> std::io::Result<bool> {
+    let mut file = std::fs::File::open(path)?;
+    let mut magic = [0u8; 8];
+    Ok(std::io::Read::read_exact(&mut file, &mut magic).is_ok()
+        && magic == crate::pack::format::MAGIC)
 }
 
 /// Opens what SITE names: a pack is mapped and verified; a directory or a
 /// tar archive is fired into a preview pack first (fast compression
-/// settings), so `kiln serve ./public` works without a build step.
-pub fn open_site(path: &Path) -> anyhow::Result<Pack> {
-    let mut magic = [0u8; 8];
-    let is_pack = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok()
-        && magic == crate::pack::format::MAGIC;
-    if !is_pack {
-        if !path.exists() {
-            bail!("{}: no such file or directory", path.display());
+/// settings, in `site.preview_dir` or else the temporary folder), so
+/// `kiln serve ./public` works without a build step.
+pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
+    let path = site.path.as_path();
+    match is_pack(path) {
+        Ok(true) => {}
+        Ok(false) => {
+            let scratch = site.preview_dir.clone().unwrap_or_else(std::env::temp_dir);
+            return crate::build::build_preview(path, &scratch);
         }
-        return crate::build::build_preview(path);
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: no such file or directory", path.display())
+        }
+        Err(e) => bail!("{}: cannot open: {e}", path.display()),
     }
     let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -316,6 +350,56 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
     tls::server_config(resolver, &[b"h2", b"http/1.1"]).map_err(anyhow::Error::msg)
 }
 
+/// A fresh folder in the temporary folder for preview packs, owned by the
+/// user the server switches to (who writes in it at each reload).
+fn preview_folder(identity: Option<&sandbox::Identity>) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("kiln-preview-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .context("cannot create a folder for preview packs")?;
+    // SAFETY: plain getter.
+    let euid = unsafe { libc::geteuid() };
+    if let Some(id) = identity.filter(|id| id.uid != euid) {
+        std::os::unix::fs::chown(dir.path(), Some(id.uid), Some(id.gid)).with_context(|| {
+            format!(
+                "{}: cannot give it to user {}",
+                dir.path().display(),
+                id.name
+            )
+        })?;
+    }
+    Ok(dir)
+}
+
+/// What the sandbox lets the server read and write after start: the site
+/// and certificates again at reloads, previews in their own folder.
+fn sandbox_plan(
+    identity: sandbox::Identity,
+    backend: sandbox::Backend,
+    site: Option<&SiteSource>,
+    tls: Option<&tls::Source>,
+) -> sandbox::Plan {
+    let mut plan = sandbox::Plan::new(identity, backend);
+    if let Some(site) = site {
+        if site.path.is_dir() {
+            plan.read_tree_again(&site.path);
+        } else {
+            plan.read_file_again(&site.path);
+        }
+        if let Some(dir) = &site.preview_dir {
+            plan.write_in(dir);
+        }
+    }
+    if let Some(tls::Source::Files(pairs)) = tls {
+        for pair in pairs {
+            plan.read_file_again(&pair.cert);
+            plan.read_file_again(&pair.key);
+        }
+    }
+    plan
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // A log line that cannot be written is dropped: by default the
     // subscriber reports the failure by printing to stderr, which panics
@@ -342,19 +426,34 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => connection_budget(threads, listens.iter().map(|(l, _)| l.addrs.len()).sum()),
     };
+    let identity = if args.no_sandbox {
+        None
+    } else {
+        Some(sandbox::resolve_user(args.user.as_deref())?)
+    };
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
     // and SIGHUP or SIGTERM would kill the process instead of reaching the
     // control thread. A signal during the preview build waits for it.
     let signals = control::block_signals().context("cannot set up signal handling")?;
-    let (site, pack_path, routes) = if args.dummy {
+    let mut preview_dir = match &args.site {
+        Some(path) if !args.dummy && matches!(is_pack(path), Ok(false)) => {
+            Some(preview_folder(identity.as_ref())?)
+        }
+        _ => None,
+    };
+    let (site, site_source, routes) = if args.dummy {
         (Site::dummy(), None, 0)
     } else {
-        let path = args.site.clone().context("SITE is required")?;
-        let pack = open_site(&path)?;
+        let source = SiteSource {
+            path: args.site.clone().context("SITE is required")?,
+            preview_dir: preview_dir.as_ref().map(|d| d.path().to_path_buf()),
+        };
+        let pack = open_site(&source)?;
         let routes = pack.route_count();
-        (Site::from_pack(pack), Some(path), routes)
+        (Site::from_pack(pack), Some(source), routes)
     };
+    let pack_path = site_source.as_ref().map(|s| s.path.clone());
     let access_log = match args.access_log.as_deref() {
         None => None,
         Some(p) if p == Path::new("-") => Some(Arc::new(access_log::Sink::Stdout)),
@@ -459,14 +558,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             EventLoop::Epoll(Box::new(Worker::new(l, waker, shared, config, stack)?))
         });
     }
-    let mut handles = Vec::new();
-    for (i, event_loop) in loops.into_iter().enumerate() {
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("kiln-loop-{i}"))
-                .spawn(move || event_loop.run())?,
-        );
-    }
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
     if let Some(p) = pack_path.as_deref() {
         watched_files.push((p, control::Role::Pack));
@@ -484,9 +575,42 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
+    // Everything is open and every worker built: the sandbox goes up before
+    // the first thread starts, so that every thread is inside it.
+    match identity {
+        Some(identity) => {
+            let backend = if uring.is_some() {
+                sandbox::Backend::Uring
+            } else {
+                sandbox::Backend::Epoll
+            };
+            let plan = sandbox_plan(identity, backend, site_source.as_ref(), tls_source.as_ref());
+            sandbox::enter(&plan)?;
+            // Removing the preview folder at exit needs a right on the
+            // temporary folder that holds it, which the sandbox does not
+            // give: it is left behind, empty.
+            if let Some(dir) = preview_dir.take() {
+                let _ = dir.keep();
+            }
+        }
+        None => tracing::warn!(
+            "sandbox off (--no-sandbox): serving with the privileges kiln started with, \
+             no Landlock domain and no system call filter"
+        ),
+    }
+    #[cfg(debug_assertions)]
+    sandbox::debug_probes();
+    let mut handles = Vec::new();
+    for (i, event_loop) in loops.into_iter().enumerate() {
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("kiln-loop-{i}"))
+                .spawn(move || event_loop.run())?,
+        );
+    }
     let control = control::spawn(
         signals,
-        pack_path.clone(),
+        site_source,
         tls_source,
         watched,
         Arc::clone(&shared),

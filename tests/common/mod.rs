@@ -12,6 +12,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -410,6 +411,9 @@ pub struct Server {
     /// access log with `--access-log -`).
     pub stdout: Arc<Mutex<String>>,
     pub startup: String,
+    /// The server's TMPDIR, where a directory site's preview packs go;
+    /// removed with the server.
+    pub tmp: tempfile::TempDir,
 }
 
 /// How `Server::launch` starts the server.
@@ -427,6 +431,13 @@ pub struct Launch {
     pub drain_stdout: bool,
     /// Start the server where io_uring is refused (`deny_io_uring`).
     pub deny_io_uring: bool,
+    /// When the tests run as root, pass `--user root` (unless ARGS name a
+    /// user or `--no-sandbox`): the server then still reads the tests'
+    /// private folders at reloads. Tests of the switch to another user
+    /// turn this off.
+    pub stay_root: bool,
+    /// Extra environment variables of the server.
+    pub env: Vec<(&'static str, String)>,
 }
 
 /// Makes `command`'s process run where `io_uring_setup` fails with ENOSYS,
@@ -491,8 +502,16 @@ impl Default for Launch {
             stderr: None,
             drain_stdout: true,
             deny_io_uring: false,
+            stay_root: true,
+            env: Vec::new(),
         }
     }
+}
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: plain getter.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Where every write fails: a pipe whose read end is closed (EPIPE) and
@@ -565,6 +584,15 @@ impl Server {
         {
             command.arg("--io").arg(io);
         }
+        let names_user = args.iter().any(|a| ["--user", "--no-sandbox"].contains(a));
+        if launch.stay_root && is_root() && !names_user {
+            command.args(["--user", "root"]);
+        }
+        // Open to every user: a server that switched users creates its
+        // preview folder here.
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        command.env("TMPDIR", tmp.path()).envs(launch.env);
         for value in &launch.listen {
             command.args(["--listen", value]);
         }
@@ -633,6 +661,7 @@ impl Server {
             stderr,
             stdout,
             startup,
+            tmp,
         }
     }
 

@@ -69,8 +69,10 @@ const BGID: u16 = 0;
 const HELD_MAX: usize = 64 * 1024;
 /// Bytes read from a lingering connection before it is closed anyway.
 const LINGER_MAX: usize = 1 << 20;
-/// Pipes kept for splicing between uses; more are made when needed.
-const SPARE_PIPES: usize = 16;
+/// Pipes for splicing, made at start (the sandbox allows no new ones): as
+/// many large bodies as this go out at once by splice, more by `writev`
+/// from the mapping.
+const PIPES: usize = 16;
 /// The pipe size asked for (the kernel may give less): one splice moves
 /// at most this much of a body.
 const PIPE_SIZE: usize = 1 << 20;
@@ -341,6 +343,30 @@ impl Pipe {
         };
         Ok(Pipe { read, write, size })
     }
+
+    /// Empties a pipe a body was left in (its connection closed, or a
+    /// splice was cancelled, mid-body) so that it can serve the next one.
+    /// False if that failed: the pipe is then dropped.
+    fn empty(&self) -> bool {
+        let mut scratch = [0u8; 16 * 1024];
+        loop {
+            let mut queued: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int.
+            if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut queued) } != 0 {
+                return false;
+            }
+            if queued <= 0 {
+                return true;
+            }
+            let want = scratch.len().min(queued as usize);
+            // SAFETY: `scratch` holds `want` bytes; the pipe holds at least
+            // that many, so the read does not block.
+            let n = unsafe { libc::read(self.read.as_raw_fd(), scratch.as_mut_ptr().cast(), want) };
+            if n <= 0 {
+                return false;
+            }
+        }
+    }
 }
 
 /// Output the kernel is sending for one connection, owned here until the
@@ -548,7 +574,7 @@ pub struct UringWorker<S: Stack> {
     /// so that moving one between a slot and here never allocates.
     #[allow(clippy::vec_box)]
     spare_sends: Vec<Box<Outgoing>>,
-    /// Pipes not in use.
+    /// Pipes not in use (`PIPES` made at start).
     spare_pipes: Vec<Pipe>,
     /// Completions of the current turn, copied out of the ring.
     completions: Vec<(u64, i32, u32)>,
@@ -603,7 +629,7 @@ impl<S: Stack> UringWorker<S> {
             open: 0,
             out: Output::new(64 * 1024, config.sendfile_min),
             spare_sends: Vec::new(),
-            spare_pipes: Vec::new(),
+            spare_pipes: (0..PIPES).map(|_| Pipe::new()).collect::<Result<_, _>>()?,
             completions: Vec::with_capacity(CQ_ENTRIES as usize),
             starved: Vec::new(),
             stack,
@@ -1050,12 +1076,11 @@ impl<S: Stack> UringWorker<S> {
                 None => return self.fail_send(idx),
             };
             if send.pipe.is_none() {
-                match self.spare_pipes.pop().map_or_else(Pipe::new, Ok) {
-                    Ok(pipe) => send.pipe = Some(pipe),
-                    Err(e) => {
-                        // No pipe (descriptors short): the body goes out
-                        // of the mapping instead, as smaller ones do.
-                        tracing::debug!("pipe for splice: {e}");
+                match self.spare_pipes.pop() {
+                    Some(pipe) => send.pipe = Some(pipe),
+                    None => {
+                        // Every pipe is busy: the body goes out of the
+                        // mapping instead, as smaller ones do.
                         send.segs[send.next] = Seg::Mapped {
                             off: off as usize,
                             len: len as usize,
@@ -1119,10 +1144,10 @@ impl<S: Stack> UringWorker<S> {
         send.bytes.clear();
         send.segs.clear();
         send.next = 0;
-        // A pipe with bytes left in it cannot serve another body.
+        // The count of bytes in the pipe is not to be trusted after a
+        // cancelled splice: the pipe itself says.
         if let Some(pipe) = send.pipe.take()
-            && send.in_pipe == 0
-            && self.spare_pipes.len() < SPARE_PIPES
+            && pipe.empty()
         {
             self.spare_pipes.push(pipe);
         }
@@ -1166,9 +1191,7 @@ impl<S: Stack> UringWorker<S> {
             }
             if matches!(send.segs[send.next], Seg::File { len: 0, .. }) {
                 send.next = advance(&mut send.segs, send.next + 1, 0);
-                if let Some(pipe) = send.pipe.take()
-                    && self.spare_pipes.len() < SPARE_PIPES
-                {
+                if let Some(pipe) = send.pipe.take() {
                     self.spare_pipes.push(pipe);
                 }
             }

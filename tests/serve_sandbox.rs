@@ -1,0 +1,436 @@
+//! The sandbox `kiln serve` enters once started: every thread of the
+//! serving process has no_new_privs, the seccomp filter and no
+//! capabilities; started as root it switches to `nobody` and still reloads
+//! its pack and directory site there; files outside its folders cannot be
+//! opened; a system call outside the list ends it with a log line; a
+//! symlinked pack is read from the folder the link points into at start;
+//! `--no-sandbox` turns it all off, with a warning; root is refused when
+//! there is no user to switch to, and only root can switch users.
+//!
+//! The probes are test hooks of debug builds (`serve::sandbox::debug_probes`),
+//! which is what `CARGO_BIN_EXE_kiln` is here.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// `/proc/PID/task/*/status` of every thread of the server.
+fn thread_statuses(server: &Server) -> Vec<String> {
+    let tasks = format!("/proc/{}/task", server.child.id());
+    std::fs::read_dir(tasks)
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("status")).unwrap())
+        .collect()
+}
+
+/// The value of `name:` in a status file, whitespace collapsed.
+fn field(status: &str, name: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn version(s: &Server) -> String {
+    String::from_utf8(s.get("/version.txt", "").body).unwrap()
+}
+
+fn wait_for_version(s: &Server, want: &str) {
+    let start = Instant::now();
+    while version(s) != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never saw {want}; stderr: {}",
+            s.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for_log(s: &Server, want: &str) {
+    let start = Instant::now();
+    while !s.stderr_text().contains(want) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no {want:?} in stderr: {}",
+            s.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A temporary folder every user can read, as a server that switched to
+/// `nobody` needs its site's folder to be.
+fn open_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `nobody`'s user and group ids.
+fn nobody() -> (u32, u32) {
+    // SAFETY: getpwnam with a C string; the entry is read at once, and no
+    // other thread of this test looks users up.
+    let entry = unsafe { libc::getpwnam(c"nobody".as_ptr()) };
+    assert!(!entry.is_null(), "this machine has no user nobody");
+    // SAFETY: a non-null entry from getpwnam.
+    unsafe { ((*entry).pw_uid, (*entry).pw_gid) }
+}
+
+/// `kiln serve ARGS` run to its end.
+fn kiln_serve(
+    args: &[&str],
+    prepare: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command.arg("serve").args(args).stdin(Stdio::null());
+    // SAFETY: `prepare` makes only async-signal-safe system calls.
+    unsafe { command.pre_exec(prepare) };
+    command.output().expect("run kiln")
+}
+
+#[test]
+fn every_thread_has_no_new_privs_the_filter_and_no_capabilities() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[pack.to_str().unwrap(), "--threads", "2"]);
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+    let statuses = thread_statuses(&server);
+    // The main thread, two event loops, the control thread.
+    assert!(statuses.len() >= 4, "{} threads", statuses.len());
+    for status in &statuses {
+        let name = field(status, "Name");
+        assert_eq!(field(status, "NoNewPrivs"), "1", "{name}");
+        assert_eq!(field(status, "Seccomp"), "2", "{name}");
+        assert_eq!(field(status, "Seccomp_filters"), "1", "{name}");
+        for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+            assert_eq!(field(status, set), "0000000000000000", "{name} {set}");
+        }
+    }
+    wait_for_log(&server, "sandbox: Landlock ABI");
+    wait_for_log(&server, "system calls allowed (Epoll back end)");
+}
+
+#[test]
+fn root_switches_to_nobody_and_reloads_its_pack_as_nobody() {
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let dir = open_tempdir();
+    let pack = dir.path().join("site.pack");
+    version_pack(&pack, "v1");
+    let server = Server::launch(
+        &[pack.to_str().unwrap(), "--threads", "2"],
+        Launch {
+            stay_root: false,
+            ..Launch::default()
+        },
+    );
+    assert_eq!(version(&server), "v1");
+    let (uid, gid) = nobody();
+    for status in thread_statuses(&server) {
+        assert_eq!(field(&status, "Uid"), format!("{uid} {uid} {uid} {uid}"));
+        assert_eq!(field(&status, "Gid"), format!("{gid} {gid} {gid} {gid}"));
+        assert_eq!(field(&status, "CapEff"), "0000000000000000");
+    }
+    wait_for_log(&server, "sandbox: running as nobody");
+    // Replaced by rename (inotify), then SIGHUP: both read as nobody.
+    version_pack(&pack, "v2");
+    wait_for_version(&server, "v2");
+    version_pack(&pack, "v3");
+    server.signal(libc::SIGHUP);
+    wait_for_version(&server, "v3");
+    assert!(
+        !server.stderr_text().contains("failed"),
+        "{}",
+        server.stderr_text()
+    );
+}
+
+#[test]
+fn root_switches_to_nobody_and_fires_a_directory_site_again_as_nobody() {
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let dir = open_tempdir();
+    let site = dir.path().join("public");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("version.txt"), "one").unwrap();
+    let server = Server::launch(
+        &[site.to_str().unwrap(), "--threads", "1"],
+        Launch {
+            stay_root: false,
+            ..Launch::default()
+        },
+    );
+    assert_eq!(version(&server), "one");
+    for v in ["two", "three"] {
+        std::fs::write(site.join("version.txt"), v).unwrap();
+        server.signal(libc::SIGHUP);
+        wait_for_version(&server, v);
+    }
+    assert!(
+        !server.stderr_text().contains("failed"),
+        "{}",
+        server.stderr_text()
+    );
+}
+
+#[test]
+fn files_outside_the_sites_folder_cannot_be_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let beside = dir.path().join("beside.txt");
+    std::fs::write(&beside, "in the pack's folder").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path().join("outside.txt");
+    std::fs::write(&outside, "elsewhere").unwrap();
+    let probe = std::env::join_paths([&outside, &beside])
+        .unwrap()
+        .into_string()
+        .unwrap();
+    for sandboxed in [true, false] {
+        let mut args = vec![pack.to_str().unwrap()];
+        if !sandboxed {
+            args.push("--no-sandbox");
+        }
+        let server = Server::launch(
+            &args,
+            Launch {
+                env: vec![("KILN_DEBUG_SANDBOX_OPEN", probe.clone())],
+                ..Launch::default()
+            },
+        );
+        wait_for_log(
+            &server,
+            &format!("debug probe: opened {}", beside.display()),
+        );
+        let outcome = if sandboxed {
+            format!(
+                "debug probe: cannot open {}: Permission denied",
+                outside.display()
+            )
+        } else {
+            format!("debug probe: opened {}", outside.display())
+        };
+        wait_for_log(&server, &outcome);
+    }
+}
+
+#[test]
+fn a_system_call_outside_the_list_ends_the_process_with_a_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let program = Path::new("/bin/true");
+    assert!(program.exists(), "the probe executes {}", program.display());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command
+        .args(["serve", pack.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .env("KILN_DEBUG_SANDBOX_EXEC", program);
+    if is_root() {
+        command.args(["--user", "root"]);
+    }
+    let out = command.output().expect("run kiln");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // /bin/true would have exited 0.
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSYS), "{stderr}");
+    let line = format!(
+        "kiln: sandbox: system call {} is not allowed; exiting",
+        libc::SYS_execve
+    );
+    assert!(stderr.contains(&line), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("serving"),
+        "the server started anyway"
+    );
+}
+
+/// Points the symbolic link `link` at `target`, replacing it by rename as a
+/// deployment would.
+fn repoint(link: &Path, target: &Path) {
+    let fresh = link.with_extension("new-link");
+    std::os::unix::fs::symlink(target, &fresh).unwrap();
+    std::fs::rename(&fresh, link).unwrap();
+}
+
+#[test]
+fn a_symlinked_pack_is_read_from_the_folder_the_link_points_into_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let [served, releases, other]: [PathBuf; 3] =
+        ["served", "releases", "other"].map(|d| dir.path().join(d));
+    for d in [&served, &releases, &other] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let link = served.join("site.pack");
+    version_pack(&releases.join("current.pack"), "v1");
+    repoint(&link, &releases.join("current.pack"));
+    let server = Server::start(&[link.to_str().unwrap(), "--threads", "1"]);
+    assert_eq!(version(&server), "v1");
+    // A new pack renamed over the file the link points to: readable.
+    version_pack(&releases.join("current.pack"), "v2");
+    server.signal(libc::SIGHUP);
+    wait_for_version(&server, "v2");
+    // The link pointed into a third folder: not readable from inside the
+    // sandbox, so the reload is refused and the old pack keeps serving.
+    version_pack(&other.join("next.pack"), "v3");
+    repoint(&link, &other.join("next.pack"));
+    server.signal(libc::SIGHUP);
+    wait_for_log(&server, "Permission denied");
+    let log = server.stderr_text();
+    assert!(log.contains("still serving the previous pack"), "{log}");
+    assert_eq!(version(&server), "v2");
+    // Without the sandbox the same reload goes through.
+    repoint(&link, &releases.join("current.pack"));
+    let server = Server::start(&[link.to_str().unwrap(), "--no-sandbox"]);
+    assert_eq!(version(&server), "v2");
+    repoint(&link, &other.join("next.pack"));
+    server.signal(libc::SIGHUP);
+    wait_for_version(&server, "v3");
+}
+
+#[test]
+fn no_sandbox_leaves_the_process_unfiltered_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::start(&[pack.to_str().unwrap(), "--no-sandbox"]);
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+    for status in thread_statuses(&server) {
+        assert_eq!(field(&status, "Seccomp"), "0");
+        assert_eq!(field(&status, "NoNewPrivs"), "0");
+        if is_root() {
+            assert_eq!(field(&status, "Uid"), "0 0 0 0");
+            assert_ne!(field(&status, "CapEff"), "0000000000000000");
+        }
+    }
+    wait_for_log(&server, "sandbox off (--no-sandbox)");
+    let log = server.stderr_text();
+    let warning = log.lines().find(|l| l.contains("sandbox off")).unwrap();
+    assert!(warning.contains("WARN"), "{log}");
+    // Lines come in order: a sandbox entered would have logged before.
+    assert!(!log.contains("sandbox: Landlock"), "{log}");
+}
+
+/// A pre_exec step that gives the child a private mount namespace whose
+/// user database has root and no one else.
+fn only_root_in_the_user_database(
+    scratch: &Path,
+) -> impl FnMut() -> std::io::Result<()> + Send + Sync + 'static {
+    let passwd = scratch.join("passwd");
+    let nsswitch = scratch.join("nsswitch.conf");
+    std::fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(&nsswitch, "passwd: files\ngroup: files\n").unwrap();
+    let c = |p: &Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    let mounts = [
+        (c(&passwd), c(Path::new("/etc/passwd"))),
+        (c(&nsswitch), c(Path::new("/etc/nsswitch.conf"))),
+    ];
+    move || {
+        // SAFETY: unshare and mount with valid C strings; async-signal-safe.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (from, to) in &mounts {
+                let flags = libc::MS_BIND;
+                if libc::mount(
+                    from.as_ptr(),
+                    to.as_ptr(),
+                    std::ptr::null(),
+                    flags,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn root_is_refused_when_there_is_no_user_to_switch_to() {
+    if !is_root() {
+        eprintln!("skipped: needs the tests to run as root");
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let out = kiln_serve(
+        &["--dummy", "--listen", "127.0.0.1:0"],
+        only_root_in_the_user_database(scratch.path()),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("kiln: error: started as root and there is no user `nobody` to switch to"),
+        "{err}"
+    );
+    assert!(err.contains("--user root"), "{err}");
+    assert!(out.stdout.is_empty(), "started anyway");
+}
+
+#[test]
+fn unknown_users_are_refused_and_only_root_switches_users() {
+    let out = kiln_serve(
+        &[
+            "--dummy",
+            "--listen",
+            "127.0.0.1:0",
+            "--user",
+            "no-such-user-here",
+        ],
+        || Ok(()),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        "kiln: error: --user no-such-user-here: no such user"
+    );
+    if !is_root() {
+        eprintln!("skipped: starting as another user needs the tests to run as root");
+        return;
+    }
+    let (uid, gid) = nobody();
+    let out = kiln_serve(
+        &["--dummy", "--listen", "127.0.0.1:0", "--user", "root"],
+        move || {
+            // SAFETY: async-signal-safe calls; results checked.
+            unsafe {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        },
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        "kiln: error: --user root: kiln runs as nobody and only root can switch users"
+    );
+}
