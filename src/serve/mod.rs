@@ -172,7 +172,7 @@ pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
 
 /// Raises the soft open-file limit to the hard one (a server's connections
 /// are its files) and returns how many connections fit under it, leaving room
-/// for every thread's listeners, epoll and waker, and the process's own files.
+/// for every thread's descriptors and the process's own files.
 fn connection_budget(threads: usize, addresses: usize) -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -191,7 +191,9 @@ fn connection_budget(threads: usize, addresses: usize) -> usize {
             }
         }
     }
-    let reserve = 64 + threads * (addresses + 2);
+    // Per thread: its listeners, epoll or the ring, the waker, and the
+    // ring's splice pipes.
+    let reserve = 64 + threads * (addresses + 2 + 2 * net::uring::PIPES);
     usize::try_from(limit.rlim_cur)
         .unwrap_or(usize::MAX)
         .saturating_sub(reserve)

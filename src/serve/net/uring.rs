@@ -69,10 +69,10 @@ const BGID: u16 = 0;
 const HELD_MAX: usize = 64 * 1024;
 /// Bytes read from a lingering connection before it is closed anyway.
 const LINGER_MAX: usize = 1 << 20;
-/// Pipes for splicing, made at start (the sandbox allows no new ones): as
-/// many large bodies as this go out at once by splice, more by `writev`
-/// from the mapping.
-const PIPES: usize = 16;
+/// Pipes for splicing, made at start (the sandbox allows no new ones), as
+/// many as descriptors allow up to this: as many large bodies go out at
+/// once by splice, more by `writev` from the mapping.
+pub const PIPES: usize = 8;
 /// The pipe size asked for (the kernel may give less): one splice moves
 /// at most this much of a body.
 const PIPE_SIZE: usize = 1 << 20;
@@ -629,7 +629,7 @@ impl<S: Stack> UringWorker<S> {
             open: 0,
             out: Output::new(64 * 1024, config.sendfile_min),
             spare_sends: Vec::new(),
-            spare_pipes: (0..PIPES).map(|_| Pipe::new()).collect::<Result<_, _>>()?,
+            spare_pipes: (0..PIPES).map_while(|_| Pipe::new().ok()).collect(),
             completions: Vec::with_capacity(CQ_ENTRIES as usize),
             starved: Vec::new(),
             stack,
