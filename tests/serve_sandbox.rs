@@ -444,3 +444,27 @@ fn unknown_users_are_refused_and_only_root_switches_users() {
         "kiln: error: --user root: kiln runs as nobody and only root can switch users"
     );
 }
+
+/// A server stopped and continued (SIGSTOP, SIGCONT: a tracer attaching, a
+/// shell's job control) restarts the calls the stop interrupted, which the
+/// filter must allow, and keeps serving.
+#[test]
+fn a_stopped_and_continued_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut server = Server::start(&[pack.to_str().unwrap(), "--threads", "1"]);
+    assert_eq!(server.get("/hello.txt", "").status, 200);
+    for _ in 0..3 {
+        server.signal(libc::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(100));
+        server.signal(libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        server.wait_exit(Duration::from_millis(300)),
+        None,
+        "stderr: {}",
+        server.stderr_text()
+    );
+    assert_eq!(server.get("/hello.txt", "").status, 200);
+}

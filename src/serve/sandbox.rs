@@ -177,6 +177,10 @@ fn common_syscalls() -> Vec<Syscall> {
         // The clocks are read through the vDSO, which falls back to the
         // system call on a clock source it cannot read (not here).
         sys!(SYS_clock_gettime),
+        // The kernel's restart of a system call a signal or a tracer's
+        // stop interrupted (SIGSTOP/SIGCONT, `strace -p` attaching): without
+        // it, stopping the server for a moment would end it.
+        sys!(SYS_restart_syscall),
         // A thread ends; the process ends.
         sys!(SYS_exit),
         sys!(SYS_exit_group),
