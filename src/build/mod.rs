@@ -481,15 +481,17 @@ impl BuildReport {
     }
 }
 
-/// The process's peak resident set size, in bytes (0 if unknown).
+/// The process's peak resident set size, in bytes (0 if unknown): `VmHWM`
+/// of /proc/self/status, the high-water mark of this process image
+/// (getrusage's `ru_maxrss` would include the parent's before `exec`).
 fn peak_rss() -> u64 {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return 0;
-    }
-    // Linux reports kilobytes.
-    (usage.ru_maxrss.max(0) as u64) << 10
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
 }
 
 /// The text of `_headers` or `_redirects`, without the byte order mark
