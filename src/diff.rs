@@ -306,9 +306,36 @@ impl<'p> Diff<'p> {
         self.added.is_empty()
             && self.removed.is_empty()
             && self.changed.is_empty()
-            && self.rules_added.is_empty()
-            && self.rules_removed.is_empty()
-            && !self.rules_reordered
+            && !self.rules_changed()
+    }
+
+    /// The keys of the changed routes, as shown.
+    pub fn changed_keys(&self) -> Vec<String> {
+        self.changed
+            .iter()
+            .map(|(k, key, _)| shown_key(*k, key))
+            .collect()
+    }
+
+    /// The keys of the added routes, as shown.
+    pub fn added_keys(&self) -> Vec<String> {
+        self.added
+            .iter()
+            .map(|(k, key, _)| shown_key(*k, key))
+            .collect()
+    }
+
+    /// The keys of the removed routes, as shown.
+    pub fn removed_keys(&self) -> Vec<String> {
+        self.removed
+            .iter()
+            .map(|(k, key, _)| shown_key(*k, key))
+            .collect()
+    }
+
+    /// True when the pattern rules differ.
+    pub fn rules_changed(&self) -> bool {
+        !self.rules_added.is_empty() || !self.rules_removed.is_empty() || self.rules_reordered
     }
 
     /// The lines `kiln diff` prints.

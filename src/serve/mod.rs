@@ -18,6 +18,7 @@ pub mod output;
 pub mod server_headers;
 pub mod stack;
 pub mod tls;
+pub mod watch;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -39,9 +40,18 @@ use stack::{CurrentSite, Protocols, StackConfig};
 /// `kiln serve` options.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// The pack to serve.
+    /// The pack to serve (or a directory or tar archive, fired into a
+    /// preview pack in memory).
     #[arg(required_unless_present = "dummy")]
     pub site: Option<PathBuf>,
+    /// Live preview of a directory: rebuild the pack in memory when a file
+    /// under it changes (incrementally), swap it in, and log what changed;
+    /// a build that fails keeps the last good site serving.
+    #[arg(long, conflicts_with = "dummy")]
+    pub watch: bool,
+    /// Compression levels of the preview (default fast).
+    #[arg(long, value_enum, requires = "watch")]
+    pub compression: Option<crate::build::compress::Level>,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
@@ -341,8 +351,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // and SIGHUP or SIGTERM would kill the process instead of reaching the
     // control thread. A signal during the preview build waits for it.
     let signals = control::block_signals().context("cannot set up signal handling")?;
+    let mut preview = None;
     let (site, pack_path, routes) = if args.dummy {
         (Site::dummy(), None, 0)
+    } else if args.watch {
+        let path = args.site.clone().context("SITE is required")?;
+        let level = args
+            .compression
+            .unwrap_or(crate::build::compress::Level::Fast);
+        let (site, watching) = watch::start(&path, level)?;
+        let routes = site.pack().map_or(0, |p| p.route_count());
+        preview = Some(watching);
+        (site, Some(path), routes)
     } else {
         let path = args.site.clone().context("SITE is required")?;
         let pack = open_site(&path)?;
@@ -433,8 +453,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .spawn(move || worker.run())?,
         );
     }
+    if let Some(preview) = preview {
+        watch::spawn(preview, Arc::clone(&current))?;
+    }
+    // The live preview rebuilds on its own; the control thread reloads
+    // only a pack, or a directory or archive replaced as a whole.
+    let reloaded = pack_path.clone().filter(|_| !args.watch);
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
-    if let Some(p) = pack_path.as_deref() {
+    if let Some(p) = reloaded.as_deref() {
         watched_files.push((p, control::Role::Pack));
     }
     if let Some(tls::Source::Files(pairs)) = &tls_source {
@@ -452,7 +478,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let control = control::spawn(
         signals,
-        pack_path.clone(),
+        reloaded,
         tls_source,
         watched,
         Arc::clone(&shared),
