@@ -3,8 +3,9 @@
 //! Layers: `net` (sockets, event loops, timers), `stack` (a connection's
 //! protocols as the loop drives them), `http1` (the protocol), `http2`
 //! (HTTP/2, being built: frames and priorities so far, not yet served),
-//! `handler` (request → prepared pack bytes, protocol-agnostic), and
-//! `control` (signals, hot reload).
+//! `handler` (request → prepared pack bytes, protocol-agnostic),
+//! `control` (signals, hot reload) and `watch` (the live preview of a
+//! directory).
 
 pub mod access_log;
 pub mod control;
