@@ -195,6 +195,7 @@ pub fn assemble(
         start = end;
     }
     firing.bar.finish_and_clear();
+    release_batch_memory();
     let mut result = firing.result;
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
     for route in &plan.routes {
@@ -260,6 +261,18 @@ pub fn assemble(
         });
     }
     Ok(result)
+}
+
+/// Hands the memory of the last batches back to the system. Their buffers
+/// were allocated by the reading threads, in their own malloc arenas, and
+/// the tables that grow next are allocated by this thread in another: kept,
+/// the freed buffers would count twice in the peak.
+fn release_batch_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Counts a body just stored, if it is not a duplicate.

@@ -238,16 +238,20 @@ pub struct PackWriter {
     bodies: HashMap<[u8; 32], (u64, u64)>,
     /// The blobs section, built in memory and written at `finish`.
     blobs: Vec<u8>,
-    /// Blob bytes → blob-relative offset, to store each distinct blob once.
-    blob_index: HashMap<Vec<u8>, u64>,
+    /// XXH3 of a blob → its blob-relative offset and length, to store each
+    /// distinct blob once without keeping a second copy of the bytes. A
+    /// hash already taken by other bytes (a collision) is probed onward,
+    /// hash + 1, + 2, …
+    blob_index: HashMap<u64, (u64, u32)>,
     /// Variant records, their blob offsets still to be filled in.
     variants: Vec<[u8; VARIANT_LEN]>,
     /// Blob-relative offsets of each variant's head and HPACK block, made
     /// absolute at `finish`.
     variant_blobs: Vec<(u64, u64)>,
     routes: Vec<PendingRoute>,
-    /// (kind, key) → route index: refuses duplicates and fills the slot table.
-    route_keys: HashMap<(RouteKind, Vec<u8>), u32>,
+    /// Key hash (`key_hash`) → route index, probed onward like
+    /// `blob_index`: refuses a second route with the same kind and key.
+    route_keys: HashMap<u64, u32>,
     rules: Vec<PendingRule>,
     /// Provenance records, sorted at `finish`.
     provenance: Vec<ProvenanceIn>,
@@ -407,13 +411,22 @@ impl PackWriter {
     }
 
     fn add_blob(&mut self, bytes: &[u8]) -> u64 {
-        if let Some(&off) = self.blob_index.get(bytes) {
-            return off;
+        let mut hash = xxhash_rust::xxh3::xxh3_64(bytes);
+        while let Some(&(off, len)) = self.blob_index.get(&hash) {
+            if self.blob(off, len) == bytes {
+                return off;
+            }
+            hash = hash.wrapping_add(1);
         }
         let off = self.blobs.len() as u64;
         self.blobs.extend_from_slice(bytes);
-        self.blob_index.insert(bytes.to_vec(), off);
+        self.blob_index.insert(hash, (off, bytes.len() as u32));
         off
+    }
+
+    /// Blob bytes at a blob-relative offset.
+    fn blob(&self, off: u64, len: u32) -> &[u8] {
+        &self.blobs[off as usize..off as usize + len as usize]
     }
 
     /// Stores a resource's variants; `variants` must hold at most one per
@@ -469,17 +482,19 @@ impl PackWriter {
                 }
             }
             kind => {
-                if self
-                    .route_keys
-                    .insert((kind, route.key.to_vec()), index)
-                    .is_some()
-                {
-                    return Err(io_err(format!(
-                        "duplicate {} route {}",
-                        kind.name(),
-                        String::from_utf8_lossy(route.key)
-                    )));
+                let mut hash = key_hash(kind, route.key);
+                while let Some(&other) = self.route_keys.get(&hash) {
+                    let other = &self.routes[other as usize];
+                    if other.kind == kind && self.blob(other.key_blob, other.key_len) == route.key {
+                        return Err(io_err(format!(
+                            "duplicate {} route {}",
+                            kind.name(),
+                            String::from_utf8_lossy(route.key)
+                        )));
+                    }
+                    hash = hash.wrapping_add(1);
                 }
+                self.route_keys.insert(hash, index);
             }
         }
         let key_blob = self.add_blob(route.key);
@@ -493,11 +508,6 @@ impl PackWriter {
             validators: route.validators,
         });
         Ok(index)
-    }
-
-    /// True when a route with this kind and key was added.
-    pub fn has_route(&self, kind: RouteKind, key: &[u8]) -> bool {
-        self.route_keys.contains_key(&(kind, key.to_vec()))
     }
 
     pub fn add_rule(&mut self, rule: RuleIn<'_>) {
@@ -594,13 +604,25 @@ impl PackWriter {
         table[Section::Routes as usize] = self.write_section(&routes)?;
 
         // Keys are inserted in sorted order so the table is reproducible.
-        let mut keyed: Vec<(&(RouteKind, Vec<u8>), &u32)> = self.route_keys.iter().collect();
-        keyed.sort();
+        let mut keyed: Vec<(RouteKind, &[u8], u32)> = self
+            .routes
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind != RouteKind::NotFound)
+            .map(|(i, r)| {
+                (
+                    r.kind,
+                    &blobs[r.key_blob as usize..][..r.key_len as usize],
+                    i as u32,
+                )
+            })
+            .collect();
+        keyed.sort_unstable();
         let slot_count = slot_count_for(keyed.len());
         let mask = slot_count - 1;
         let mut slots = vec![0u64; slot_count];
-        for ((kind, key), &route) in keyed {
-            let hash = key_hash(*kind, key);
+        for (kind, key, route) in keyed {
+            let hash = key_hash(kind, key);
             let mut i = (hash as usize) & mask;
             while slots[i] != 0 {
                 i = (i + 1) & mask;
