@@ -30,13 +30,15 @@ use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
 use super::urlpath::html_escape;
 use crate::pack::{
-    BodyRef, Encoding, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn, RuleIn, VariantIn,
-    VariantSet,
+    BodyRef, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn, RuleIn,
+    VariantIn, VariantSet,
 };
 
 /// Most files read in one batch, whatever their size: bounds the
 /// per-file bookkeeping of a batch of empty or tiny files.
 const MAX_BATCH_FILES: usize = 1 << 16;
+/// Routes whose header blocks are made at once, in parallel.
+const ROUTE_CHUNK: usize = 4096;
 
 /// Bodies written per encoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +92,19 @@ type FileBodies = Vec<(Encoding, BodyRef)>;
 /// A variant set is shared by the routes serving the same file with the
 /// same validators flag and the same custom headers.
 type SetKey = (usize, bool, Vec<(String, String)>);
+
+/// What a route needs written, made in parallel with other routes'.
+enum Prepared {
+    /// A file (its index): its `_headers` fields, and its variants' header
+    /// blocks.
+    File {
+        file: usize,
+        custom: Vec<(String, String)>,
+        heads: Vec<HeadBlock>,
+    },
+    /// A redirect: the page kiln serves with it, and its header block.
+    Redirect { page: String, head: HeadBlock },
+}
 
 /// How to obtain one encoding of one content in a batch.
 #[derive(Clone, Copy)]
@@ -198,59 +213,90 @@ pub fn assemble(
     release_batch_memory();
     let mut result = firing.result;
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
-    for route in &plan.routes {
-        let validators = route.validators();
-        let (set, last_modified) = match &route.target {
-            Target::File(i) => {
-                let custom = headers_for(input.header_rules, &plan.headers_paths(route));
-                let cache_key = (*i, validators, custom);
-                let set = match sets.get(&cache_key) {
-                    Some(set) => *set,
-                    None => {
-                        let set = file_variant_set(
-                            writer,
-                            &files[*i],
-                            &types[*i],
-                            &bodies[*i],
-                            validators,
-                            &cache_key.2,
-                            input.cache,
-                        )
-                        .with_context(write_err)?;
-                        sets.insert(cache_key, set);
-                        set
+    for chunk in plan.routes.chunks(ROUTE_CHUNK) {
+        // The header blocks are made in parallel, stored in order.
+        let prepared: Vec<Prepared> = chunk
+            .par_iter()
+            .map(|route| match &route.target {
+                Target::File(i) => {
+                    let custom = headers_for(input.header_rules, &plan.headers_paths(route));
+                    let heads = file_heads(
+                        &files[*i],
+                        &types[*i],
+                        &bodies[*i],
+                        route.validators(),
+                        &custom,
+                        input.cache,
+                    );
+                    Prepared::File {
+                        file: *i,
+                        custom,
+                        heads,
                     }
-                };
-                (set, files[*i].mtime)
-            }
-            Target::Redirect(location) => {
-                let escaped = html_escape(location);
-                let page = format!(
-                    "<!doctype html><title>Moved</title><a href=\"{escaped}\">{escaped}</a>\n"
-                );
-                let body = writer.add_body(page.as_bytes()).with_context(write_err)?;
-                count_fresh(&mut result.per_encoding, Encoding::Identity, &body);
-                let head = redirect_head(location, &input.cache.for_redirect(), body.len);
-                let set = writer
-                    .add_variant_set(&[VariantIn {
-                        encoding: Encoding::Identity,
-                        head: &head,
-                        body,
-                    }])
-                    .with_context(write_err)?;
-                (set, 0)
-            }
-        };
-        writer
-            .add_route(RouteIn {
-                kind: route.kind,
-                key: &route.key,
-                status: route.status,
-                last_modified,
-                variants: set,
-                validators,
+                }
+                Target::Redirect(location) => {
+                    let escaped = html_escape(location);
+                    let page = format!(
+                        "<!doctype html><title>Moved</title><a href=\"{escaped}\">{escaped}</a>\n"
+                    );
+                    let head =
+                        redirect_head(location, &input.cache.for_redirect(), page.len() as u64);
+                    Prepared::Redirect { page, head }
+                }
             })
-            .with_context(write_err)?;
+            .collect();
+        for (route, prepared) in chunk.iter().zip(prepared) {
+            let validators = route.validators();
+            let (set, last_modified) = match prepared {
+                Prepared::File {
+                    file: i,
+                    custom,
+                    heads,
+                } => {
+                    let cache_key = (i, validators, custom);
+                    let set = match sets.get(&cache_key) {
+                        Some(set) => *set,
+                        None => {
+                            let variants: Vec<VariantIn<'_>> = bodies[i]
+                                .iter()
+                                .zip(&heads)
+                                .map(|((encoding, body), head)| VariantIn {
+                                    encoding: *encoding,
+                                    head,
+                                    body: *body,
+                                })
+                                .collect();
+                            let set = writer.add_variant_set(&variants).with_context(write_err)?;
+                            sets.insert(cache_key, set);
+                            set
+                        }
+                    };
+                    (set, files[i].mtime)
+                }
+                Prepared::Redirect { page, head } => {
+                    let body = writer.add_body(page.as_bytes()).with_context(write_err)?;
+                    count_fresh(&mut result.per_encoding, Encoding::Identity, &body);
+                    let set = writer
+                        .add_variant_set(&[VariantIn {
+                            encoding: Encoding::Identity,
+                            head: &head,
+                            body,
+                        }])
+                        .with_context(write_err)?;
+                    (set, 0)
+                }
+            };
+            writer
+                .add_route(RouteIn {
+                    kind: route.kind,
+                    key: &route.key,
+                    status: route.status,
+                    last_modified,
+                    variants: set,
+                    validators,
+                })
+                .with_context(write_err)?;
+        }
     }
     for rule in &plan.rules {
         writer.add_rule(RuleIn {
@@ -627,18 +673,18 @@ fn progress_bar(
     bar
 }
 
-/// Builds and stores the variant set of one file as served by one route.
-fn file_variant_set(
-    writer: &mut PackWriter,
+/// The header blocks of the variants of one file as served by one route,
+/// in the order of `bodies`.
+fn file_heads(
     file: &SourceFile,
     content_type: &str,
     bodies: &FileBodies,
     validators: bool,
     custom: &[(String, String)],
     cache: &CachePolicy,
-) -> std::io::Result<VariantSet> {
+) -> Vec<HeadBlock> {
     let cache_control = cache.for_file(&file.path, content_type);
-    let heads: Vec<_> = bodies
+    bodies
         .iter()
         .map(|(encoding, body)| {
             let etag = etag_for(&body.hash);
@@ -653,15 +699,5 @@ fn file_variant_set(
                 content_length: body.len,
             })
         })
-        .collect();
-    let variants: Vec<VariantIn<'_>> = bodies
-        .iter()
-        .zip(&heads)
-        .map(|((encoding, body), head)| VariantIn {
-            encoding: *encoding,
-            head,
-            body: *body,
-        })
-        .collect();
-    writer.add_variant_set(&variants)
+        .collect()
 }

@@ -53,10 +53,10 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
         let Some(name) = name.to_str() else {
             bail!("{}: file name is not UTF-8", entry.path().display());
         };
-        names.push(name.to_owned());
+        names.push((name.to_owned(), entry));
     }
-    names.sort();
-    for name in names {
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, entry) in names {
         if is_ignored_entry(rel.is_empty(), &name) {
             continue;
         }
@@ -66,7 +66,13 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
         } else {
             format!("{rel}/{name}")
         };
-        let meta = match fs::metadata(&path) {
+        // Through the directory's descriptor (no walk of the whole path),
+        // unless the entry is a link, which is followed.
+        let found = match entry.file_type() {
+            Ok(t) if !t.is_symlink() => entry.metadata(),
+            _ => fs::metadata(&path),
+        };
+        let meta = match found {
             Ok(m) => m,
             Err(e) if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) => {
                 state.source.warnings.push(format!(
