@@ -61,6 +61,7 @@ impl Change {
 
 /// A route of one pack, as the diff shows it.
 struct Side<'p> {
+    /// The route record.
     route: Route<'p>,
 }
 
@@ -118,8 +119,11 @@ const DERIVED_FIELDS: [&str; 3] = ["etag", "content-length", "location"];
 
 /// A route present in both packs that differs.
 struct Changed<'p> {
+    /// The route in the old pack.
     old: Side<'p>,
+    /// The route in the new pack.
     new: Side<'p>,
+    /// What differs, in `Change` order.
     changes: Vec<Change>,
     /// The header fields that differ (lowercase names).
     headers: Vec<String>,
@@ -235,12 +239,17 @@ fn shown_sizes(sizes: &[(Encoding, usize)]) -> String {
 
 /// The whole comparison.
 pub struct Diff<'p> {
+    /// Routes only the new pack has, by (kind, key), in key order.
     added: Vec<(RouteKind, &'p [u8], Side<'p>)>,
+    /// Routes only the old pack has.
     removed: Vec<(RouteKind, &'p [u8], Side<'p>)>,
+    /// Routes both have, that differ.
     changed: Vec<(RouteKind, &'p [u8], Changed<'p>)>,
+    /// Routes both have, alike.
     unchanged: u64,
+    /// Pattern rules only the new pack has.
     rules_added: Vec<Rule<'p>>,
-    rules_removed: Vec<Rule<'p>>,
+    /// Pattern rules only the old pack has.
     /// The same rules in another order (the first match wins).
     rules_reordered: bool,
 }

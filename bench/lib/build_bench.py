@@ -36,7 +36,7 @@ TILE_SEED = 1
 PYDOCS_PAGE = "tutorial/controlflow.html"
 PYDOCS_LARGEST = "contents.html"
 # The tile changed by the one-file builds.
-TILE = "9/100/100.png"
+TILE = "8/100/100.png"
 # Runs of each timed step; the median is reported.
 REPEAT = 3
 # Runs of the preview's reload after a change.

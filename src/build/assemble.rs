@@ -98,12 +98,20 @@ enum Prepared {
     /// A file (its index): its `_headers` fields, and its variants' header
     /// blocks.
     File {
+        /// Index of the file.
         file: usize,
+        /// Fields from `_headers`.
         custom: Vec<(String, String)>,
+        /// One per stored body, in `Encoding` order.
         heads: Vec<HeadBlock>,
     },
     /// A redirect: the page kiln serves with it, and its header block.
-    Redirect { page: String, head: HeadBlock },
+    Redirect {
+        /// The page's HTML.
+        page: String,
+        /// Its header block (`Location` included).
+        head: HeadBlock,
+    },
 }
 
 /// How to obtain one encoding of one content in a batch.
@@ -120,7 +128,9 @@ enum Plan {
 struct Job {
     /// Index of the content in the batch.
     at: usize,
+    /// The encoding to obtain.
     encoding: Encoding,
+    /// How.
     plan: Plan,
 }
 
@@ -136,6 +146,7 @@ struct Outcome {
 
 /// The state of the firing of bodies.
 struct Firing<'a> {
+    /// Settings, base and names.
     input: &'a AssembleInput<'a>,
     /// The encodings to try, in `Encoding` order, with their settings
     /// fingerprints.
@@ -146,7 +157,9 @@ struct Firing<'a> {
     /// hash: a later copy of the content reuses them without compressing
     /// again.
     encoded: HashMap<[u8; 32], FileBodies>,
+    /// The counts so far.
     result: Assembled,
+    /// The progress bar (hidden unless on a terminal).
     bar: ProgressBar,
 }
 

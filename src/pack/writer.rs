@@ -217,7 +217,12 @@ const WRITEBACK_STEP: u64 = 8 << 20;
 enum Output {
     /// A temporary file beside `target`, renamed over it by `finish`;
     /// deleted on drop unless `finish` persists it.
-    Named { target: PathBuf, tmp: NamedTempFile },
+    Named {
+        /// Where the finished pack goes.
+        target: PathBuf,
+        /// The file being written.
+        tmp: NamedTempFile,
+    },
     /// An anonymous in-memory file (memfd), handed out by
     /// `finish_in_memory`.
     Memory,
@@ -769,6 +774,7 @@ impl PackWriter {
 
 /// A body being written piece by piece (see `PackWriter::body_writer`).
 pub struct BodyWriter<'w> {
+    /// The pack the body goes into.
     writer: &'w mut PackWriter,
     /// Where the body starts.
     start: u64,
