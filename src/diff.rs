@@ -250,6 +250,7 @@ pub struct Diff<'p> {
     /// Pattern rules only the new pack has.
     rules_added: Vec<Rule<'p>>,
     /// Pattern rules only the old pack has.
+    rules_removed: Vec<Rule<'p>>,
     /// The same rules in another order (the first match wins).
     rules_reordered: bool,
 }

@@ -10,19 +10,20 @@
 //! header blocks, variant sets, routes and rules. Output never depends on
 //! thread scheduling, on the batch size or on the base.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use super::compress::{
     CompressOptions, encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
 };
+use super::compressor::{self, Compressor};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
@@ -124,14 +125,15 @@ enum Plan {
     Reuse(Option<(u64, u64, [u8; 32])>),
 }
 
-/// One encoding of one content of a batch, to obtain.
-struct Job {
+/// One encoding of one content of a batch, to copy from the base.
+struct Reuse {
     /// Index of the content in the batch.
     at: usize,
-    /// The encoding to obtain.
+    /// The encoding.
     encoding: Encoding,
-    /// How.
-    plan: Plan,
+    /// The base's body (offset, length, BLAKE3), or `None` when it was not
+    /// worth keeping.
+    body: Option<(u64, u64, [u8; 32])>,
 }
 
 /// What a job obtained.
@@ -160,7 +162,10 @@ struct Firing<'a> {
     /// The counts so far.
     result: Assembled,
     /// The progress bar (hidden unless on a terminal).
-    bar: ProgressBar,
+    bar: &'a ProgressBar,
+    /// Content bytes a batch holds at once; a file whose cost is more is
+    /// streamed.
+    batch_bytes: u64,
 }
 
 /// Writes the bodies, variant sets, routes and rules of `plan` into
@@ -185,6 +190,10 @@ pub fn assemble(
         }
         None => None,
     };
+    let bar = progress_bar(input, files, &types, encodings.len());
+    // Half the buffer for the batches the writer reads, half for the
+    // background compression.
+    let half = (input.buffer_bytes / 2).max(1);
     let mut firing = Firing {
         input,
         encodings: encodings
@@ -194,35 +203,34 @@ pub fn assemble(
         base_file,
         encoded: HashMap::new(),
         result: Assembled::default(),
-        bar: progress_bar(input, files, &types, encodings.len()),
+        bar: &bar,
+        batch_bytes: half,
     };
     let wants: Vec<bool> = files
         .iter()
         .zip(&types)
         .map(|(f, t)| !encodings.is_empty() && is_compressible(t) && worth_trying(f.len))
         .collect();
-    let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
-    let mut start = 0;
-    while start < files.len() {
-        if firing.cost(&files[start], wants[start]) > input.buffer_bytes {
-            bodies.push(firing.fire_streamed(writer, &files[start], wants[start])?);
-            start += 1;
-            continue;
-        }
-        let mut end = start;
-        let mut cost = 0;
-        while end < files.len() && end - start < MAX_BATCH_FILES {
-            let next = firing.cost(&files[end], wants[end]);
-            if end > start && cost + next > input.buffer_bytes {
-                break;
+    let jobs = firing.plan_compression(files, &wants)?;
+    let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
+    let bodies = std::thread::scope(|scope| {
+        if !compressor.is_idle() {
+            let mut workers = 0;
+            for i in 0..rayon::current_num_threads().max(1) {
+                let started = std::thread::Builder::new()
+                    .name(format!("kiln-compress-{i}"))
+                    .spawn_scoped(scope, || compressor.work());
+                workers += usize::from(started.is_ok());
             }
-            cost += next;
-            end += 1;
+            if workers == 0 {
+                bail!("cannot start a compression thread");
+            }
         }
-        bodies.extend(firing.fire_batch(writer, &files[start..end], &wants[start..end])?);
-        start = end;
-    }
-    firing.bar.finish_and_clear();
+        let fired = firing.fire_all(writer, files, &wants, &compressor);
+        compressor.stop();
+        fired
+    })?;
+    bar.finish_and_clear();
     release_batch_memory();
     let mut result = firing.result;
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
@@ -344,6 +352,93 @@ fn count_fresh(totals: &mut [EncodingTotals; 4], encoding: Encoding, body: &Body
 }
 
 impl Firing<'_> {
+    /// Fires every file, in order: batches read whole, and the files too
+    /// large for one streamed.
+    fn fire_all(
+        &mut self,
+        writer: &mut PackWriter,
+        files: &[SourceFile],
+        wants: &[bool],
+        compressor: &Compressor<'_>,
+    ) -> anyhow::Result<Vec<FileBodies>> {
+        let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
+        let mut start = 0;
+        while start < files.len() {
+            if self.cost(&files[start], wants[start]) > self.batch_bytes {
+                bodies.push(self.fire_streamed(writer, &files[start], wants[start])?);
+                start += 1;
+                continue;
+            }
+            let mut end = start;
+            let mut cost = 0;
+            while end < files.len() && end - start < MAX_BATCH_FILES {
+                let next = self.cost(&files[end], wants[end]);
+                if end > start && cost + next > self.batch_bytes {
+                    break;
+                }
+                cost += next;
+                end += 1;
+            }
+            bodies.extend(self.fire_batch(
+                writer,
+                &files[start..end],
+                &wants[start..end],
+                compressor,
+            )?);
+            start = end;
+        }
+        Ok(bodies)
+    }
+
+    /// The first pass: hashes every compressible file a batch would hold
+    /// (the streamed ones are compressed as they are written) and lists, in
+    /// file order, each encoding of each distinct content to compress: those
+    /// the base cannot give.
+    fn plan_compression(
+        &self,
+        files: &[SourceFile],
+        wants: &[bool],
+    ) -> anyhow::Result<Vec<compressor::Job>> {
+        let batchable: Vec<usize> = (0..files.len())
+            .filter(|&i| wants[i] && self.cost(&files[i], true) <= self.batch_bytes)
+            .collect();
+        let mut hashes = Vec::with_capacity(batchable.len());
+        let mut start = 0;
+        while start < batchable.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < batchable.len()
+                && (end == start || bytes + files[batchable[end]].len <= self.batch_bytes)
+            {
+                bytes += files[batchable[end]].len;
+                end += 1;
+            }
+            let chunk: Vec<[u8; 32]> = batchable[start..end]
+                .par_iter()
+                .map(|&i| files[i].read().map(|c| *blake3::hash(&c).as_bytes()))
+                .collect::<anyhow::Result<_>>()?;
+            hashes.extend(chunk);
+            start = end;
+        }
+        let mut seen = HashSet::new();
+        let mut jobs = Vec::new();
+        for (&file, hash) in batchable.iter().zip(hashes) {
+            if !seen.insert(hash) {
+                continue;
+            }
+            for &(encoding, settings) in &self.encodings {
+                if matches!(self.plan(&hash, encoding, settings), Plan::Compress) {
+                    jobs.push(compressor::Job {
+                        file,
+                        hash,
+                        encoding,
+                    });
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
     /// File data a file holds in memory while it is fired: its content and
     /// at most as much again per encoding tried.
     fn cost(&self, file: &SourceFile, wants: bool) -> u64 {
@@ -366,13 +461,15 @@ impl Firing<'_> {
         }
     }
 
-    /// Fires the files of one batch, read whole, compressed in parallel,
-    /// stored in order.
+    /// Fires the files of one batch, read whole, stored in order: the
+    /// encodings the base gives are copied (read in parallel), the others
+    /// taken from the background compression.
     fn fire_batch(
         &mut self,
         writer: &mut PackWriter,
         files: &[SourceFile],
         wants: &[bool],
+        compressor: &Compressor<'_>,
     ) -> anyhow::Result<Vec<FileBodies>> {
         let contents: Vec<Vec<u8>> = files
             .par_iter()
@@ -382,42 +479,40 @@ impl Firing<'_> {
             .par_iter()
             .map(|c| *blake3::hash(c).as_bytes())
             .collect();
-        let mut jobs = Vec::new();
-        let mut planned = HashMap::new();
+        let mut reuses = Vec::new();
+        let mut planned = HashSet::new();
         for (at, content) in contents.iter().enumerate() {
             if !wants[at] {
                 continue;
             }
-            let tried = content.len() as u64 * self.encodings.len() as u64;
-            if self.encoded.contains_key(&hashes[at]) || planned.insert(hashes[at], ()).is_some() {
-                self.bar.inc(tried);
+            if self.encoded.contains_key(&hashes[at]) || !planned.insert(hashes[at]) {
+                self.bar
+                    .inc(content.len() as u64 * self.encodings.len() as u64);
                 continue;
             }
             for &(encoding, settings) in &self.encodings {
-                let plan = self.plan(&hashes[at], encoding, settings);
-                jobs.push(Job { at, encoding, plan });
+                if let Plan::Reuse(body) = self.plan(&hashes[at], encoding, settings) {
+                    reuses.push(Reuse { at, encoding, body });
+                }
             }
         }
-        // Largest first, so that the cores stay busy until the end of the
-        // batch.
-        jobs.sort_by_key(|j| std::cmp::Reverse(contents[j.at].len()));
-        let outcomes: Vec<anyhow::Result<Outcome>> = jobs
+        let outcomes: Vec<anyhow::Result<Outcome>> = reuses
             .par_iter()
-            .map(|job| {
-                let outcome = self.obtain(job, &contents[job.at]).with_context(|| {
+            .map(|reuse| {
+                let outcome = self.reuse(reuse, &contents[reuse.at]).with_context(|| {
                     format!(
                         "{}: {} compression failed",
-                        files[job.at].shown(),
-                        job.encoding.token()
+                        files[reuse.at].shown(),
+                        reuse.encoding.token()
                     )
                 })?;
-                self.bar.inc(contents[job.at].len() as u64);
+                self.bar.inc(contents[reuse.at].len() as u64);
                 Ok(outcome)
             })
             .collect();
         let mut by_content: HashMap<([u8; 32], Encoding), Outcome> = HashMap::new();
-        for (job, outcome) in jobs.iter().zip(outcomes) {
-            by_content.insert((hashes[job.at], job.encoding), outcome?);
+        for (reuse, outcome) in reuses.iter().zip(outcomes) {
+            by_content.insert((hashes[reuse.at], reuse.encoding), outcome?);
         }
         let mut fired = Vec::with_capacity(files.len());
         for (at, content) in contents.iter().enumerate() {
@@ -430,9 +525,17 @@ impl Firing<'_> {
                 } else {
                     let mut done = Vec::new();
                     for &(encoding, settings) in &self.encodings.clone() {
-                        let outcome = by_content
-                            .remove(&(hashes[at], encoding))
-                            .expect("every encoding of a wanted content was obtained");
+                        let outcome = match by_content.remove(&(hashes[at], encoding)) {
+                            Some(outcome) => outcome,
+                            None => Outcome {
+                                // No job for it: the first pass read other bytes.
+                                kept: compressor.take(&hashes[at], encoding).ok_or_else(
+                                    || anyhow!("{}: changed during the build", files[at].shown()),
+                                )??,
+                                reused: false,
+                                damaged: false,
+                            },
+                        };
                         self.count(outcome.reused, outcome.damaged);
                         let body = match &outcome.kept {
                             Some(bytes) => Some(self.store(writer, encoding, bytes, None)?),
@@ -455,37 +558,30 @@ impl Firing<'_> {
         Ok(fired)
     }
 
-    /// Runs one job of a batch.
-    fn obtain(&self, job: &Job, content: &[u8]) -> std::io::Result<Outcome> {
-        if let Plan::Reuse(body) = job.plan {
-            let Some((off, len, hash)) = body else {
-                return Ok(Outcome {
-                    kept: None,
-                    reused: true,
-                    damaged: false,
-                });
-            };
-            let mut bytes = vec![0; len as usize];
-            let file = self.base_file.as_ref().expect("a reuse plan has a base");
-            file.read_exact_at(&mut bytes, off)?;
-            if *blake3::hash(&bytes).as_bytes() == hash {
-                return Ok(Outcome {
-                    kept: Some(bytes),
-                    reused: true,
-                    damaged: false,
-                });
-            }
-            let kept = encode_if_worth(content, job.encoding, self.input.compress)?;
+    /// Copies one encoding from the base, or, when the base's body does
+    /// not match its hash (damage), compresses it.
+    fn reuse(&self, reuse: &Reuse, content: &[u8]) -> std::io::Result<Outcome> {
+        let Some((off, len, hash)) = reuse.body else {
             return Ok(Outcome {
-                kept,
-                reused: false,
-                damaged: true,
+                kept: None,
+                reused: true,
+                damaged: false,
+            });
+        };
+        let mut bytes = vec![0; len as usize];
+        let file = self.base_file.as_ref().expect("a reuse plan has a base");
+        file.read_exact_at(&mut bytes, off)?;
+        if *blake3::hash(&bytes).as_bytes() == hash {
+            return Ok(Outcome {
+                kept: Some(bytes),
+                reused: true,
+                damaged: false,
             });
         }
         Ok(Outcome {
-            kept: encode_if_worth(content, job.encoding, self.input.compress)?,
+            kept: encode_if_worth(content, reuse.encoding, self.input.compress)?,
             reused: false,
-            damaged: false,
+            damaged: true,
         })
     }
 

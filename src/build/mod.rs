@@ -16,6 +16,7 @@
 
 pub mod assemble;
 pub mod compress;
+pub mod compressor;
 pub mod headers;
 pub mod mime;
 pub mod netlify;
