@@ -240,19 +240,40 @@ def pack_open(tool: Path, pack: Path, key: str) -> tuple[str, str]:
     return open_m.group(1), look_m.group(1)
 
 
-def profile(cmd: list[str], before, work: Path) -> str:
-    """The top of a cpu-clock profile of `cmd` (run after `before()`)."""
+# Groups of symbols in a profile: a name fragment and what it is.
+PROFILE_GROUPS = [
+    ("brotli::", "brotli (compression)"),
+    ("miniz_oxide", "deflate (gzip compression)"),
+    ("zstd", "zstd (compression)"),
+    ("blake3", "BLAKE3 (content hashes)"),
+    ("[k]", "the kernel (system calls: paths, reads, writes)"),
+]
+
+
+def profile(cmd: list[str], before, work: Path) -> dict:
+    """A cpu-clock profile of `cmd` (run after `before()`): the top symbols and the
+    share of each group of PROFILE_GROUPS."""
     if shutil.which("perf") is None:
-        return "(perf is not installed: no profile)"
+        return {"top": "(perf is not installed: no profile)", "groups": []}
     before()
     data = work / "perf.data"
     subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-g", "-o", str(data), "--",
                     *cmd], capture_output=True, check=False)
     report = subprocess.run(
         ["perf", "report", "--stdio", "--no-children", "-i", str(data), "--sort", "symbol",
-         "--percent-limit", "2", "-g", "none"], capture_output=True, text=True, check=False)
-    lines = [l for l in report.stdout.splitlines() if l.strip() and not l.startswith("#")]
-    return "\n".join(lines[:15])
+         "-g", "none"], capture_output=True, text=True, check=False)
+    rows = []
+    for line in report.stdout.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(.*?)\s*(?:-\s+-\s*)?$", line)
+        if m and not line.startswith("#"):
+            rows.append((float(m.group(1)), m.group(2).strip()))
+    groups = []
+    for fragment, name in PROFILE_GROUPS:
+        share = sum(p for p, sym in rows if fragment in sym)
+        if share >= 1:
+            groups.append((name, share))
+    top = "\n".join(f"{p:6.2f}%  {sym}" for p, sym in rows[:12])
+    return {"top": top, "groups": groups}
 
 
 def machine() -> dict:
@@ -377,6 +398,10 @@ def main() -> int:
         "base_tiles_size": (work / "tiles.tar.gz").stat().st_size,
         "py_max": py_max, "py_fast": py_fast, "tiles": tiles_steps, "tar": tar_steps,
         "preview": preview, "opens": opens, "figures": figures, "profiles": profiles,
+        "goal_steps": {
+            "py_one": py_max[f"one:{PYDOCS_PAGE}"], "py_tenth": py_max["tenth"],
+            "tiles_clean": tiles_steps["clean"], "tiles_tar_rss": tar_steps["tiles.tar"],
+        },
     })
     print(f"wrote {args.out}")
     return 0
@@ -432,11 +457,20 @@ def write_report(out: Path, r: dict) -> None:
         lim = f"{limit:,.0f} MiB" if unit == "MiB" else f"{limit} s"
         w(f"| {text} | {lim} | {shown} | {'yes' if value <= limit else '**no**'} |")
     w("")
-    for key, top in r["profiles"].items():
-        w(f"Profile of the missed goal `{key}` (`perf record -e cpu-clock`, symbols ≥ 2 %):")
+    for key, prof in r["profiles"].items():
+        step = r["goal_steps"][key]
+        cpu = step.median("user") + step.median("sys")
+        text = next(t for k, t, _, _ in GOALS if k == key)
+        shares = ", ".join(f"{name} {share:.0f} %" for name, share in prof["groups"])
+        w(f"**Missed: {text}.** The build took {cpu:.2f} s of CPU (user and system) in"
+          f" {secs(step.median('wall'))} of wall time on {info['cpus']} cores"
+          + (", so it waited for the cores the other work held"
+             if step.median("wall") > 1.2 * cpu / info["cpus"] else "")
+          + f". Where the CPU time went (`perf record -e cpu-clock`): {shares or 'no group'}"
+          "; the top symbols:")
         w("")
         w("```")
-        w(top)
+        w(prof["top"])
         w("```")
         w("")
 
@@ -491,11 +525,13 @@ def write_report(out: Path, r: dict) -> None:
         w(step_row(f"clean, from `{name}`", step))
     w("")
     w("A build holds at most 64 MiB of file data at once (`--buffer-bytes`, a hidden flag):"
-      " a batch of files and their encoded variants; a file that alone needs more is"
-      " streamed through the pack in pieces. An archive is read once as a stream, its"
-      " entries staged in an unnamed file beside the pack. The rest of the peak RSS is the"
-      " encoders' state (brotli 11 keeps about ten times its window), the pack's tables"
-      " (routes, header blocks), which grow with the number of files, and the program.")
+      " half for the batches of files the writer reads, half for the background"
+      " compression (its inputs and the encoded bodies not yet written); a file that alone"
+      " needs more is streamed through the pack in pieces. An archive is read once as a"
+      " stream, its entries staged in an unnamed file beside the pack. The rest of the peak"
+      " RSS is the encoders' state (brotli 11 keeps about ten times its window), the pack's"
+      " tables (routes, header blocks), which grow with the number of files (about 1.5 KB"
+      " per file here), and the program.")
     w("")
 
     p = r["preview"]

@@ -125,6 +125,14 @@ enum Plan {
     Reuse(Option<(u64, u64, [u8; 32])>),
 }
 
+/// What the first pass found (see `Firing::plan_compression`).
+struct CompressionPlan {
+    /// The encodings to compress, in file order.
+    jobs: Vec<compressor::Job>,
+    /// By file: the hash the first pass read, for the files it hashed.
+    first_hashes: Vec<Option<[u8; 32]>>,
+}
+
 /// One encoding of one content of a batch, to copy from the base.
 struct Reuse {
     /// Index of the content in the batch.
@@ -211,7 +219,7 @@ pub fn assemble(
         .zip(&types)
         .map(|(f, t)| !encodings.is_empty() && is_compressible(t) && worth_trying(f.len))
         .collect();
-    let jobs = firing.plan_compression(files, &wants)?;
+    let CompressionPlan { jobs, first_hashes } = firing.plan_compression(files, &wants)?;
     let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
     let bodies = std::thread::scope(|scope| {
         if !compressor.is_idle() {
@@ -226,9 +234,9 @@ pub fn assemble(
                 bail!("cannot start a compression thread");
             }
         }
-        let fired = firing.fire_all(writer, files, &wants, &compressor);
-        compressor.stop();
-        fired
+        // Dropped however the writer ends, so that no worker waits on.
+        let _stop = compressor.stop_on_drop();
+        firing.fire_all(writer, files, &wants, &first_hashes, &compressor)
     })?;
     bar.finish_and_clear();
     release_batch_memory();
@@ -359,6 +367,7 @@ impl Firing<'_> {
         writer: &mut PackWriter,
         files: &[SourceFile],
         wants: &[bool],
+        first_hashes: &[Option<[u8; 32]>],
         compressor: &Compressor<'_>,
     ) -> anyhow::Result<Vec<FileBodies>> {
         let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
@@ -383,6 +392,7 @@ impl Firing<'_> {
                 writer,
                 &files[start..end],
                 &wants[start..end],
+                &first_hashes[start..end],
                 compressor,
             )?);
             start = end;
@@ -393,12 +403,13 @@ impl Firing<'_> {
     /// The first pass: hashes every compressible file a batch would hold
     /// (the streamed ones are compressed as they are written) and lists, in
     /// file order, each encoding of each distinct content to compress: those
-    /// the base cannot give.
+    /// the base cannot give. Also the hash of each file hashed, which the
+    /// writer must find again (else the file changed in between).
     fn plan_compression(
         &self,
         files: &[SourceFile],
         wants: &[bool],
-    ) -> anyhow::Result<Vec<compressor::Job>> {
+    ) -> anyhow::Result<CompressionPlan> {
         let batchable: Vec<usize> = (0..files.len())
             .filter(|&i| wants[i] && self.cost(&files[i], true) <= self.batch_bytes)
             .collect();
@@ -422,7 +433,9 @@ impl Firing<'_> {
         }
         let mut seen = HashSet::new();
         let mut jobs = Vec::new();
+        let mut first_hashes = vec![None; files.len()];
         for (&file, hash) in batchable.iter().zip(hashes) {
+            first_hashes[file] = Some(hash);
             if !seen.insert(hash) {
                 continue;
             }
@@ -436,7 +449,7 @@ impl Firing<'_> {
                 }
             }
         }
-        Ok(jobs)
+        Ok(CompressionPlan { jobs, first_hashes })
     }
 
     /// File data a file holds in memory while it is fired: its content and
@@ -469,6 +482,7 @@ impl Firing<'_> {
         writer: &mut PackWriter,
         files: &[SourceFile],
         wants: &[bool],
+        first_hashes: &[Option<[u8; 32]>],
         compressor: &Compressor<'_>,
     ) -> anyhow::Result<Vec<FileBodies>> {
         let contents: Vec<Vec<u8>> = files
@@ -479,6 +493,11 @@ impl Firing<'_> {
             .par_iter()
             .map(|c| *blake3::hash(c).as_bytes())
             .collect();
+        for (at, first) in first_hashes.iter().enumerate() {
+            if first.is_some_and(|h| h != hashes[at]) {
+                bail!("{}: changed during the build", files[at].shown());
+            }
+        }
         let mut reuses = Vec::new();
         let mut planned = HashSet::new();
         for (at, content) in contents.iter().enumerate() {

@@ -203,9 +203,19 @@ impl<'a> Compressor<'a> {
         }
     }
 
-    /// Tells the workers to stop: the writer is done, or failed.
-    pub fn stop(&self) {
-        self.lock().stopped = true;
-        self.changed.notify_all();
+    /// Tells the workers to stop when dropped: the writer is done, or
+    /// failed.
+    pub fn stop_on_drop(&self) -> StopOnDrop<'_, 'a> {
+        StopOnDrop(self)
+    }
+}
+
+/// Stops a compressor's workers when dropped (see `stop_on_drop`).
+pub struct StopOnDrop<'c, 'a>(&'c Compressor<'a>);
+
+impl Drop for StopOnDrop<'_, '_> {
+    fn drop(&mut self) {
+        self.0.lock().stopped = true;
+        self.0.changed.notify_all();
     }
 }
