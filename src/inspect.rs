@@ -1,6 +1,7 @@
 //! `kiln inspect`: lists a pack's routes — key, kind, status, the stored
 //! variants with their body and HPACK block sizes, optionally the identity
-//! header block — and a summary; `--json` gives the same as one JSON
+//! header block — and a summary (with the provenance records an incremental
+//! build reuses, per encoding); `--json` gives the same as one JSON
 //! document. Keys, rules and headers are shown escaped (see `escaped`):
 //! they come from the site.
 
@@ -132,6 +133,13 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         "http1": {"blocks": blocks[0].0, "bytes": blocks[0].1},
         "hpack": {"blocks": blocks[1].0, "bytes": blocks[1].1},
     });
+    let mut provenance = serde_json::Map::new();
+    for (e, (kept, not_kept)) in ENCODINGS.iter().zip(provenance_totals(pack)).skip(1) {
+        provenance.insert(
+            e.token().into(),
+            json!({"kept": kept, "not_kept": not_kept}),
+        );
+    }
     json!({
         "pack": pack.path().display().to_string(),
         "pack_bytes": pack.bytes().len(),
@@ -145,6 +153,8 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
             "body_section_bytes": pack.section(Section::Bodies).1,
             "bodies_by_encoding": per_encoding,
             "header_blocks": header_blocks,
+            "provenance_records": pack.provenance_count(),
+            "provenance_by_encoding": provenance,
         },
     })
 }
@@ -161,6 +171,20 @@ fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
                 t.0 += 1;
                 t.1 += v.body.len() as u64;
             }
+        }
+    }
+    totals
+}
+
+/// Provenance records per encoding: (bodies kept, tried and not kept).
+fn provenance_totals(pack: &Pack) -> [(u64, u64); 4] {
+    let mut totals = [(0u64, 0u64); 4];
+    for p in pack.provenance_records() {
+        let t = &mut totals[p.encoding as usize];
+        if p.body.is_some() {
+            t.0 += 1;
+        } else {
+            t.1 += 1;
         }
     }
     totals
@@ -261,6 +285,23 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         out,
         "heads     {} HTTP/1 blocks, {} bytes; {} HPACK blocks, {} bytes",
         http1.0, http1.1, hpack.0, hpack.1
+    )?;
+    let made: Vec<String> = ENCODINGS
+        .iter()
+        .zip(provenance_totals(pack))
+        .skip(1)
+        .filter(|(_, (kept, not_kept))| kept + not_kept > 0)
+        .map(|(e, (kept, not_kept))| format!("{} {kept} kept, {not_kept} not", e.token()))
+        .collect();
+    writeln!(
+        out,
+        "provenance {} records{}",
+        pack.provenance_count(),
+        if made.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", made.join("; "))
+        }
     )?;
     writeln!(out, "pack      {} bytes", pack.bytes().len())?;
     Ok(out)

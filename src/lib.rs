@@ -8,10 +8,12 @@
 //! - [`hpack`]: HPACK (RFC 7541) — the HTTP/2 request header decoder and
 //!   the stateless response header encoder.
 //! - [`inspect`]: `kiln inspect` — lists a pack's routes.
+//! - [`diff`]: `kiln diff` — what a new pack changes against an old one.
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
 //!   that maps a request to prepared pack bytes.
 
 pub mod build;
+pub mod diff;
 pub mod hpack;
 pub mod httpdate;
 pub mod inspect;

@@ -23,6 +23,9 @@ enum Command {
     Build(kiln::build::BuildArgs),
     /// List a pack's routes, variants and sizes.
     Inspect(kiln::inspect::InspectArgs),
+    /// Show the routes a new pack adds, removes and changes (exit status
+    /// 0 when equal, 1 when different, 2 on trouble).
+    Diff(kiln::diff::DiffArgs),
     /// Check every checksum and offset of a pack.
     Verify {
         /// The pack file.
@@ -32,34 +35,54 @@ enum Command {
     Serve(kiln::serve::ServeArgs),
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+/// How the command ended, when it did not fail.
+enum Outcome {
+    /// Success.
+    Done,
+    /// `kiln diff`: the packs differ (exit status 1, as `diff`).
+    Differ,
+}
+
+fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    let done = |r: anyhow::Result<()>| r.map(|()| Outcome::Done);
     match cli.command {
-        Command::Build(args) => kiln::build::run(args),
-        Command::Inspect(args) => kiln::inspect::run(args),
-        Command::Serve(args) => kiln::serve::run(args),
+        Command::Build(args) => done(kiln::build::run(args)),
+        Command::Inspect(args) => done(kiln::inspect::run(args)),
+        Command::Diff(args) => Ok(match kiln::diff::run(args)? {
+            true => Outcome::Differ,
+            false => Outcome::Done,
+        }),
+        Command::Serve(args) => done(kiln::serve::run(args)),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
             let bytes = kiln::pack::verify::verify(&opened)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
-            kiln::report::to_stdout(&format!(
+            done(kiln::report::to_stdout(&format!(
                 "{}: ok ({} routes, {} variants, {bytes} bytes checked)\n",
                 pack.display(),
                 opened.route_count(),
                 opened.variant_count()
-            ))
+            )))
         }
     }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let cli = Cli::parse();
+    // `kiln diff` exits like `diff`: 1 means "different", so trouble is 2.
+    let failure = match cli.command {
+        Command::Diff(_) => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    };
+    match run(cli) {
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::Differ) => ExitCode::FAILURE,
         Err(e) => {
             // Not eprintln!: with stderr a closed pipe or a full device it
             // would panic, and the exit status would no longer be 1.
             let _ = writeln!(std::io::stderr(), "kiln: error: {e:#}");
-            ExitCode::FAILURE
+            failure
         }
     }
 }

@@ -294,8 +294,8 @@ fn inspect_refuses_a_non_pack() {
 /// A pack written by kiln before format 2 (HPACK blocks) is refused by
 /// every command with one line naming the file and the way out.
 #[test]
-fn a_pack_of_format_1_is_refused_with_a_rebuild_hint() {
-    use kiln::pack::format::{H_VERSION, HEADER_CHECKSUM_AT};
+fn a_pack_of_an_older_format_is_refused_with_a_rebuild_hint() {
+    use kiln::pack::format::{H_VERSION, HEADER_CHECKSUM_AT, VERSION};
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("site");
     site(&src);
@@ -306,7 +306,7 @@ fn a_pack_of_format_1_is_refused_with_a_rebuild_hint() {
             .success()
     );
     let mut bytes = std::fs::read(&pack).unwrap();
-    bytes[H_VERSION..H_VERSION + 4].copy_from_slice(&1u32.to_le_bytes());
+    bytes[H_VERSION..H_VERSION + 4].copy_from_slice(&(VERSION - 1).to_le_bytes());
     let sum = xxhash_rust::xxh3::xxh3_64(&bytes[..HEADER_CHECKSUM_AT]);
     bytes[HEADER_CHECKSUM_AT..HEADER_CHECKSUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
     std::fs::write(&pack, &bytes).unwrap();
@@ -319,9 +319,10 @@ fn a_pack_of_format_1_is_refused_with_a_rebuild_hint() {
         assert_one_line_error(
             &o,
             &format!(
-                "{}: built by another kiln version (pack format 1, this kiln reads format 2); \
-                 rebuild it with `kiln build`",
-                p(&pack)
+                "{}: built by another kiln version (pack format {}, this kiln reads format \
+                 {VERSION}); rebuild it with `kiln build`",
+                p(&pack),
+                VERSION - 1
             ),
         );
     }

@@ -141,9 +141,9 @@ fn the_batch_size_does_not_change_the_pack() {
     let mut packs = Vec::new();
     // One file per batch, a few per batch, everything at once; duplicate
     // contents land in different batches and are still stored once.
-    for (i, batch_bytes) in [1, 700, u64::MAX].into_iter().enumerate() {
+    for (i, buffer_bytes) in [1, 700, u64::MAX].into_iter().enumerate() {
         let opts = BuildOptions {
-            batch_bytes,
+            buffer_bytes,
             ..BuildOptions::default()
         };
         for src in [&tree, &tar_path] {

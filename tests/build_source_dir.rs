@@ -126,14 +126,19 @@ fn an_empty_directory_builds_an_empty_pack() {
 }
 
 #[test]
-fn preview_pack_is_open_and_its_file_removed() {
+fn preview_pack_is_in_memory() {
+    use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "index.html", &"<p>preview</p>\n".repeat(50));
-    let scratch = tempfile::tempdir().unwrap();
-    let pack = build_preview(dir.path(), scratch.path()).unwrap();
-    assert!(!pack.path().exists(), "the temporary file is deleted");
-    assert!(pack.path().starts_with(scratch.path()));
-    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    let pack = build_preview(dir.path()).unwrap();
+    assert_eq!(pack.path(), dir.path(), "messages name the source");
+    let file = std::fs::read_link(format!("/proc/self/fd/{}", pack.file().as_raw_fd())).unwrap();
+    assert!(
+        file.to_string_lossy()
+            .starts_with("/memfd:kiln-preview.pack"),
+        "an anonymous in-memory file: {}",
+        file.display()
+    );
     let route = pack.lookup(RouteKind::Exact, b"/").unwrap();
     assert_eq!(
         route.variant(Encoding::Identity).unwrap().body,

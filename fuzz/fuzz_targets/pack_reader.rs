@@ -1,5 +1,6 @@
 //! Arbitrary bytes as a pack: opening, verifying, looking up and walking every
-//! route and variant must never panic, whatever the bytes.
+//! route and variant, and the provenance records a build reuses, must never
+//! panic, whatever the bytes.
 
 #![no_main]
 
@@ -52,4 +53,13 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = pack.not_found().map(|r| r.variants().count());
     let _ = pack.rules().take(64).count();
+    let mut last = None;
+    for p in pack.provenance_records().take(64) {
+        let _ = (p.encoding, p.settings, p.body.map(|(off, len, _)| (off, len)));
+        last = Some(*p.source_hash);
+    }
+    let hash = last.unwrap_or([0; 32]);
+    for encoding in [Encoding::Br, Encoding::Zstd, Encoding::Gzip] {
+        let _ = pack.provenance(&hash, encoding).map(|p| p.settings);
+    }
 });

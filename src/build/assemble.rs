@@ -1,27 +1,45 @@
-//! Writes the planned routes into a pack: reads the files in source order,
-//! in batches of bounded size (so that memory does not grow with the site),
-//! compresses every distinct compressible content once (in parallel within a
-//! batch), stores bodies in source order, prepares the header blocks and
-//! adds variant sets, routes and rules. Output order never depends on thread
-//! scheduling or on the batch size.
+//! Writes the planned routes into a pack. First the bodies ("firing"): the
+//! files are read in source order, in batches whose file data stays within
+//! `buffer_bytes` (so that memory does not grow with the site); every
+//! distinct compressible content is compressed once per encoding (in
+//! parallel within a batch), unless the base pack (the previous build)
+//! holds that encoding of the same content made with the same settings,
+//! which is then copied instead; bodies are stored in source order. A file
+//! too large for a batch goes through the pack in pieces: its identity body
+//! is streamed in, and each encoder reads it back from there. Then the
+//! header blocks, variant sets, routes and rules. Output never depends on
+//! thread scheduling, on the batch size or on the base.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{Context, anyhow, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
-use super::compress::{CompressOptions, MIN_SAVED_BYTES, encode_if_worth};
+use super::compress::{
+    CompressOptions, encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
+};
+use super::compressor::{self, Compressor};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
 use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
 use super::urlpath::html_escape;
-use crate::pack::writer::BodyRef;
-use crate::pack::{Encoding, PackStats, PackWriter, RouteIn, RuleIn, VariantIn, VariantSet};
+use crate::pack::{
+    BodyRef, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn, RuleIn,
+    VariantIn, VariantSet,
+};
+
+/// Most files read in one batch, whatever their size: bounds the
+/// per-file bookkeeping of a batch of empty or tiny files.
+const MAX_BATCH_FILES: usize = 1 << 16;
+/// Routes whose header blocks are made at once, in parallel.
+const ROUTE_CHUNK: usize = 4096;
 
 /// Bodies written per encoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,13 +50,22 @@ pub struct EncodingTotals {
     pub bytes: u64,
 }
 
-/// What `assemble` wrote.
+/// What `assemble` wrote besides what the pack writer counts.
 #[derive(Debug, Default)]
 pub struct Assembled {
-    /// What the pack writer reports (size, routes, de-duplication).
-    pub stats: PackStats,
     /// Indexed by `Encoding as usize`.
     pub per_encoding: [EncodingTotals; 4],
+    /// Encoded bytes of duplicate contents, never handed to the writer
+    /// (their first copy's bodies are reused).
+    pub dedup_saved: u64,
+    /// Encodings compressed by this build.
+    pub compressed: u64,
+    /// Encodings taken from the base pack instead (kept bodies copied,
+    /// and those that were not worth keeping then).
+    pub reused: u64,
+    /// Set when a body of the base did not match its recorded hash (it was
+    /// compressed again): one line for the user.
+    pub base_damage: Option<String>,
 }
 
 /// Everything `assemble` needs besides the files and the plan.
@@ -51,163 +78,254 @@ pub struct AssembleInput<'a> {
     pub header_rules: &'a [HeaderRule],
     /// Show a progress bar on stderr while compressing.
     pub progress: bool,
-    /// Input bytes read at once (unless one file is larger).
-    pub batch_bytes: u64,
+    /// File data held in memory at once: a batch's contents and their
+    /// encoded variants. A file that alone needs more is streamed.
+    pub buffer_bytes: u64,
+    /// The pack of the previous build, whose encoded bodies are reused.
+    pub base: Option<&'a Pack>,
+    /// The pack being written, as messages name it.
+    pub out_name: &'a str,
 }
 
 /// The stored bodies of one file: identity first, then kept encodings.
 type FileBodies = Vec<(Encoding, BodyRef)>;
 
-/// The kept encoded variants of one content.
-type Encoded = Vec<(Encoding, Vec<u8>)>;
-
-/// One kept encoded variant of a content, as a compression task returns it.
-type KeptVariant = ([u8; 32], Encoding, Vec<u8>);
-
 /// A variant set is shared by the routes serving the same file with the
 /// same validators flag and the same custom headers.
 type SetKey = (usize, bool, Vec<(String, String)>);
 
-/// Writes the pack at `out`; nothing exists at `out` unless this succeeds.
+/// What a route needs written, made in parallel with other routes'.
+enum Prepared {
+    /// A file (its index): its `_headers` fields, and its variants' header
+    /// blocks.
+    File {
+        /// Index of the file.
+        file: usize,
+        /// Fields from `_headers`.
+        custom: Vec<(String, String)>,
+        /// One per stored body, in `Encoding` order.
+        heads: Vec<HeadBlock>,
+    },
+    /// A redirect: the page kiln serves with it, and its header block.
+    Redirect {
+        /// The page's HTML.
+        page: String,
+        /// Its header block (`Location` included).
+        head: HeadBlock,
+    },
+}
+
+/// How to obtain one encoding of one content in a batch.
+#[derive(Clone, Copy)]
+enum Plan {
+    /// Compress it.
+    Compress,
+    /// The base tried it with the same settings: copy its body (offset,
+    /// length, BLAKE3), or nothing when it was not worth keeping.
+    Reuse(Option<(u64, u64, [u8; 32])>),
+}
+
+/// What the first pass found (see `Firing::plan_compression`).
+struct CompressionPlan {
+    /// The encodings to compress, in file order.
+    jobs: Vec<compressor::Job>,
+    /// By file: the hash the first pass read, for the files it hashed.
+    first_hashes: Vec<Option<[u8; 32]>>,
+}
+
+/// One encoding of one content of a batch, to copy from the base.
+struct Reuse {
+    /// Index of the content in the batch.
+    at: usize,
+    /// The encoding.
+    encoding: Encoding,
+    /// The base's body (offset, length, BLAKE3), or `None` when it was not
+    /// worth keeping.
+    body: Option<(u64, u64, [u8; 32])>,
+}
+
+/// What a job obtained.
+struct Outcome {
+    /// The encoded body, when worth keeping.
+    kept: Option<Vec<u8>>,
+    /// It came from the base.
+    reused: bool,
+    /// The base's body did not match its hash (and was compressed again).
+    damaged: bool,
+}
+
+/// The state of the firing of bodies.
+struct Firing<'a> {
+    /// Settings, base and names.
+    input: &'a AssembleInput<'a>,
+    /// The encodings to try, in `Encoding` order, with their settings
+    /// fingerprints.
+    encodings: Vec<(Encoding, u64)>,
+    /// The base pack's file, for positioned reads of its bodies.
+    base_file: Option<Arc<File>>,
+    /// Encoded bodies of each compressible content already written, by
+    /// hash: a later copy of the content reuses them without compressing
+    /// again.
+    encoded: HashMap<[u8; 32], FileBodies>,
+    /// The counts so far.
+    result: Assembled,
+    /// The progress bar (hidden unless on a terminal).
+    bar: &'a ProgressBar,
+    /// Content bytes a batch holds at once; a file whose cost is more is
+    /// streamed.
+    batch_bytes: u64,
+}
+
+/// Writes the bodies, variant sets, routes and rules of `plan` into
+/// `writer`; the caller finishes the pack.
 pub fn assemble(
     files: &[SourceFile],
     plan: &RoutePlan,
     input: &AssembleInput<'_>,
-    out: &Path,
+    writer: &mut PackWriter,
 ) -> anyhow::Result<Assembled> {
     let types: Vec<String> = files.iter().map(|f| content_type(&f.path)).collect();
-    // Created first so that an unwritable output fails before the long
-    // compression step.
-    let mut writer =
-        PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
-    let write_err = || format!("{}: cannot write", out.display());
-    let mut result = Assembled::default();
-    let mut add_body =
-        |w: &mut PackWriter, enc: Encoding, bytes: &[u8]| -> anyhow::Result<BodyRef> {
-            let body = w.add_body(bytes).with_context(write_err)?;
-            if body.fresh {
-                let t = &mut result.per_encoding[enc as usize];
-                t.count += 1;
-                t.bytes += body.len;
-            }
-            Ok(body)
-        };
-
-    let bar = progress_bar(input, files, &types);
-    let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
-    // Encoded bodies of each compressible content already written, by hash:
-    // a later copy of the content reuses them without compressing again.
-    let mut encoded_bodies: HashMap<[u8; 32], FileBodies> = HashMap::new();
-    // Encoded bytes those reuses did not write (the writer never sees them).
-    let mut reused_bytes = 0;
-    let mut start = 0;
-    while start < files.len() {
-        let mut end = start + 1;
-        let mut size = files[start].len;
-        while end < files.len() && size + files[end].len <= input.batch_bytes {
-            size += files[end].len;
-            end += 1;
+    let write_err = || format!("{}: cannot write", input.out_name);
+    let mut encodings: Vec<Encoding> = input.compress.encodings.clone();
+    encodings.retain(|e| *e != Encoding::Identity);
+    encodings.sort();
+    encodings.dedup();
+    let base_file = match input.base {
+        Some(base) => {
+            Some(Arc::new(base.file().try_clone().with_context(|| {
+                format!("{}: cannot read", base.path().display())
+            })?))
         }
-        let contents: Vec<Cow<'_, [u8]>> = files[start..end]
+        None => None,
+    };
+    let bar = progress_bar(input, files, &types, encodings.len());
+    // Half the buffer for the batches the writer reads, half for the
+    // background compression.
+    let half = (input.buffer_bytes / 2).max(1);
+    let mut firing = Firing {
+        input,
+        encodings: encodings
             .iter()
-            .map(SourceFile::read)
-            .collect::<anyhow::Result<_>>()?;
-        let hashes: Vec<[u8; 32]> = contents
+            .map(|&e| (e, settings_id(e, input.compress)))
+            .collect(),
+        base_file,
+        encoded: HashMap::new(),
+        result: Assembled::default(),
+        bar: &bar,
+        batch_bytes: half,
+    };
+    let wants: Vec<bool> = files
+        .iter()
+        .zip(&types)
+        .map(|(f, t)| !encodings.is_empty() && is_compressible(t) && worth_trying(f.len))
+        .collect();
+    let CompressionPlan { jobs, first_hashes } = firing.plan_compression(files, &wants)?;
+    let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
+    let bodies = std::thread::scope(|scope| {
+        if !compressor.is_idle() {
+            let mut workers = 0;
+            for i in 0..rayon::current_num_threads().max(1) {
+                let started = std::thread::Builder::new()
+                    .name(format!("kiln-compress-{i}"))
+                    .spawn_scoped(scope, || compressor.work());
+                workers += usize::from(started.is_ok());
+            }
+            if workers == 0 {
+                bail!("cannot start a compression thread");
+            }
+        }
+        // Dropped however the writer ends, so that no worker waits on.
+        let _stop = compressor.stop_on_drop();
+        firing.fire_all(writer, files, &wants, &first_hashes, &compressor)
+    })?;
+    bar.finish_and_clear();
+    release_batch_memory();
+    let mut result = firing.result;
+    let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
+    for chunk in plan.routes.chunks(ROUTE_CHUNK) {
+        // The header blocks are made in parallel, stored in order.
+        let prepared: Vec<Prepared> = chunk
             .par_iter()
-            .map(|c| *blake3::hash(c).as_bytes())
-            .collect();
-        let compressible: Vec<bool> = types[start..end]
-            .iter()
-            .map(|t| is_compressible(t))
-            .collect();
-        let mut encoded = compress_distinct(
-            &files[start..end],
-            &contents,
-            &hashes,
-            &compressible,
-            &encoded_bodies,
-            input.compress,
-            &bar,
-        )?;
-        for (k, content) in contents.iter().enumerate() {
-            let mut set = vec![(
-                Encoding::Identity,
-                add_body(&mut writer, Encoding::Identity, content)?,
-            )];
-            if compressible[k] {
-                match encoded_bodies.get(&hashes[k]) {
-                    Some(done) => {
-                        reused_bytes += done.iter().map(|(_, b)| b.len).sum::<u64>();
-                        set.extend_from_slice(done);
-                    }
-                    None => {
-                        let mut done = Vec::new();
-                        for (enc, bytes) in encoded.remove(&hashes[k]).unwrap_or_default() {
-                            done.push((enc, add_body(&mut writer, enc, &bytes)?));
-                        }
-                        set.extend_from_slice(&done);
-                        encoded_bodies.insert(hashes[k], done);
+            .map(|route| match &route.target {
+                Target::File(i) => {
+                    let custom = headers_for(input.header_rules, &plan.headers_paths(route));
+                    let heads = file_heads(
+                        &files[*i],
+                        &types[*i],
+                        &bodies[*i],
+                        route.validators(),
+                        &custom,
+                        input.cache,
+                    );
+                    Prepared::File {
+                        file: *i,
+                        custom,
+                        heads,
                     }
                 }
-            }
-            bodies.push(set);
-        }
-        start = end;
-    }
-    bar.finish_and_clear();
-    let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
-    for route in &plan.routes {
-        let validators = route.validators();
-        let (set, last_modified) = match &route.target {
-            Target::File(i) => {
-                let custom = headers_for(input.header_rules, &plan.headers_paths(route));
-                let cache_key = (*i, validators, custom);
-                let set = match sets.get(&cache_key) {
-                    Some(set) => *set,
-                    None => {
-                        let set = file_variant_set(
-                            &mut writer,
-                            &files[*i],
-                            &types[*i],
-                            &bodies[*i],
-                            validators,
-                            &cache_key.2,
-                            input.cache,
-                        )
-                        .with_context(write_err)?;
-                        sets.insert(cache_key, set);
-                        set
-                    }
-                };
-                (set, files[*i].mtime)
-            }
-            Target::Redirect(location) => {
-                let escaped = html_escape(location);
-                let page = format!(
-                    "<!doctype html><title>Moved</title><a href=\"{escaped}\">{escaped}</a>\n"
-                );
-                let body = add_body(&mut writer, Encoding::Identity, page.as_bytes())?;
-                let head = redirect_head(location, &input.cache.for_redirect(), body.len);
-                let set = writer
-                    .add_variant_set(&[VariantIn {
-                        encoding: Encoding::Identity,
-                        head: &head,
-                        body,
-                    }])
-                    .with_context(write_err)?;
-                (set, 0)
-            }
-        };
-        writer
-            .add_route(RouteIn {
-                kind: route.kind,
-                key: &route.key,
-                status: route.status,
-                last_modified,
-                variants: set,
-                validators,
+                Target::Redirect(location) => {
+                    let escaped = html_escape(location);
+                    let page = format!(
+                        "<!doctype html><title>Moved</title><a href=\"{escaped}\">{escaped}</a>\n"
+                    );
+                    let head =
+                        redirect_head(location, &input.cache.for_redirect(), page.len() as u64);
+                    Prepared::Redirect { page, head }
+                }
             })
-            .with_context(write_err)?;
+            .collect();
+        for (route, prepared) in chunk.iter().zip(prepared) {
+            let validators = route.validators();
+            let (set, last_modified) = match prepared {
+                Prepared::File {
+                    file: i,
+                    custom,
+                    heads,
+                } => {
+                    let cache_key = (i, validators, custom);
+                    let set = match sets.get(&cache_key) {
+                        Some(set) => *set,
+                        None => {
+                            let variants: Vec<VariantIn<'_>> = bodies[i]
+                                .iter()
+                                .zip(&heads)
+                                .map(|((encoding, body), head)| VariantIn {
+                                    encoding: *encoding,
+                                    head,
+                                    body: *body,
+                                })
+                                .collect();
+                            let set = writer.add_variant_set(&variants).with_context(write_err)?;
+                            sets.insert(cache_key, set);
+                            set
+                        }
+                    };
+                    (set, files[i].mtime)
+                }
+                Prepared::Redirect { page, head } => {
+                    let body = writer.add_body(page.as_bytes()).with_context(write_err)?;
+                    count_fresh(&mut result.per_encoding, Encoding::Identity, &body);
+                    let set = writer
+                        .add_variant_set(&[VariantIn {
+                            encoding: Encoding::Identity,
+                            head: &head,
+                            body,
+                        }])
+                        .with_context(write_err)?;
+                    (set, 0)
+                }
+            };
+            writer
+                .add_route(RouteIn {
+                    kind: route.kind,
+                    key: &route.key,
+                    status: route.status,
+                    last_modified,
+                    variants: set,
+                    validators,
+                })
+                .with_context(write_err)?;
+        }
     }
     for rule in &plan.rules {
         writer.add_rule(RuleIn {
@@ -217,22 +335,461 @@ pub fn assemble(
             force: rule.force,
         });
     }
-    result.stats = writer.finish().with_context(write_err)?;
-    result.stats.dedup_saved += reused_bytes;
     Ok(result)
+}
+
+/// Hands the memory of the last batches back to the system. Their buffers
+/// were allocated by the reading threads, in their own malloc arenas, and
+/// the tables that grow next are allocated by this thread in another: kept,
+/// the freed buffers would count twice in the peak.
+fn release_batch_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Counts a body just stored, if it is not a duplicate.
+fn count_fresh(totals: &mut [EncodingTotals; 4], encoding: Encoding, body: &BodyRef) {
+    if body.fresh {
+        let t = &mut totals[encoding as usize];
+        t.count += 1;
+        t.bytes += body.len;
+    }
+}
+
+impl Firing<'_> {
+    /// Fires every file, in order: batches read whole, and the files too
+    /// large for one streamed.
+    fn fire_all(
+        &mut self,
+        writer: &mut PackWriter,
+        files: &[SourceFile],
+        wants: &[bool],
+        first_hashes: &[Option<[u8; 32]>],
+        compressor: &Compressor<'_>,
+    ) -> anyhow::Result<Vec<FileBodies>> {
+        let mut bodies: Vec<FileBodies> = Vec::with_capacity(files.len());
+        let mut start = 0;
+        while start < files.len() {
+            if self.cost(&files[start], wants[start]) > self.batch_bytes {
+                bodies.push(self.fire_streamed(writer, &files[start], wants[start])?);
+                start += 1;
+                continue;
+            }
+            let mut end = start;
+            let mut cost = 0;
+            while end < files.len() && end - start < MAX_BATCH_FILES {
+                let next = self.cost(&files[end], wants[end]);
+                if end > start && cost + next > self.batch_bytes {
+                    break;
+                }
+                cost += next;
+                end += 1;
+            }
+            bodies.extend(self.fire_batch(
+                writer,
+                &files[start..end],
+                &wants[start..end],
+                &first_hashes[start..end],
+                compressor,
+            )?);
+            start = end;
+        }
+        Ok(bodies)
+    }
+
+    /// The first pass: hashes every compressible file a batch would hold
+    /// (the streamed ones are compressed as they are written) and lists, in
+    /// file order, each encoding of each distinct content to compress: those
+    /// the base cannot give. Also the hash of each file hashed, which the
+    /// writer must find again (else the file changed in between).
+    fn plan_compression(
+        &self,
+        files: &[SourceFile],
+        wants: &[bool],
+    ) -> anyhow::Result<CompressionPlan> {
+        let batchable: Vec<usize> = (0..files.len())
+            .filter(|&i| wants[i] && self.cost(&files[i], true) <= self.batch_bytes)
+            .collect();
+        let mut hashes = Vec::with_capacity(batchable.len());
+        let mut start = 0;
+        while start < batchable.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < batchable.len()
+                && (end == start || bytes + files[batchable[end]].len <= self.batch_bytes)
+            {
+                bytes += files[batchable[end]].len;
+                end += 1;
+            }
+            let chunk: Vec<[u8; 32]> = batchable[start..end]
+                .par_iter()
+                .map(|&i| files[i].read().map(|c| *blake3::hash(&c).as_bytes()))
+                .collect::<anyhow::Result<_>>()?;
+            hashes.extend(chunk);
+            start = end;
+        }
+        let mut seen = HashSet::new();
+        let mut jobs = Vec::new();
+        let mut first_hashes = vec![None; files.len()];
+        for (&file, hash) in batchable.iter().zip(hashes) {
+            first_hashes[file] = Some(hash);
+            if !seen.insert(hash) {
+                continue;
+            }
+            for &(encoding, settings) in &self.encodings {
+                if matches!(self.plan(&hash, encoding, settings), Plan::Compress) {
+                    jobs.push(compressor::Job {
+                        file,
+                        hash,
+                        encoding,
+                    });
+                }
+            }
+        }
+        Ok(CompressionPlan { jobs, first_hashes })
+    }
+
+    /// File data a file holds in memory while it is fired: its content and
+    /// at most as much again per encoding tried.
+    fn cost(&self, file: &SourceFile, wants: bool) -> u64 {
+        let copies = if wants { 1 + self.encodings.len() } else { 1 };
+        file.len.saturating_mul(copies as u64)
+    }
+
+    /// How to obtain `encoding` (with settings fingerprint `settings`) of
+    /// the content whose BLAKE3 is `hash`: from the base if it tried the
+    /// same, else by compressing.
+    fn plan(&self, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
+        let Some(base) = self.input.base else {
+            return Plan::Compress;
+        };
+        match base.provenance(hash, encoding) {
+            Some(p) if p.settings == settings => {
+                Plan::Reuse(p.body.map(|(off, len, body_hash)| (off, len, *body_hash)))
+            }
+            _ => Plan::Compress,
+        }
+    }
+
+    /// Fires the files of one batch, read whole, stored in order: the
+    /// encodings the base gives are copied (read in parallel), the others
+    /// taken from the background compression.
+    fn fire_batch(
+        &mut self,
+        writer: &mut PackWriter,
+        files: &[SourceFile],
+        wants: &[bool],
+        first_hashes: &[Option<[u8; 32]>],
+        compressor: &Compressor<'_>,
+    ) -> anyhow::Result<Vec<FileBodies>> {
+        let contents: Vec<Vec<u8>> = files
+            .par_iter()
+            .map(SourceFile::read)
+            .collect::<anyhow::Result<_>>()?;
+        let hashes: Vec<[u8; 32]> = contents
+            .par_iter()
+            .map(|c| *blake3::hash(c).as_bytes())
+            .collect();
+        for (at, first) in first_hashes.iter().enumerate() {
+            if first.is_some_and(|h| h != hashes[at]) {
+                bail!("{}: changed during the build", files[at].shown());
+            }
+        }
+        let mut reuses = Vec::new();
+        let mut planned = HashSet::new();
+        for (at, content) in contents.iter().enumerate() {
+            if !wants[at] {
+                continue;
+            }
+            if self.encoded.contains_key(&hashes[at]) || !planned.insert(hashes[at]) {
+                self.bar
+                    .inc(content.len() as u64 * self.encodings.len() as u64);
+                continue;
+            }
+            for &(encoding, settings) in &self.encodings {
+                if let Plan::Reuse(body) = self.plan(&hashes[at], encoding, settings) {
+                    reuses.push(Reuse { at, encoding, body });
+                }
+            }
+        }
+        let outcomes: Vec<anyhow::Result<Outcome>> = reuses
+            .par_iter()
+            .map(|reuse| {
+                let outcome = self.reuse(reuse, &contents[reuse.at]).with_context(|| {
+                    format!(
+                        "{}: {} compression failed",
+                        files[reuse.at].shown(),
+                        reuse.encoding.token()
+                    )
+                })?;
+                self.bar.inc(contents[reuse.at].len() as u64);
+                Ok(outcome)
+            })
+            .collect();
+        let mut by_content: HashMap<([u8; 32], Encoding), Outcome> = HashMap::new();
+        for (reuse, outcome) in reuses.iter().zip(outcomes) {
+            by_content.insert((hashes[reuse.at], reuse.encoding), outcome?);
+        }
+        let mut fired = Vec::with_capacity(files.len());
+        for (at, content) in contents.iter().enumerate() {
+            let identity = self.store(writer, Encoding::Identity, content, Some(hashes[at]))?;
+            let mut set = vec![(Encoding::Identity, identity)];
+            if wants[at] {
+                if let Some(done) = self.encoded.get(&hashes[at]) {
+                    self.result.dedup_saved += done.iter().map(|(_, b)| b.len).sum::<u64>();
+                    set.extend_from_slice(done);
+                } else {
+                    let mut done = Vec::new();
+                    for &(encoding, settings) in &self.encodings.clone() {
+                        let outcome = match by_content.remove(&(hashes[at], encoding)) {
+                            Some(outcome) => outcome,
+                            None => Outcome {
+                                // No job for it: the first pass read other bytes.
+                                kept: compressor.take(&hashes[at], encoding).ok_or_else(
+                                    || anyhow!("{}: changed during the build", files[at].shown()),
+                                )??,
+                                reused: false,
+                                damaged: false,
+                            },
+                        };
+                        self.count(outcome.reused, outcome.damaged);
+                        let body = match &outcome.kept {
+                            Some(bytes) => Some(self.store(writer, encoding, bytes, None)?),
+                            None => None,
+                        };
+                        writer.add_provenance(ProvenanceIn {
+                            source_hash: hashes[at],
+                            encoding,
+                            settings,
+                            body,
+                        });
+                        done.extend(body.map(|b| (encoding, b)));
+                    }
+                    set.extend_from_slice(&done);
+                    self.encoded.insert(hashes[at], done);
+                }
+            }
+            fired.push(set);
+        }
+        Ok(fired)
+    }
+
+    /// Copies one encoding from the base, or, when the base's body does
+    /// not match its hash (damage), compresses it.
+    fn reuse(&self, reuse: &Reuse, content: &[u8]) -> std::io::Result<Outcome> {
+        let Some((off, len, hash)) = reuse.body else {
+            return Ok(Outcome {
+                kept: None,
+                reused: true,
+                damaged: false,
+            });
+        };
+        let mut bytes = vec![0; len as usize];
+        let file = self.base_file.as_ref().expect("a reuse plan has a base");
+        file.read_exact_at(&mut bytes, off)?;
+        if *blake3::hash(&bytes).as_bytes() == hash {
+            return Ok(Outcome {
+                kept: Some(bytes),
+                reused: true,
+                damaged: false,
+            });
+        }
+        Ok(Outcome {
+            kept: encode_if_worth(content, reuse.encoding, self.input.compress)?,
+            reused: false,
+            damaged: true,
+        })
+    }
+
+    /// Counts one encoding obtained: `reused` from the base, or
+    /// compressed (after the base's body turned out `damaged`).
+    fn count(&mut self, reused: bool, damaged: bool) {
+        if reused {
+            self.result.reused += 1;
+        } else {
+            self.result.compressed += 1;
+        }
+        if damaged && self.result.base_damage.is_none() {
+            let base = self.input.base.map(|b| b.path().display().to_string());
+            self.result.base_damage = Some(format!(
+                "{}: a stored body does not match its recorded hash; the pack is damaged, \
+                 its bodies were compressed again where they did not match",
+                base.unwrap_or_default()
+            ));
+        }
+    }
+
+    /// Stores one body of a batch; `hash` is its BLAKE3 when known.
+    fn store(
+        &mut self,
+        writer: &mut PackWriter,
+        encoding: Encoding,
+        bytes: &[u8],
+        hash: Option<[u8; 32]>,
+    ) -> anyhow::Result<BodyRef> {
+        let body = match hash {
+            Some(hash) => writer.add_hashed_body(bytes, hash),
+            None => writer.add_body(bytes),
+        }
+        .with_context(|| format!("{}: cannot write", self.input.out_name))?;
+        count_fresh(&mut self.result.per_encoding, encoding, &body);
+        Ok(body)
+    }
+
+    /// Fires one file too large for a batch, in pieces: its identity body
+    /// is streamed into the pack, and each encoding is made by reading it
+    /// back from there (or copied from the base).
+    fn fire_streamed(
+        &mut self,
+        writer: &mut PackWriter,
+        file: &SourceFile,
+        wants: bool,
+    ) -> anyhow::Result<FileBodies> {
+        let write_err = || format!("{}: cannot write", self.input.out_name);
+        let mut counted = Counted {
+            inner: file.open()?,
+            read: 0,
+        };
+        let identity = writer
+            .add_body_from(&mut counted)
+            .with_context(|| format!("{}: cannot read or store", file.shown()))?;
+        file.finish_read(counted.read)?;
+        count_fresh(&mut self.result.per_encoding, Encoding::Identity, &identity);
+        let mut set = vec![(Encoding::Identity, identity)];
+        if !wants {
+            return Ok(set);
+        }
+        let hash = identity.hash;
+        if let Some(done) = self.encoded.get(&hash) {
+            self.result.dedup_saved += done.iter().map(|(_, b)| b.len).sum::<u64>();
+            self.bar.inc(file.len * self.encodings.len() as u64);
+            set.extend_from_slice(done);
+            return Ok(set);
+        }
+        let mut done = Vec::new();
+        for (encoding, settings) in self.encodings.clone() {
+            let compress = |writer: &mut PackWriter| {
+                compress_streamed(writer, file, &identity, encoding, self.input)
+            };
+            let (body, reused, damaged) = match self.plan(&hash, encoding, settings) {
+                Plan::Reuse(None) => (None, true, false),
+                Plan::Reuse(Some((off, len, body_hash))) => {
+                    match self
+                        .copy_from_base(writer, off, len, &body_hash)
+                        .with_context(write_err)?
+                    {
+                        Some(body) => (Some(body), true, false),
+                        None => (compress(writer)?, false, true),
+                    }
+                }
+                Plan::Compress => (compress(writer)?, false, false),
+            };
+            self.bar.inc(file.len);
+            self.count(reused, damaged);
+            if let Some(b) = &body {
+                count_fresh(&mut self.result.per_encoding, encoding, b);
+            }
+            writer.add_provenance(ProvenanceIn {
+                source_hash: hash,
+                encoding,
+                settings,
+                body,
+            });
+            done.extend(body.map(|b| (encoding, b)));
+        }
+        set.extend_from_slice(&done);
+        self.encoded.insert(hash, done);
+        Ok(set)
+    }
+
+    /// Copies a body of the base into the pack, in pieces, after checking
+    /// it against its recorded BLAKE3; `None` (nothing written) when it
+    /// does not match.
+    fn copy_from_base(
+        &self,
+        writer: &mut PackWriter,
+        off: u64,
+        len: u64,
+        hash: &[u8; 32],
+    ) -> std::io::Result<Option<BodyRef>> {
+        let file = self.base_file.as_ref().expect("a reuse plan has a base");
+        let mut hasher = blake3::Hasher::new();
+        std::io::copy(
+            &mut RangeReader::new(Arc::clone(file), off, len),
+            &mut hasher,
+        )?;
+        if hasher.finalize().as_bytes() != hash {
+            return Ok(None);
+        }
+        writer
+            .add_body_from(&mut RangeReader::new(Arc::clone(file), off, len))
+            .map(Some)
+    }
+}
+
+/// Makes `encoding` of a file's identity body, already stored as
+/// `identity`, by reading it back from the pack in pieces; the body when
+/// worth keeping (else it is cut off again).
+fn compress_streamed(
+    writer: &mut PackWriter,
+    file: &SourceFile,
+    identity: &BodyRef,
+    encoding: Encoding,
+    input: &AssembleInput<'_>,
+) -> anyhow::Result<Option<BodyRef>> {
+    let write_err = || format!("{}: cannot write", input.out_name);
+    let mut source = writer.body_reader(identity).with_context(write_err)?;
+    let mut body = writer.body_writer();
+    encode_to(
+        &mut source,
+        identity.len,
+        encoding,
+        input.compress,
+        &mut body,
+    )
+    .with_context(|| format!("{}: {} compression failed", file.shown(), encoding.token()))?;
+    if worth_keeping(identity.len, body.written()) {
+        Ok(Some(body.finish().with_context(write_err)?))
+    } else {
+        body.discard().with_context(write_err)?;
+        Ok(None)
+    }
+}
+
+/// Counts the bytes a reader yields.
+struct Counted<R> {
+    inner: R,
+    /// Bytes read so far.
+    read: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 /// The progress bar of the compression: one unit per byte per encoding of
 /// each compressible file large enough to be tried.
-fn progress_bar(input: &AssembleInput<'_>, files: &[SourceFile], types: &[String]) -> ProgressBar {
+fn progress_bar(
+    input: &AssembleInput<'_>,
+    files: &[SourceFile],
+    types: &[String],
+    encodings: usize,
+) -> ProgressBar {
     if !input.progress {
         return ProgressBar::hidden();
     }
     let total: u64 = files
         .iter()
         .zip(types)
-        .filter(|(f, t)| is_compressible(t) && f.len >= MIN_SAVED_BYTES as u64)
-        .map(|(f, _)| f.len * input.compress.encodings.len() as u64)
+        .filter(|(f, t)| is_compressible(t) && worth_trying(f.len))
+        .map(|(f, _)| f.len * encodings as u64)
         .sum();
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -244,71 +801,18 @@ fn progress_bar(input: &AssembleInput<'_>, files: &[SourceFile], types: &[String
     bar
 }
 
-/// Compresses each distinct content of a batch's compressible files once
-/// per encoding, except contents already done in earlier batches; keyed by
-/// BLAKE3 of the content, variants in `Encoding` order. Each (content,
-/// encoding) pair is a separate task, largest first, so that the cores stay
-/// busy until the end of the batch.
-fn compress_distinct(
-    files: &[SourceFile],
-    contents: &[Cow<'_, [u8]>],
-    hashes: &[[u8; 32]],
-    compressible: &[bool],
-    done: &HashMap<[u8; 32], FileBodies>,
-    opts: &CompressOptions,
-    bar: &ProgressBar,
-) -> anyhow::Result<HashMap<[u8; 32], Encoded>> {
-    let mut encodings = opts.encodings.clone();
-    encodings.retain(|e| *e != Encoding::Identity);
-    encodings.sort();
-    encodings.dedup();
-    let mut seen = HashMap::new();
-    let mut tasks: Vec<(usize, Encoding)> = Vec::new();
-    for (k, content) in contents.iter().enumerate() {
-        if !compressible[k] || content.len() < MIN_SAVED_BYTES {
-            continue;
-        }
-        if done.contains_key(&hashes[k]) || seen.insert(hashes[k], ()).is_some() {
-            bar.inc(content.len() as u64 * encodings.len() as u64);
-            continue;
-        }
-        tasks.extend(encodings.iter().map(|e| (k, *e)));
-    }
-    tasks.sort_by_key(|(k, _)| std::cmp::Reverse(contents[*k].len()));
-    let results: Vec<anyhow::Result<Option<KeptVariant>>> = tasks
-        .par_iter()
-        .map(|&(k, encoding)| {
-            let kept = encode_if_worth(&contents[k], encoding, opts).with_context(|| {
-                format!("{}: {} compression failed", files[k].path, encoding.token())
-            })?;
-            bar.inc(contents[k].len() as u64);
-            Ok(kept.map(|bytes| (hashes[k], encoding, bytes)))
-        })
-        .collect();
-    let mut by_hash: HashMap<[u8; 32], Encoded> = HashMap::new();
-    for result in results {
-        if let Some((hash, encoding, bytes)) = result? {
-            by_hash.entry(hash).or_default().push((encoding, bytes));
-        }
-    }
-    for variants in by_hash.values_mut() {
-        variants.sort_by_key(|(e, _)| *e);
-    }
-    Ok(by_hash)
-}
-
-/// Builds and stores the variant set of one file as served by one route.
-fn file_variant_set(
-    writer: &mut PackWriter,
+/// The header blocks of the variants of one file as served by one route,
+/// in the order of `bodies`.
+fn file_heads(
     file: &SourceFile,
     content_type: &str,
     bodies: &FileBodies,
     validators: bool,
     custom: &[(String, String)],
     cache: &CachePolicy,
-) -> std::io::Result<VariantSet> {
+) -> Vec<HeadBlock> {
     let cache_control = cache.for_file(&file.path, content_type);
-    let heads: Vec<_> = bodies
+    bodies
         .iter()
         .map(|(encoding, body)| {
             let etag = etag_for(&body.hash);
@@ -323,15 +827,5 @@ fn file_variant_set(
                 content_length: body.len,
             })
         })
-        .collect();
-    let variants: Vec<VariantIn<'_>> = bodies
-        .iter()
-        .zip(&heads)
-        .map(|((encoding, body), head)| VariantIn {
-            encoding: *encoding,
-            head,
-            body: *body,
-        })
-        .collect();
-    writer.add_variant_set(&variants)
+        .collect()
 }

@@ -6,9 +6,17 @@
 //! (compression via `compress`, header blocks via `headers` and `mime`,
 //! written with `PackWriter`, which only ever renames a complete pack over
 //! the output). The same source always gives a byte-identical pack.
+//!
+//! A build is incremental: the pack it replaces (or `--base`) records how
+//! each of its encoded bodies was made (source hash, encoding, settings),
+//! and every body that would be made again the same way is copied instead
+//! of compressed. The result is the same pack a clean build would write.
+//! A base that cannot be used (another format version, damaged) only
+//! means a clean build, with a note.
 
 pub mod assemble;
 pub mod compress;
+pub mod compressor;
 pub mod headers;
 pub mod mime;
 pub mod netlify;
@@ -20,27 +28,29 @@ use std::fmt;
 use std::io::{IsTerminal, Write as _};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
 use self::assemble::{AssembleInput, EncodingTotals, assemble};
-use self::compress::{CompressOptions, GzipMode};
+use self::compress::{CompressOptions, GzipMode, Level};
 use self::headers::CachePolicy;
 use self::netlify::{HeaderRule, RedirectRule, parse_headers, parse_redirects};
 use self::routes::{RouteOptions, plan_routes};
-use crate::pack::format::ENCODINGS;
-use crate::pack::{Encoding, Pack};
+use self::source::SourceFile;
+use crate::pack::format::{ENCODINGS, Section};
+use crate::pack::{Encoding, Pack, PackStats, PackWriter};
 
 /// Root file holding per-path headers (never served).
 pub const HEADERS_FILE: &str = "_headers";
 /// Root file holding redirect and rewrite rules (never served).
 pub const REDIRECTS_FILE: &str = "_redirects";
+/// Largest `_headers` or `_redirects` file: they are parsed in memory.
+pub const MAX_RULES_FILE_BYTES: u64 = 16 << 20;
 
-/// Default `BuildOptions::batch_bytes`: 256 MiB.
-pub const DEFAULT_BATCH_BYTES: u64 = 256 << 20;
+/// Default `BuildOptions::buffer_bytes`: 64 MiB.
+pub const DEFAULT_BUFFER_BYTES: u64 = 64 << 20;
 
 /// How gzip variants are made (`--gzip`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,18 +74,36 @@ pub struct BuildArgs {
     /// variant is kept only if it saves at least 10 % and 100 bytes.
     #[arg(long, value_name = "LIST", default_value = "br,gzip")]
     pub compress: String,
+    /// Compression levels: max (brotli 11, zstd 19, gzip 9: the smallest
+    /// bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
+    /// CPU time; on the Python docs, brotli bodies a third larger, gzip
+    /// 40 %).
+    #[arg(long, value_enum, default_value = "max")]
+    pub compression: Level,
     /// gzip encoder.
     #[arg(long, value_enum, default_value = "deflate")]
     pub gzip: GzipTool,
-    /// deflate level for gzip variants (0-9).
-    #[arg(long, default_value_t = 9, value_parser = clap::value_parser!(u32).range(0..=9))]
-    pub gzip_level: u32,
-    /// Brotli quality (0-11).
-    #[arg(long, default_value_t = 11, value_parser = clap::value_parser!(u32).range(0..=11))]
-    pub brotli_quality: u32,
-    /// zstd level (1-22).
-    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
-    pub zstd_level: i32,
+    /// deflate level for gzip variants (0-9; default: by --compression).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=9))]
+    pub gzip_level: Option<u32>,
+    /// Brotli quality (0-11; default: by --compression).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=11))]
+    pub brotli_quality: Option<u32>,
+    /// zstd level (1-22; default: by --compression).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=22))]
+    pub zstd_level: Option<i32>,
+    /// Reuse the encoded bodies of this pack instead of the one at the
+    /// output path (the default): a body is copied instead of compressed
+    /// when its source bytes and settings are the same.
+    #[arg(long, value_name = "OLD.pack", conflicts_with = "clean")]
+    pub base: Option<PathBuf>,
+    /// Compress everything again: reuse nothing of an earlier pack.
+    #[arg(long)]
+    pub clean: bool,
+    /// File data held in memory at once (sources and their encoded
+    /// variants); a file that needs more is streamed through the pack.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BUFFER_BYTES, hide = true)]
+    pub buffer_bytes: u64,
     /// Cache-Control for everything not content-hashed (default: HTML
     /// "public, max-age=0, must-revalidate", others "public, max-age=3600").
     #[arg(long, value_name = "VALUE")]
@@ -106,8 +134,8 @@ pub struct BuildArgs {
     #[arg(long)]
     pub no_redirects_file: bool,
     /// Refuse an archive that expands to more than this many bytes (link
-    /// copies included): an archive is read into memory. A directory is
-    /// read in batches and has no limit. The default is 16 GiB.
+    /// copies included), so that a small one cannot fill the disk; a
+    /// directory has no limit. The default is 16 GiB.
     #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
     pub max_source_bytes: u64,
     /// Drop this many leading components from archive entry names, like
@@ -139,9 +167,23 @@ pub struct BuildOptions {
     pub max_source_bytes: u64,
     /// Leading components dropped from archive names (`--strip-components`).
     pub strip_components: usize,
-    /// Input bytes read and compressed at once: bounds the memory a build
-    /// of a directory needs, whatever the size of the site.
-    pub batch_bytes: u64,
+    /// File data held in memory at once (a batch of sources and their
+    /// encoded variants): bounds the memory a build needs, whatever the
+    /// size of the site; a file that alone needs more is streamed.
+    pub buffer_bytes: u64,
+    /// Which earlier pack's encoded bodies to reuse.
+    pub base: Base,
+}
+
+/// The pack an incremental build reuses encoded bodies from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// The pack at the output path, if there is one (the default).
+    Output,
+    /// This pack (`--base`).
+    Pack(PathBuf),
+    /// None: compress everything (`--clean`).
+    Clean,
 }
 
 impl Default for BuildOptions {
@@ -156,22 +198,18 @@ impl Default for BuildOptions {
             progress: false,
             max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
             strip_components: 0,
-            batch_bytes: DEFAULT_BATCH_BYTES,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            base: Base::Output,
         }
     }
 }
 
 impl BuildOptions {
-    /// Fast settings for a local preview: brotli 5, gzip 6, no zstd.
-    pub fn preview() -> Self {
+    /// Settings for a local preview: br and gzip at `level` (fast unless
+    /// asked otherwise).
+    pub fn preview(level: Level) -> Self {
         BuildOptions {
-            compress: CompressOptions {
-                encodings: vec![Encoding::Br, Encoding::Gzip],
-                brotli_quality: 5,
-                brotli_lgwin: 22,
-                gzip: GzipMode::Deflate(6),
-                zstd_level: 3,
-            },
+            compress: CompressOptions::at(level),
             ..BuildOptions::default()
         }
     }
@@ -197,10 +235,23 @@ pub struct BuildReport {
     pub dedup_saved: u64,
     /// Size of the written pack.
     pub pack_bytes: u64,
+    /// Encodings compressed by this build.
+    pub compressed: u64,
+    /// Encodings reused from the base pack instead.
+    pub reused: u64,
+    /// The base pack used, if any.
+    pub base: Option<PathBuf>,
+    /// `BuildOptions::buffer_bytes`.
+    pub buffer_bytes: u64,
+    /// The process's peak resident memory so far, in bytes.
+    pub peak_rss: u64,
     /// Wall time of the whole build.
     pub elapsed: Duration,
     /// One line each; printed on stderr by `run`.
     pub warnings: Vec<String>,
+    /// One line each, printed on stderr by `run`: why no base was used,
+    /// though one was asked for or found.
+    pub notes: Vec<String>,
 }
 
 impl fmt::Display for BuildReport {
@@ -226,6 +277,15 @@ impl fmt::Display for BuildReport {
             )?;
         }
         writeln!(f, "dedup saved {:>10}  {:>14} bytes", "", self.dedup_saved)?;
+        let from = match &self.base {
+            Some(base) => format!("reused from {}", base.display()),
+            None => "reused (no base pack)".to_owned(),
+        };
+        writeln!(
+            f,
+            "encodings   {:>10}  compressed, {} {from}",
+            self.compressed, self.reused
+        )?;
         if !self.shadowed_rules.is_empty() {
             let lines: Vec<String> = self.shadowed_rules.iter().map(|l| l.to_string()).collect();
             writeln!(
@@ -235,6 +295,12 @@ impl fmt::Display for BuildReport {
             )?;
         }
         writeln!(f, "pack        {:>10}  {:>14} bytes", "", self.pack_bytes)?;
+        writeln!(
+            f,
+            "memory      {:>10}  peak RSS, file data held at once ≤ {} MiB",
+            format!("{} MiB", self.peak_rss >> 20),
+            self.buffer_bytes >> 20
+        )?;
         write!(f, "time        {:>10.2?}", self.elapsed)
     }
 }
@@ -248,15 +314,15 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
-        && !parent.is_dir()
-    {
-        bail!(
+    let out_dir = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) if !parent.is_dir() => bail!(
             "{}: the directory {} does not exist",
             out.display(),
             parent.display()
-        );
-    }
+        ),
+        Some(parent) => parent.to_path_buf(),
+        None => PathBuf::from("."),
+    };
     if let (Ok(a), Ok(b)) = (std::fs::metadata(source), std::fs::metadata(out))
         && (a.dev(), a.ino()) == (b.dev(), b.ino())
     {
@@ -265,12 +331,86 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
+    let (base, note) = open_base(&opts.base, out);
+    // Created first so that an unwritable output fails before the long
+    // compression step.
+    let mut writer =
+        PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    let mut report = fire(
+        source,
+        &mut writer,
+        opts,
+        &Firing {
+            base: base.as_ref(),
+            staging_dir: out_dir,
+            exclude: Some(out.to_path_buf()),
+            out_name: out.display().to_string(),
+        },
+    )?;
+    let stats = writer
+        .finish()
+        .with_context(|| format!("{}: cannot write", out.display()))?;
+    report.notes.extend(note);
+    report.finish(&stats, started);
+    Ok(report)
+}
+
+/// Opens the base pack `base` names for a build writing `out`: `None`,
+/// with a one-line note when one was expected, if it cannot be used. Its
+/// provenance records are checked (they are small); a body is checked
+/// against its recorded hash when it is reused.
+fn open_base(base: &Base, out: &Path) -> (Option<Pack>, Option<String>) {
+    let path = match base {
+        Base::Clean => return (None, None),
+        Base::Output if !out.exists() => return (None, None),
+        Base::Output => out,
+        Base::Pack(path) => path,
+    };
+    let clean = |why: String| {
+        Some(format!(
+            "{}: {why}; building without reusing it",
+            path.display()
+        ))
+    };
+    let pack = match Pack::open(path) {
+        Ok(pack) => pack,
+        Err(e) => return (None, clean(e.to_string())),
+    };
+    let (off, len, sum) = pack.section(Section::Provenance);
+    let records = &pack.bytes()[off as usize..(off + len) as usize];
+    if xxhash_rust::xxh3::xxh3_64(records) != sum {
+        return (None, clean("provenance section checksum mismatch".into()));
+    }
+    (Some(pack), None)
+}
+
+/// Where a build reads and writes besides its source.
+struct Firing<'a> {
+    /// The pack whose encoded bodies are reused.
+    base: Option<&'a Pack>,
+    /// Where an archive's entries are staged.
+    staging_dir: PathBuf,
+    /// The pack being replaced, never read as part of a directory source.
+    exclude: Option<PathBuf>,
+    /// The pack being written, as messages name it.
+    out_name: String,
+}
+
+/// Reads `source`, plans its routes and writes everything into `writer`,
+/// which the caller finishes.
+fn fire(
+    source: &Path,
+    writer: &mut PackWriter,
+    opts: &BuildOptions,
+    firing: &Firing<'_>,
+) -> anyhow::Result<BuildReport> {
     let read = source::read_source(
         source,
         &source::ReadOptions {
             max_bytes: opts.max_source_bytes,
-            exclude: Some(out.to_path_buf()),
+            exclude: firing.exclude.clone(),
             strip_components: opts.strip_components,
+            staging_dir: firing.staging_dir.clone(),
         },
     )?;
     let mut warnings = read.warnings;
@@ -286,13 +426,13 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
 
     let header_rules: Vec<HeaderRule> = match headers_text {
         Some(f) if opts.headers_file => {
-            parse_headers(&utf8(&f.read()?, &headers_name)?, &headers_name)?
+            parse_headers(&rules_text(&f, &headers_name)?, &headers_name)?
         }
         _ => Vec::new(),
     };
     let redirect_rules: Vec<RedirectRule> = match redirects_text {
         Some(f) if opts.redirects_file => {
-            let (rules, w) = parse_redirects(&utf8(&f.read()?, &redirects_name)?, &redirects_name)?;
+            let (rules, w) = parse_redirects(&rules_text(&f, &redirects_name)?, &redirects_name)?;
             warnings.extend(w);
             rules
         }
@@ -309,58 +449,120 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             cache: &opts.cache,
             header_rules: &header_rules,
             progress: opts.progress,
-            batch_bytes: opts.batch_bytes,
+            buffer_bytes: opts.buffer_bytes,
+            base: firing.base,
+            out_name: &firing.out_name,
         },
-        out,
+        writer,
     )?;
+    warnings.extend(assembled.base_damage);
     Ok(BuildReport {
         files: files.len() as u64,
         bytes_in: files.iter().map(|f| f.len).sum(),
-        routes: assembled.stats.routes,
         rules: plan.rules.len() as u64,
         shadowed_rules: plan.shadowed,
         per_encoding: assembled.per_encoding,
-        dedup_saved: assembled.stats.dedup_saved,
-        pack_bytes: assembled.stats.file_len,
-        elapsed: started.elapsed(),
+        dedup_saved: assembled.dedup_saved,
+        compressed: assembled.compressed,
+        reused: assembled.reused,
+        base: firing.base.map(|b| b.path().to_path_buf()),
+        buffer_bytes: opts.buffer_bytes,
         warnings,
+        ..BuildReport::default()
     })
+}
+
+impl BuildReport {
+    /// Completes the report with what the finished pack holds.
+    fn finish(&mut self, stats: &PackStats, started: Instant) {
+        self.routes = stats.routes;
+        self.dedup_saved += stats.dedup_saved;
+        self.pack_bytes = stats.file_len;
+        self.peak_rss = peak_rss();
+        self.elapsed = started.elapsed();
+    }
+}
+
+/// The process's peak resident set size, in bytes (0 if unknown): `VmHWM`
+/// of /proc/self/status, the high-water mark of this process image
+/// (getrusage's `ru_maxrss` would include the parent's before `exec`).
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
 }
 
 /// The text of `_headers` or `_redirects`, without the byte order mark
 /// that Windows editors put first (it would make line 1 a syntax error).
-fn utf8(bytes: &[u8], name: &str) -> anyhow::Result<String> {
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+fn rules_text(file: &SourceFile, name: &str) -> anyhow::Result<String> {
+    if file.len > MAX_RULES_FILE_BYTES {
+        bail!(
+            "{name}: {} bytes, more than the {MAX_RULES_FILE_BYTES} a rules file may have",
+            file.len
+        );
+    }
+    let bytes = file.read()?;
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     String::from_utf8(bytes.to_vec()).with_context(|| format!("{name}: not UTF-8 text"))
 }
 
-/// Builds `source` with fast settings into a temporary pack in `scratch`,
-/// opens it and deletes the file (the mapping stays valid), for
-/// `kiln serve DIR`.
+/// Builds `source` with preview settings (fast compression) into a pack in
+/// memory, for `kiln serve DIR`.
+pub fn build_preview(source: &Path) -> anyhow::Result<Pack> {
+    build_preview_with(source, &BuildOptions::preview(Level::Fast), None).map(|(pack, _)| pack)
+}
+
+/// Builds `source` with `opts` into a pack in memory (an anonymous file,
+/// never on disk), reusing the encoded bodies of `base`: the preview of
+/// `kiln serve DIR`, rebuilt by `--watch`.
 ///
 /// The build runs on a rayon pool of its own whose threads are joined
 /// before this returns: the global pool would keep its threads alive after
 /// the first preview, and `kiln serve` then enters a sandbox whose user
 /// switch and Landlock domain hold only for the threads created after it.
-pub fn build_preview(source: &Path, scratch: &Path) -> anyhow::Result<Pack> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let tmp = scratch.join(format!(
-        "kiln-preview-{}-{}.pack",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+pub fn build_preview_with(
+    source: &Path,
+    opts: &BuildOptions,
+    base: Option<&Pack>,
+) -> anyhow::Result<(Pack, BuildReport)> {
     rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("kiln-preview-{i}"))
         .build_scoped(
             |thread| thread.run(),
-            |pool| pool.install(|| build_pack(source, &tmp, &BuildOptions::preview())),
+            |pool| pool.install(|| fire_preview(source, opts, base)),
         )
-        .context("cannot start the preview build's threads")??;
-    let opened = Pack::open(&tmp);
-    let removed = std::fs::remove_file(&tmp);
-    let pack = opened.map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-    removed.with_context(|| format!("{}: cannot remove", tmp.display()))?;
-    Ok(pack)
+        .context("cannot start the preview build's threads")?
+}
+
+fn fire_preview(
+    source: &Path,
+    opts: &BuildOptions,
+    base: Option<&Pack>,
+) -> anyhow::Result<(Pack, BuildReport)> {
+    let started = Instant::now();
+    let mut writer = PackWriter::in_memory().context("cannot create an in-memory pack")?;
+    let name = format!("the preview of {}", source.display());
+    let mut report = fire(
+        source,
+        &mut writer,
+        opts,
+        &Firing {
+            base,
+            staging_dir: std::env::temp_dir(),
+            exclude: None,
+            out_name: name.clone(),
+        },
+    )?;
+    let (file, stats) = writer
+        .finish_in_memory()
+        .with_context(|| format!("{name}: cannot write"))?;
+    report.finish(&stats, started);
+    let pack = Pack::from_file(file, source).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    Ok((pack, report))
 }
 
 /// Parses `--compress`.
@@ -394,16 +596,23 @@ fn header_value(flag: &str, value: Option<String>) -> anyhow::Result<Option<Stri
 impl BuildArgs {
     /// The options these flags select.
     pub fn options(&self) -> anyhow::Result<BuildOptions> {
+        let preset = CompressOptions::at(self.compression);
+        let preset_gzip_level = match preset.gzip {
+            GzipMode::Deflate(level) => level,
+            GzipMode::Zopfli => 9,
+        };
         Ok(BuildOptions {
             compress: CompressOptions {
                 encodings: parse_encodings(&self.compress)?,
-                brotli_quality: self.brotli_quality,
-                brotli_lgwin: 24,
+                brotli_quality: self.brotli_quality.unwrap_or(preset.brotli_quality),
                 gzip: match self.gzip {
-                    GzipTool::Deflate => GzipMode::Deflate(self.gzip_level),
+                    GzipTool::Deflate => {
+                        GzipMode::Deflate(self.gzip_level.unwrap_or(preset_gzip_level))
+                    }
                     GzipTool::Zopfli => GzipMode::Zopfli,
                 },
-                zstd_level: self.zstd_level,
+                zstd_level: self.zstd_level.unwrap_or(preset.zstd_level),
+                ..preset
             },
             cache: CachePolicy {
                 override_default: header_value("--cache-control", self.cache_control.clone())?,
@@ -424,7 +633,12 @@ impl BuildArgs {
             progress: !self.quiet && std::io::stderr().is_terminal(),
             max_source_bytes: self.max_source_bytes,
             strip_components: self.strip_components,
-            batch_bytes: DEFAULT_BATCH_BYTES,
+            buffer_bytes: self.buffer_bytes.max(1),
+            base: match (&self.base, self.clean) {
+                (Some(path), _) => Base::Pack(path.clone()),
+                (None, true) => Base::Clean,
+                (None, false) => Base::Output,
+            },
         })
     }
 }
@@ -436,6 +650,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     // A warning that cannot be written does not fail the build (eprintln!
     // would panic on a closed or full stderr).
     let mut stderr = std::io::stderr();
+    for note in &report.notes {
+        let _ = writeln!(stderr, "kiln: note: {note}");
+    }
     for w in &report.warnings {
         let _ = writeln!(stderr, "kiln: warning: {w}");
     }

@@ -7,7 +7,7 @@
 /// First eight bytes of every pack.
 pub const MAGIC: [u8; 8] = *b"KILNPACK";
 /// Bumped on any incompatible change of this file.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Size of the fixed header at offset 0.
 pub const HEADER_LEN: usize = 256;
 /// The header checksum covers bytes `0..HEADER_CHECKSUM_AT`.
@@ -28,9 +28,12 @@ pub enum Section {
     Blobs = 4,
     /// De-duplicated response bodies, each contiguous.
     Bodies = 5,
+    /// Fixed-size provenance records (`PROVENANCE_LEN` each): how each
+    /// encoded body was made, so that the next build can reuse it.
+    Provenance = 6,
 }
 
-pub const SECTION_COUNT: usize = 6;
+pub const SECTION_COUNT: usize = 7;
 pub const SECTIONS: [Section; SECTION_COUNT] = [
     Section::Routes,
     Section::Slots,
@@ -38,6 +41,7 @@ pub const SECTIONS: [Section; SECTION_COUNT] = [
     Section::Rules,
     Section::Blobs,
     Section::Bodies,
+    Section::Provenance,
 ];
 
 impl Section {
@@ -49,6 +53,7 @@ impl Section {
             Section::Rules => "rules",
             Section::Blobs => "blobs",
             Section::Bodies => "bodies",
+            Section::Provenance => "provenance",
         }
     }
 }
@@ -67,6 +72,8 @@ pub const H_FLAGS: usize = 64;
 /// Section table: `SECTION_COUNT` entries of (offset u64, length u64, xxh3 u64).
 pub const H_SECTIONS: usize = 72;
 pub const SECTION_ENTRY_LEN: usize = 24;
+/// Number of provenance records (u64), after the section table.
+pub const H_PROVENANCE_COUNT: usize = 240;
 
 /// Header flag: at least one `_redirects` rule is forced (`!`) and has a
 /// pattern, so rules must be consulted before the exact lookup.
@@ -145,6 +152,18 @@ pub const U_TO_LEN: usize = 12; // u32
 pub const U_TO_OFF: usize = 16; // u64
 pub const U_STATUS: usize = 24; // u16
 pub const U_FORCE: usize = 26; // u8
+
+// Provenance record: 96 bytes, one per (source content, encoding) a build
+// tried; sorted by (source hash, encoding), each pair once.
+pub const PROVENANCE_LEN: usize = 96;
+pub const P_SOURCE_HASH: usize = 0; // [u8; 32] BLAKE3 of the identity bytes
+pub const P_BODY_HASH: usize = 32; // [u8; 32] BLAKE3 of the encoded body; zero if not kept
+pub const P_BODY_OFF: usize = 64; // u64; zero if not kept
+pub const P_BODY_LEN: usize = 72; // u64; zero if not kept
+pub const P_SETTINGS: usize = 80; // u64 fingerprint of the encoder and its settings
+pub const P_ENCODING: usize = 88; // u8, never identity
+pub const P_KEPT: usize = 89; // u8: 1 stored, 0 tried and not worth keeping
+// 90..96 reserved, zero.
 
 /// Which table a route key lives in. The kind seeds the hash, so the same key
 /// may exist once per kind.

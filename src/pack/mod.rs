@@ -8,9 +8,10 @@ pub mod verify;
 pub mod writer;
 
 pub use format::{Encoding, RouteKind};
-pub use reader::{Pack, PackError, Route, Rule, Variant};
+pub use reader::{Pack, PackError, Provenance, Route, Rule, Variant};
 pub use writer::{
-    HeadBlock, HeadBlockBuilder, PackStats, PackWriter, RouteIn, RuleIn, VariantIn, VariantSet,
+    BodyRef, BodyWriter, HeadBlock, HeadBlockBuilder, PackStats, PackWriter, ProvenanceIn,
+    RangeReader, RouteIn, RuleIn, VariantIn, VariantSet,
 };
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub struct Pack {
     slot_mask: u64,
     variant_count: u64,
     rule_count: u64,
+    provenance_count: u64,
     not_found: u64,
     flags: u64,
 }
@@ -93,6 +94,21 @@ pub struct Variant<'p> {
     pub body_off: u64,
     /// Bit set over `format::SERVER_HEADERS` that `head` already sets.
     pub overrides: u8,
+}
+
+/// How an encoded body was made (a provenance record): which source content,
+/// encoding and settings, and what came of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Provenance<'p> {
+    /// BLAKE3 of the source (identity) bytes.
+    pub source_hash: &'p [u8; 32],
+    /// The encoding tried; never identity.
+    pub encoding: Encoding,
+    /// Fingerprint of the encoder and its settings (`build::compress::settings_id`).
+    pub settings: u64,
+    /// The stored body, when it was worth keeping: its absolute offset,
+    /// length and BLAKE3.
+    pub body: Option<(u64, u64, &'p [u8; 32])>,
 }
 
 /// A `_redirects` pattern rule.
@@ -166,6 +182,7 @@ impl Pack {
         let slot_count = get_u64(b, H_SLOT_COUNT);
         let variant_count = get_u64(b, H_VARIANT_COUNT);
         let rule_count = get_u64(b, H_RULE_COUNT);
+        let provenance_count = get_u64(b, H_PROVENANCE_COUNT);
         let expect = |s: Section, n: u64, each: usize| -> Result<(), PackError> {
             let len = sections[s as usize].1;
             if n.checked_mul(each as u64) != Some(len) {
@@ -180,6 +197,7 @@ impl Pack {
         expect(Section::Slots, slot_count, 8)?;
         expect(Section::Variants, variant_count, VARIANT_LEN)?;
         expect(Section::Rules, rule_count, RULE_LEN)?;
+        expect(Section::Provenance, provenance_count, PROVENANCE_LEN)?;
         if !slot_count.is_power_of_two() || route_count >= u32::MAX as u64 {
             return Err(bad("bad slot or route count"));
         }
@@ -197,6 +215,7 @@ impl Pack {
             slot_mask: slot_count - 1,
             variant_count,
             rule_count,
+            provenance_count,
             not_found,
             flags,
         })
@@ -226,6 +245,10 @@ impl Pack {
 
     pub fn rule_count(&self) -> u64 {
         self.rule_count
+    }
+
+    pub fn provenance_count(&self) -> u64 {
+        self.provenance_count
     }
 
     /// True when forced pattern rules must run before the exact lookup.
@@ -311,6 +334,51 @@ impl Pack {
         })
     }
 
+    /// The provenance records in stored order: sorted by (source hash,
+    /// encoding). A record that does not decode is left out (`verify`
+    /// reports it).
+    pub fn provenance_records(&self) -> impl Iterator<Item = Provenance<'_>> {
+        self.section_bytes(Section::Provenance)
+            .chunks_exact(PROVENANCE_LEN)
+            .filter_map(|r| self.checked_provenance(r))
+    }
+
+    /// How `encoding` of the source content whose BLAKE3 is `source_hash`
+    /// was made, if this pack tried it: a binary search, no allocation.
+    pub fn provenance(&self, source_hash: &[u8; 32], encoding: Encoding) -> Option<Provenance<'_>> {
+        let recs = self.section_bytes(Section::Provenance);
+        let wanted = (&source_hash[..], encoding as u8);
+        let (mut lo, mut hi) = (0, recs.len() / PROVENANCE_LEN);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let rec = &recs[mid * PROVENANCE_LEN..(mid + 1) * PROVENANCE_LEN];
+            let key = (&rec[P_SOURCE_HASH..P_SOURCE_HASH + 32], rec[P_ENCODING]);
+            match key.cmp(&wanted) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return self.checked_provenance(rec),
+            }
+        }
+        None
+    }
+
+    /// A provenance record, if it decodes and its body lies in the bodies
+    /// section.
+    fn checked_provenance<'a>(&self, rec: &'a [u8]) -> Option<Provenance<'a>> {
+        let p = provenance_record(rec)?;
+        let bodies = self.section_range(Section::Bodies);
+        match p.body {
+            Some((off, len, _))
+                if off
+                    .checked_add(len)
+                    .is_none_or(|end| off < bodies.start as u64 || end > bodies.end as u64) =>
+            {
+                None
+            }
+            _ => Some(p),
+        }
+    }
+
     fn variant(&self, index: u64) -> Option<Variant<'_>> {
         if index >= self.variant_count {
             return None;
@@ -352,6 +420,27 @@ impl Pack {
         let (off, len, _) = self.sections[s as usize];
         off as usize..(off + len) as usize
     }
+}
+
+/// Decodes a provenance record; `None` for an unknown encoding or flag.
+fn provenance_record(r: &[u8]) -> Option<Provenance<'_>> {
+    let hash = |at: usize| -> &[u8; 32] { r[at..at + 32].try_into().expect("32 bytes") };
+    let encoding = Encoding::from_u8(r[P_ENCODING]).filter(|e| *e != Encoding::Identity)?;
+    let body = match r[P_KEPT] {
+        0 => None,
+        1 => Some((
+            get_u64(r, P_BODY_OFF),
+            get_u64(r, P_BODY_LEN),
+            hash(P_BODY_HASH),
+        )),
+        _ => return None,
+    };
+    Some(Provenance {
+        source_hash: hash(P_SOURCE_HASH),
+        encoding,
+        settings: get_u64(r, P_SETTINGS),
+        body,
+    })
 }
 
 impl<'p> Route<'p> {

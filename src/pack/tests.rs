@@ -105,6 +105,29 @@ fn sample(dir: &std::path::Path) -> std::path::PathBuf {
         status: 301,
         force: false,
     });
+    // Added out of order and once twice: stored sorted, once.
+    for record in [
+        ProvenanceIn {
+            source_hash: body.hash,
+            encoding: Encoding::Gzip,
+            settings: 7,
+            body: Some(gz),
+        },
+        ProvenanceIn {
+            source_hash: body.hash,
+            encoding: Encoding::Br,
+            settings: 8,
+            body: None,
+        },
+        ProvenanceIn {
+            source_hash: body.hash,
+            encoding: Encoding::Gzip,
+            settings: 7,
+            body: Some(gz),
+        },
+    ] {
+        w.add_provenance(record);
+    }
     let stats = w.finish().unwrap();
     assert_eq!(stats.routes, 4);
     assert_eq!(stats.bodies, 3);
@@ -172,6 +195,132 @@ fn round_trip() {
         (&b"/old/*"[..], &b"/new/:splat"[..], 301)
     );
     assert!(!pack.has_forced_rules());
+    let hash = *blake3::hash(b"<h1>hello</h1>").as_bytes();
+    assert_eq!(pack.provenance_count(), 2);
+    let records: Vec<_> = pack.provenance_records().map(|p| p.encoding).collect();
+    assert_eq!(records, [Encoding::Br, Encoding::Gzip]);
+    let gz_made = pack.provenance(&hash, Encoding::Gzip).unwrap();
+    assert_eq!(gz_made.settings, 7);
+    let (off, len, body_hash) = gz_made.body.unwrap();
+    assert_eq!(
+        &pack.bytes()[off as usize..(off + len) as usize],
+        b"gzipped-bytes"
+    );
+    assert_eq!(body_hash, blake3::hash(b"gzipped-bytes").as_bytes());
+    let br_tried = pack.provenance(&hash, Encoding::Br).unwrap();
+    assert_eq!((br_tried.settings, br_tried.body), (8, None));
+    assert!(pack.provenance(&hash, Encoding::Zstd).is_none());
+    assert!(pack.provenance(&[0; 32], Encoding::Gzip).is_none());
+}
+
+#[test]
+fn streamed_bodies_are_stored_once_and_can_be_cut_off() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let mut w = PackWriter::create(&path).unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let first = w.add_body_from(&mut &big[..]).unwrap();
+    assert!(first.fresh);
+    assert_eq!(first.hash, *blake3::hash(&big).as_bytes());
+    // The same bytes again, whole or streamed: the first copy.
+    let again = w.add_body_from(&mut &big[..]).unwrap();
+    assert_eq!((again.off, again.fresh), (first.off, false));
+    assert_eq!(w.add_body(&big).unwrap().off, first.off);
+    // A body given up half-way leaves nothing behind.
+    let mut dropped = w.body_writer();
+    dropped.write_all(b"not kept").unwrap();
+    assert_eq!(dropped.written(), 8);
+    dropped.discard().unwrap();
+    let mut read_back = Vec::new();
+    w.body_reader(&first)
+        .unwrap()
+        .read_to_end(&mut read_back)
+        .unwrap();
+    assert!(read_back == big);
+    let small = w.add_body(b"after").unwrap();
+    assert_eq!(small.off, first.off + first.len);
+    let h = head("\"x\"", "text/plain", small.len);
+    let set = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body: small,
+        }])
+        .unwrap();
+    w.add_route(RouteIn {
+        kind: RouteKind::Exact,
+        key: b"/x",
+        status: 200,
+        last_modified: 0,
+        variants: set,
+        validators: true,
+    })
+    .unwrap();
+    let stats = w.finish().unwrap();
+    assert_eq!(stats.bodies, 2);
+    assert_eq!(stats.body_bytes, big.len() as u64 + 5);
+    let pack = Pack::open(&path).unwrap();
+    verify(&pack).unwrap();
+    let (_, bodies_len, _) = pack.section(Section::Bodies);
+    assert_eq!(
+        bodies_len,
+        big.len() as u64 + 5,
+        "the cut-off bodies are gone"
+    );
+}
+
+#[test]
+fn an_in_memory_pack_opens_from_its_file() {
+    let mut w = PackWriter::in_memory().unwrap();
+    let body = w.add_body(b"preview").unwrap();
+    let h = head("\"p\"", "text/plain", body.len);
+    let set = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body,
+        }])
+        .unwrap();
+    w.add_route(RouteIn {
+        kind: RouteKind::Exact,
+        key: b"/p",
+        status: 200,
+        last_modified: 0,
+        variants: set,
+        validators: true,
+    })
+    .unwrap();
+    let (file, _) = w.finish_in_memory().unwrap();
+    let pack = Pack::from_file(file, std::path::Path::new("preview")).unwrap();
+    verify(&pack).unwrap();
+    let route = pack.lookup(RouteKind::Exact, b"/p").unwrap();
+    assert_eq!(route.variant(Encoding::Identity).unwrap().body, b"preview");
+}
+
+#[test]
+fn verify_catches_a_provenance_record_unlike_its_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sample(dir.path());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let good = bytes.clone();
+    let (off, _, _) = Pack::open(&path).unwrap().section(Section::Provenance);
+    // The second record (gzip, kept): one byte of its body hash.
+    bytes[off as usize + PROVENANCE_LEN + P_BODY_HASH] ^= 1;
+    reseal(&mut bytes);
+    std::fs::write(&path, &bytes).unwrap();
+    let err = verify(&Pack::open(&path).unwrap()).unwrap_err().0;
+    assert_eq!(err, "provenance record 1: the body does not match its hash");
+    // Records out of order.
+    let mut swapped = good;
+    let (a, b) = (off as usize, off as usize + PROVENANCE_LEN);
+    let first = swapped[a..b].to_vec();
+    swapped.copy_within(b..b + PROVENANCE_LEN, a);
+    swapped[b..b + PROVENANCE_LEN].copy_from_slice(&first);
+    reseal(&mut swapped);
+    std::fs::write(&path, &swapped).unwrap();
+    let err = verify(&Pack::open(&path).unwrap()).unwrap_err().0;
+    assert_eq!(err, "provenance record 1: out of order or repeated");
 }
 
 #[test]
@@ -269,21 +418,21 @@ fn a_pack_of_another_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = sample(dir.path());
     let mut old = std::fs::read(&path).unwrap();
-    assert_eq!(get_u32(&old, H_VERSION), 2);
-    // A version 1 header, as kiln before HPACK blocks wrote it.
-    put_u32(&mut old, H_VERSION, 1);
+    assert_eq!(get_u32(&old, H_VERSION), 3);
+    // A version 2 header, as kiln before provenance records wrote it.
+    put_u32(&mut old, H_VERSION, 2);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
     let err = Pack::open(&path).unwrap_err().0;
     assert_eq!(
         err,
-        "built by another kiln version (pack format 1, this kiln reads format 2); \
+        "built by another kiln version (pack format 2, this kiln reads format 3); \
          rebuild it with `kiln build`"
     );
-    put_u32(&mut old, H_VERSION, 3);
+    put_u32(&mut old, H_VERSION, 4);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
-    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 3"));
+    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 4"));
 }
 
 /// A sample pack whose `/` identity variant has `hpack` changed by `spoil`

@@ -1,6 +1,7 @@
 //! `kiln verify`: checks every checksum and every offset of a pack, that
-//! each variant's HPACK block carries the fields of its HTTP/1 block, and
-//! stops at the first problem.
+//! each variant's HPACK block carries the fields of its HTTP/1 block, that
+//! the provenance records are in order and name bodies with their hashes,
+//! and stops at the first problem.
 
 use super::format::*;
 use super::reader::{Pack, PackError};
@@ -130,7 +131,51 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
             )));
         }
     }
+    verify_provenance(pack, bytes)?;
     Ok(checked)
+}
+
+/// Checks the provenance records: sorted by (source hash, encoding), each
+/// pair once, a known encoding other than identity, reserved bytes zero; a
+/// kept body inside the bodies section with the BLAKE3 the record gives, a
+/// record of a body not kept all zero in its body fields.
+fn verify_provenance(pack: &Pack, bytes: &[u8]) -> Result<(), PackError> {
+    let bodies = pack.section_range(Section::Bodies);
+    let records = &bytes[pack.section_range(Section::Provenance)];
+    let mut previous: Option<(&[u8], u8)> = None;
+    for (i, r) in records.chunks_exact(PROVENANCE_LEN).enumerate() {
+        let fail = |p: &str| Err(PackError(format!("provenance record {i}: {p}")));
+        let key = (&r[P_SOURCE_HASH..P_SOURCE_HASH + 32], r[P_ENCODING]);
+        if previous.is_some_and(|p| p >= key) {
+            return fail("out of order or repeated");
+        }
+        previous = Some(key);
+        match Encoding::from_u8(r[P_ENCODING]) {
+            None => return fail("unknown encoding"),
+            Some(Encoding::Identity) => return fail("identity is never encoded"),
+            Some(_) => {}
+        }
+        if r[P_KEPT + 1..].iter().any(|&b| b != 0) {
+            return fail("reserved bytes are not zero");
+        }
+        let (off, len) = (get_u64(r, P_BODY_OFF), get_u64(r, P_BODY_LEN));
+        let body_hash = &r[P_BODY_HASH..P_BODY_HASH + 32];
+        match r[P_KEPT] {
+            0 if off != 0 || len != 0 || body_hash.iter().any(|&b| b != 0) => {
+                return fail("a body that was not kept has a body");
+            }
+            0 => {}
+            1 if !within(&bodies, off, len) => return fail("body outside the bodies section"),
+            1 => {
+                let body = &bytes[off as usize..(off + len) as usize];
+                if blake3::hash(body).as_bytes() != body_hash {
+                    return fail("the body does not match its hash");
+                }
+            }
+            _ => return fail("unknown kept flag"),
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the HPACK block of the variant record `v` (its offsets

@@ -2,12 +2,22 @@
 //! they arrive, the tables follow, the header is written last, and the file is
 //! renamed over the target only once complete and synced. A failed or
 //! interrupted build never leaves a half-written pack at the target path.
+//!
+//! A body is given whole (`add_body`), from a reader (`add_body_from`), or
+//! written piece by piece by an encoder (`body_writer`), so no body has to
+//! fit in memory; one that turns out to be a duplicate, or that its maker
+//! drops, is cut off again. `body_reader` reads a stored body back, for
+//! compressing a body that was too large to hold. A preview pack is
+//! written to an anonymous in-memory file instead (`in_memory`).
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tempfile::NamedTempFile;
 use xxhash_rust::xxh3::Xxh3;
@@ -108,12 +118,28 @@ impl HeadBlockBuilder {
 /// Where a body landed in the pack, and its content hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyRef {
+    /// Absolute offset in the pack.
     pub off: u64,
+    /// Length in bytes.
     pub len: u64,
     /// BLAKE3 of the bytes; ETags derive from it.
     pub hash: [u8; 32],
     /// False when an identical body was already stored and this is a reuse.
     pub fresh: bool,
+}
+
+/// A provenance record to store: how one encoding of one source content
+/// was made (see `Section::Provenance`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProvenanceIn {
+    /// BLAKE3 of the source (identity) bytes.
+    pub source_hash: [u8; 32],
+    /// The encoding tried; never identity.
+    pub encoding: Encoding,
+    /// Fingerprint of the encoder and its settings.
+    pub settings: u64,
+    /// The stored body, or `None` when it was not worth keeping.
+    pub body: Option<BodyRef>,
 }
 
 /// One stored variant of a resource.
@@ -184,33 +210,63 @@ struct PendingRule {
     force: bool,
 }
 
+/// Bytes written between two starts of the disk writeback of a pack on disk.
+const WRITEBACK_STEP: u64 = 8 << 20;
+
+/// Where a pack is written.
+enum Output {
+    /// A temporary file beside `target`, renamed over it by `finish`;
+    /// deleted on drop unless `finish` persists it.
+    Named {
+        /// Where the finished pack goes.
+        target: PathBuf,
+        /// The file being written.
+        tmp: NamedTempFile,
+    },
+    /// An anonymous in-memory file (memfd), handed out by
+    /// `finish_in_memory`.
+    Memory,
+}
+
 /// Fires a pack. Bodies go to disk as they come; everything else is small
 /// and kept until `finish`.
 pub struct PackWriter {
-    /// Where the finished pack is renamed to.
-    target: PathBuf,
-    /// The file being written; deleted on drop unless `finish` persists it.
-    tmp: NamedTempFile,
+    /// Where the pack goes.
+    output: Output,
+    /// The file, buffered; bodies that are cut off again are overwritten
+    /// and the file is cut to its length at the end.
     out: BufWriter<File>,
+    /// The same file, for reading stored bodies back (positioned reads).
+    reread: Arc<File>,
     /// Next write position in the file.
     pos: u64,
+    /// Up to where the kernel was asked to start writing the file to disk
+    /// (a pack on disk only): the final sync then has little left to wait
+    /// for.
+    written_back: u64,
     /// Running checksum of the bodies section, which is written first.
     bodies_hash: Xxh3,
     /// Content hash → (offset, length), to store each distinct body once.
     bodies: HashMap<[u8; 32], (u64, u64)>,
     /// The blobs section, built in memory and written at `finish`.
     blobs: Vec<u8>,
-    /// Blob bytes → blob-relative offset, to store each distinct blob once.
-    blob_index: HashMap<Vec<u8>, u64>,
+    /// XXH3 of a blob → its blob-relative offset and length, to store each
+    /// distinct blob once without keeping a second copy of the bytes. A
+    /// hash already taken by other bytes (a collision) is probed onward,
+    /// hash + 1, + 2, …
+    blob_index: HashMap<u64, (u64, u32)>,
     /// Variant records, their blob offsets still to be filled in.
     variants: Vec<[u8; VARIANT_LEN]>,
     /// Blob-relative offsets of each variant's head and HPACK block, made
     /// absolute at `finish`.
     variant_blobs: Vec<(u64, u64)>,
     routes: Vec<PendingRoute>,
-    /// (kind, key) → route index: refuses duplicates and fills the slot table.
-    route_keys: HashMap<(RouteKind, Vec<u8>), u32>,
+    /// Key hash (`key_hash`) → route index, probed onward like
+    /// `blob_index`: refuses a second route with the same kind and key.
+    route_keys: HashMap<u64, u32>,
     rules: Vec<PendingRule>,
+    /// Provenance records, sorted at `finish`.
+    provenance: Vec<ProvenanceIn>,
     not_found: Option<u32>,
     stats: PackStats,
 }
@@ -237,13 +293,41 @@ impl PackWriter {
             .suffix(".tmp")
             .permissions(std::fs::Permissions::from_mode(0o644))
             .tempfile_in(&dir)?;
-        let mut out = BufWriter::with_capacity(1 << 20, tmp.reopen()?);
+        let file = tmp.reopen()?;
+        PackWriter::start(
+            Output::Named {
+                target: target.to_path_buf(),
+                tmp,
+            },
+            file,
+        )
+    }
+
+    /// Starts a pack in an anonymous in-memory file (Linux memfd): a
+    /// preview that never touches the disk and disappears with its last
+    /// mapping.
+    pub fn in_memory() -> io::Result<PackWriter> {
+        let name = CString::new("kiln-preview.pack").expect("no NUL");
+        // SAFETY: a valid C string; the result is checked.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is fresh and ours.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        PackWriter::start(Output::Memory, file)
+    }
+
+    fn start(output: Output, file: File) -> io::Result<PackWriter> {
+        let reread = Arc::new(file.try_clone()?);
+        let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; HEADER_LEN])?;
         Ok(PackWriter {
-            target: target.to_path_buf(),
-            tmp,
+            output,
             out,
+            reread,
             pos: HEADER_LEN as u64,
+            written_back: 0,
             bodies_hash: Xxh3::new(),
             bodies: HashMap::new(),
             blobs: Vec::new(),
@@ -253,6 +337,7 @@ impl PackWriter {
             routes: Vec::new(),
             route_keys: HashMap::new(),
             rules: Vec::new(),
+            provenance: Vec::new(),
             not_found: None,
             stats: PackStats::default(),
         })
@@ -260,39 +345,127 @@ impl PackWriter {
 
     /// Stores a body once per distinct content.
     pub fn add_body(&mut self, bytes: &[u8]) -> io::Result<BodyRef> {
-        let hash = *blake3::hash(bytes).as_bytes();
-        if let Some(&(off, len)) = self.bodies.get(&hash) {
-            self.stats.dedup_saved += len;
-            return Ok(BodyRef {
-                off,
-                len,
-                hash,
-                fresh: false,
-            });
+        self.add_hashed_body(bytes, *blake3::hash(bytes).as_bytes())
+    }
+
+    /// `add_body` for a body whose BLAKE3 the caller already computed:
+    /// `hash` must be that of `bytes`.
+    pub fn add_hashed_body(&mut self, bytes: &[u8], hash: [u8; 32]) -> io::Result<BodyRef> {
+        if let Some(stored) = self.stored_body(&hash) {
+            return Ok(stored);
         }
         let off = self.pos;
         self.out.write_all(bytes)?;
         self.bodies_hash.update(bytes);
         self.pos += bytes.len() as u64;
-        self.bodies.insert(hash, (off, bytes.len() as u64));
-        self.stats.bodies += 1;
-        self.stats.body_bytes += bytes.len() as u64;
-        Ok(BodyRef {
+        self.start_writeback()?;
+        Ok(self.record_body(hash, off, bytes.len() as u64))
+    }
+
+    /// Every `WRITEBACK_STEP` bytes, asks the kernel to start writing what
+    /// came since to disk, without waiting: the disk works while the build
+    /// computes, instead of all at the final sync.
+    fn start_writeback(&mut self) -> io::Result<()> {
+        if !matches!(self.output, Output::Named { .. })
+            || self.pos < self.written_back + WRITEBACK_STEP
+        {
+            return Ok(());
+        }
+        self.out.flush()?;
+        let (from, len) = (self.written_back, self.pos - self.written_back);
+        // SAFETY: a plain syscall on our descriptor; a failure only means
+        // the final sync does all the work.
+        unsafe {
+            libc::sync_file_range(
+                self.reread.as_raw_fd(),
+                from as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        self.written_back = self.pos;
+        Ok(())
+    }
+
+    /// Stores the body `reader` yields, read in pieces: it need not fit in
+    /// memory. A duplicate is written, recognised at its end and cut off.
+    pub fn add_body_from(&mut self, reader: &mut dyn Read) -> io::Result<BodyRef> {
+        let mut body = self.body_writer();
+        io::copy(reader, &mut body)?;
+        body.finish()
+    }
+
+    /// Starts a body written piece by piece (by an encoder): it ends with
+    /// `BodyWriter::finish`, which stores it once per distinct content, or
+    /// `BodyWriter::discard` (or a drop), which cuts it off.
+    pub fn body_writer(&mut self) -> BodyWriter<'_> {
+        BodyWriter {
+            start: self.pos,
+            checksum_before: self.bodies_hash.clone(),
+            hasher: blake3::Hasher::new(),
+            done: false,
+            writer: self,
+        }
+    }
+
+    /// Reads a stored body back, in pieces, from the file being written.
+    pub fn body_reader(&mut self, body: &BodyRef) -> io::Result<RangeReader> {
+        self.out.flush()?;
+        Ok(RangeReader::new(
+            Arc::clone(&self.reread),
+            body.off,
+            body.len,
+        ))
+    }
+
+    /// The stored body with BLAKE3 `hash`, counted as de-duplicated.
+    fn stored_body(&mut self, hash: &[u8; 32]) -> Option<BodyRef> {
+        let &(off, len) = self.bodies.get(hash)?;
+        self.stats.dedup_saved += len;
+        Some(BodyRef {
             off,
-            len: bytes.len() as u64,
-            hash,
-            fresh: true,
+            len,
+            hash: *hash,
+            fresh: false,
         })
     }
 
+    /// Registers a body just written at `off`.
+    fn record_body(&mut self, hash: [u8; 32], off: u64, len: u64) -> BodyRef {
+        self.bodies.insert(hash, (off, len));
+        self.stats.bodies += 1;
+        self.stats.body_bytes += len;
+        BodyRef {
+            off,
+            len,
+            hash,
+            fresh: true,
+        }
+    }
+
+    /// Records how one encoding of a source content was made. Adding the
+    /// same (content, encoding) twice is an error unless both say the same.
+    pub fn add_provenance(&mut self, record: ProvenanceIn) {
+        self.provenance.push(record);
+    }
+
     fn add_blob(&mut self, bytes: &[u8]) -> u64 {
-        if let Some(&off) = self.blob_index.get(bytes) {
-            return off;
+        let mut hash = xxhash_rust::xxh3::xxh3_64(bytes);
+        while let Some(&(off, len)) = self.blob_index.get(&hash) {
+            if self.blob(off, len) == bytes {
+                return off;
+            }
+            hash = hash.wrapping_add(1);
         }
         let off = self.blobs.len() as u64;
         self.blobs.extend_from_slice(bytes);
-        self.blob_index.insert(bytes.to_vec(), off);
+        self.blob_index.insert(hash, (off, bytes.len() as u32));
         off
+    }
+
+    /// Blob bytes at a blob-relative offset.
+    fn blob(&self, off: u64, len: u32) -> &[u8] {
+        &self.blobs[off as usize..off as usize + len as usize]
     }
 
     /// Stores a resource's variants; `variants` must hold at most one per
@@ -348,17 +521,19 @@ impl PackWriter {
                 }
             }
             kind => {
-                if self
-                    .route_keys
-                    .insert((kind, route.key.to_vec()), index)
-                    .is_some()
-                {
-                    return Err(io_err(format!(
-                        "duplicate {} route {}",
-                        kind.name(),
-                        String::from_utf8_lossy(route.key)
-                    )));
+                let mut hash = key_hash(kind, route.key);
+                while let Some(&other) = self.route_keys.get(&hash) {
+                    let other = &self.routes[other as usize];
+                    if other.kind == kind && self.blob(other.key_blob, other.key_len) == route.key {
+                        return Err(io_err(format!(
+                            "duplicate {} route {}",
+                            kind.name(),
+                            String::from_utf8_lossy(route.key)
+                        )));
+                    }
+                    hash = hash.wrapping_add(1);
                 }
+                self.route_keys.insert(hash, index);
             }
         }
         let key_blob = self.add_blob(route.key);
@@ -372,11 +547,6 @@ impl PackWriter {
             validators: route.validators,
         });
         Ok(index)
-    }
-
-    /// True when a route with this kind and key was added.
-    pub fn has_route(&self, kind: RouteKind, key: &[u8]) -> bool {
-        self.route_keys.contains_key(&(kind, key.to_vec()))
     }
 
     pub fn add_rule(&mut self, rule: RuleIn<'_>) {
@@ -402,6 +572,38 @@ impl PackWriter {
 
     /// Writes the tables and header, syncs, and renames over the target.
     pub fn finish(mut self) -> io::Result<PackStats> {
+        let file = self.write_tables()?;
+        let Output::Named { target, tmp } = self.output else {
+            return Err(io_err(
+                "an in-memory pack ends with finish_in_memory".into(),
+            ));
+        };
+        file.sync_all()?;
+        drop(file);
+        tmp.persist(&target)
+            .map_err(|e| io::Error::new(e.error.kind(), e.error))?;
+        if let Some(dir) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            // Make the rename itself durable; not all filesystems allow it.
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(self.stats)
+    }
+
+    /// Writes the tables and header of an in-memory pack and returns its
+    /// file (nothing to sync: it never reaches a disk).
+    pub fn finish_in_memory(mut self) -> io::Result<(File, PackStats)> {
+        let file = self.write_tables()?;
+        if !matches!(self.output, Output::Memory) {
+            return Err(io_err("a pack on disk ends with finish".into()));
+        }
+        Ok((file, self.stats))
+    }
+
+    /// Writes everything after the bodies, then the header; the file, cut
+    /// to the pack's length.
+    fn write_tables(&mut self) -> io::Result<File> {
         let mut table = [(0u64, 0u64, 0u64); SECTION_COUNT];
         let bodies_len = self.pos - HEADER_LEN as u64;
         table[Section::Bodies as usize] =
@@ -441,13 +643,25 @@ impl PackWriter {
         table[Section::Routes as usize] = self.write_section(&routes)?;
 
         // Keys are inserted in sorted order so the table is reproducible.
-        let mut keyed: Vec<(&(RouteKind, Vec<u8>), &u32)> = self.route_keys.iter().collect();
-        keyed.sort();
+        let mut keyed: Vec<(RouteKind, &[u8], u32)> = self
+            .routes
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind != RouteKind::NotFound)
+            .map(|(i, r)| {
+                (
+                    r.kind,
+                    &blobs[r.key_blob as usize..][..r.key_len as usize],
+                    i as u32,
+                )
+            })
+            .collect();
+        keyed.sort_unstable();
         let slot_count = slot_count_for(keyed.len());
         let mask = slot_count - 1;
         let mut slots = vec![0u64; slot_count];
-        for ((kind, key), &route) in keyed {
-            let hash = key_hash(*kind, key);
+        for (kind, key, route) in keyed {
+            let hash = key_hash(kind, key);
             let mut i = (hash as usize) & mask;
             while slots[i] != 0 {
                 i = (i + 1) & mask;
@@ -472,6 +686,9 @@ impl PackWriter {
         }
         table[Section::Rules as usize] = self.write_section(&rules)?;
 
+        let provenance = self.provenance_section()?;
+        table[Section::Provenance as usize] = self.write_section(&provenance)?;
+
         let file_len = self.pos;
         let mut header = [0u8; HEADER_LEN];
         header[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC);
@@ -482,6 +699,11 @@ impl PackWriter {
         put_u64(&mut header, H_SLOT_COUNT, slot_count as u64);
         put_u64(&mut header, H_VARIANT_COUNT, self.variants.len() as u64);
         put_u64(&mut header, H_RULE_COUNT, self.rules.len() as u64);
+        put_u64(
+            &mut header,
+            H_PROVENANCE_COUNT,
+            (provenance.len() / PROVENANCE_LEN) as u64,
+        );
         put_u64(
             &mut header,
             H_NOT_FOUND,
@@ -501,25 +723,166 @@ impl PackWriter {
         let sum = xxhash_rust::xxh3::xxh3_64(&header[..HEADER_CHECKSUM_AT]);
         put_u64(&mut header, HEADER_CHECKSUM_AT, sum);
 
-        let mut file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(&header)?;
-        file.sync_all()?;
-        drop(file);
-        self.tmp
-            .persist(&self.target)
-            .map_err(|e| io::Error::new(e.error.kind(), e.error))?;
-        if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // Make the rename itself durable; not all filesystems allow it.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        self.out.flush()?;
+        let file = self.reread.try_clone()?;
+        // Bodies cut off at the end may have left bytes past the tables.
+        file.set_len(file_len)?;
+        file.write_all_at(&header, 0)?;
 
         self.stats.file_len = file_len;
         self.stats.routes = self.routes.len() as u64;
         self.stats.variants = self.variants.len() as u64;
         self.stats.blob_bytes = blobs.len() as u64;
-        Ok(self.stats)
+        Ok(file)
+    }
+
+    /// The provenance records, sorted by (source hash, encoding), each
+    /// pair once.
+    fn provenance_section(&mut self) -> io::Result<Vec<u8>> {
+        let mut records = std::mem::take(&mut self.provenance);
+        records.sort_by_key(|r| (r.source_hash, r.encoding));
+        records.dedup();
+        let mut bytes = Vec::with_capacity(records.len() * PROVENANCE_LEN);
+        for (i, r) in records.iter().enumerate() {
+            if r.encoding == Encoding::Identity {
+                return Err(io_err("a provenance record for identity".into()));
+            }
+            if i > 0
+                && (records[i - 1].source_hash, records[i - 1].encoding)
+                    == (r.source_hash, r.encoding)
+            {
+                return Err(io_err(format!(
+                    "two different provenance records for one {} body",
+                    r.encoding.token()
+                )));
+            }
+            let mut rec = [0u8; PROVENANCE_LEN];
+            rec[P_SOURCE_HASH..P_SOURCE_HASH + 32].copy_from_slice(&r.source_hash);
+            if let Some(body) = &r.body {
+                rec[P_BODY_HASH..P_BODY_HASH + 32].copy_from_slice(&body.hash);
+                put_u64(&mut rec, P_BODY_OFF, body.off);
+                put_u64(&mut rec, P_BODY_LEN, body.len);
+                rec[P_KEPT] = 1;
+            }
+            put_u64(&mut rec, P_SETTINGS, r.settings);
+            rec[P_ENCODING] = r.encoding as u8;
+            bytes.extend_from_slice(&rec);
+        }
+        Ok(bytes)
+    }
+}
+
+/// A body being written piece by piece (see `PackWriter::body_writer`).
+pub struct BodyWriter<'w> {
+    /// The pack the body goes into.
+    writer: &'w mut PackWriter,
+    /// Where the body starts.
+    start: u64,
+    /// The bodies section's running checksum before this body, restored
+    /// when the body is cut off.
+    checksum_before: Xxh3,
+    /// BLAKE3 of what was written so far.
+    hasher: blake3::Hasher,
+    /// `finish` or `discard` ran: nothing is left to cut off on drop.
+    done: bool,
+}
+
+impl BodyWriter<'_> {
+    /// Bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.writer.pos - self.start
+    }
+
+    /// Stores the body, or cuts it off and refers to the identical body
+    /// stored before.
+    pub fn finish(mut self) -> io::Result<BodyRef> {
+        self.done = true;
+        let hash = *self.hasher.finalize().as_bytes();
+        let len = self.written();
+        if let Some(stored) = self.writer.stored_body(&hash) {
+            self.cut_off()?;
+            return Ok(stored);
+        }
+        Ok(self.writer.record_body(hash, self.start, len))
+    }
+
+    /// Cuts the body off: it was not worth keeping.
+    pub fn discard(mut self) -> io::Result<()> {
+        self.done = true;
+        self.cut_off()
+    }
+
+    fn cut_off(&mut self) -> io::Result<()> {
+        self.writer.out.seek(SeekFrom::Start(self.start))?;
+        self.writer.pos = self.start;
+        self.writer.written_back = self.writer.written_back.min(self.start);
+        self.writer.bodies_hash = self.checksum_before.clone();
+        Ok(())
+    }
+}
+
+impl Write for BodyWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.writer.out.write(buf)?;
+        self.writer.bodies_hash.update(&buf[..n]);
+        self.hasher.update(&buf[..n]);
+        self.writer.pos += n as u64;
+        self.writer.start_writeback()?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for BodyWriter<'_> {
+    /// A body abandoned half-way (its maker failed) is cut off, so the
+    /// writer stays consistent.
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.cut_off();
+        }
+    }
+}
+
+/// Reads a byte range of a file in pieces, with positioned reads (so that
+/// several readers may share one file): a body being written or of another
+/// pack, a file staged from an archive.
+pub struct RangeReader {
+    /// The file.
+    file: Arc<File>,
+    /// Next offset to read.
+    pos: u64,
+    /// Where the range ends.
+    end: u64,
+}
+
+impl RangeReader {
+    /// Reads `len` bytes of `file` from `off`.
+    pub fn new(file: Arc<File>, off: u64, len: u64) -> RangeReader {
+        RangeReader {
+            file,
+            pos: off,
+            end: off.saturating_add(len),
+        }
+    }
+}
+
+impl Read for RangeReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min((self.end - self.pos) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file ends before the recorded range",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
     }
 }

@@ -4,8 +4,8 @@
 //! protocols as the loop drives them), `http1` (the protocol), `http2`
 //! (HTTP/2, being built: frames and priorities so far, not yet served),
 //! `handler` (request → prepared pack bytes, protocol-agnostic),
-//! `control` (signals, hot reload), and `sandbox` (the walls the serving
-//! threads run inside).
+//! `control` (signals, hot reload), `watch` (the live preview of a
+//! directory) and `sandbox` (the walls the serving threads run inside).
 
 pub mod access_log;
 pub mod control;
@@ -20,10 +20,10 @@ pub mod sandbox;
 pub mod server_headers;
 pub mod stack;
 pub mod tls;
+pub mod watch;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,9 +43,18 @@ use stack::{CurrentSite, Protocols, StackConfig};
 /// `kiln serve` options.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// The pack to serve.
+    /// The pack to serve (or a directory or tar archive, fired into a
+    /// preview pack in memory).
     #[arg(required_unless_present = "dummy")]
     pub site: Option<PathBuf>,
+    /// Live preview of a directory: rebuild the pack in memory when a file
+    /// under it changes (incrementally), swap it in, and log what changed;
+    /// a build that fails keeps the last good site serving.
+    #[arg(long, conflicts_with = "dummy")]
+    pub watch: bool,
+    /// Compression levels of the preview (default fast).
+    #[arg(long, value_enum, requires = "watch")]
+    pub compression: Option<crate::build::compress::Level>,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
@@ -134,9 +143,6 @@ pub struct ServeArgs {
 pub struct SiteSource {
     /// The pack, directory or tar archive.
     pub path: PathBuf,
-    /// The folder a directory or archive is fired into preview packs in;
-    /// `None` for a pack.
-    pub preview_dir: Option<PathBuf>,
 }
 
 /// Whether `path` starts with a pack's magic (else it is a directory or an
@@ -149,17 +155,14 @@ fn is_pack(path: &Path) -> std::io::Result<bool> {
 }
 
 /// Opens what SITE names: a pack is mapped and verified; a directory or a
-/// tar archive is fired into a preview pack first (fast compression
-/// settings, in `site.preview_dir` or else the temporary folder), so
-/// `kiln serve ./public` works without a build step.
+/// tar archive is fired into a preview pack in memory first (fast
+/// compression settings), so `kiln serve ./public` works without a build
+/// step.
 pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
     let path = site.path.as_path();
     match is_pack(path) {
         Ok(true) => {}
-        Ok(false) => {
-            let scratch = site.preview_dir.clone().unwrap_or_else(std::env::temp_dir);
-            return crate::build::build_preview(path, &scratch);
-        }
+        Ok(false) => return crate::build::build_preview(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such file or directory", path.display())
         }
@@ -352,30 +355,8 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
     tls::server_config(resolver, &[b"h2", b"http/1.1"]).map_err(anyhow::Error::msg)
 }
 
-/// A fresh folder in the temporary folder for preview packs, owned by the
-/// user the server switches to (who writes in it at each reload).
-fn preview_folder(identity: Option<&sandbox::Identity>) -> anyhow::Result<tempfile::TempDir> {
-    let dir = tempfile::Builder::new()
-        .prefix("kiln-preview-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .context("cannot create a folder for preview packs")?;
-    // SAFETY: plain getter.
-    let euid = unsafe { libc::geteuid() };
-    if let Some(id) = identity.filter(|id| id.uid != euid) {
-        std::os::unix::fs::chown(dir.path(), Some(id.uid), Some(id.gid)).with_context(|| {
-            format!(
-                "{}: cannot give it to user {}",
-                dir.path().display(),
-                id.name
-            )
-        })?;
-    }
-    Ok(dir)
-}
-
-/// What the sandbox lets the server read and write after start: the site
-/// and certificates again at reloads, previews in their own folder.
+/// What the sandbox lets the server read after start: the site and
+/// certificates again at reloads (previews are built in memory).
 fn sandbox_plan(
     identity: sandbox::Identity,
     backend: sandbox::Backend,
@@ -388,9 +369,6 @@ fn sandbox_plan(
             plan.read_tree_again(&site.path);
         } else {
             plan.read_file_again(&site.path);
-        }
-        if let Some(dir) = &site.preview_dir {
-            plan.write_in(dir);
         }
     }
     if let Some(tls::Source::Files(pairs)) = tls {
@@ -438,18 +416,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // and SIGHUP or SIGTERM would kill the process instead of reaching the
     // control thread. A signal during the preview build waits for it.
     let signals = control::block_signals().context("cannot set up signal handling")?;
-    let mut preview_dir = match &args.site {
-        Some(path) if !args.dummy && matches!(is_pack(path), Ok(false)) => {
-            Some(preview_folder(identity.as_ref())?)
-        }
-        _ => None,
-    };
+    let mut preview = None;
     let (site, site_source, routes) = if args.dummy {
         (Site::dummy(), None, 0)
+    } else if args.watch {
+        let path = args.site.clone().context("SITE is required")?;
+        let level = args
+            .compression
+            .unwrap_or(crate::build::compress::Level::Fast);
+        let (site, watching) = watch::start(&path, level)?;
+        let routes = site.pack().map_or(0, |p| p.route_count());
+        preview = Some(watching);
+        (site, Some(SiteSource { path }), routes)
     } else {
         let source = SiteSource {
             path: args.site.clone().context("SITE is required")?,
-            preview_dir: preview_dir.as_ref().map(|d| d.path().to_path_buf()),
         };
         let pack = open_site(&source)?;
         let routes = pack.route_count();
@@ -560,9 +541,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             EventLoop::Epoll(Box::new(Worker::new(l, waker, shared, config, stack)?))
         });
     }
+    // The live preview rebuilds on its own; the control thread reloads
+    // only a pack, or a directory or archive replaced as a whole.
+    let reloaded = site_source.clone().filter(|_| !args.watch);
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
-    if let Some(p) = pack_path.as_deref() {
-        watched_files.push((p, control::Role::Pack));
+    if let Some(source) = reloaded.as_ref() {
+        watched_files.push((&source.path, control::Role::Pack));
     }
     if let Some(tls::Source::Files(pairs)) = &tls_source {
         for pair in pairs {
@@ -588,12 +572,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             };
             let plan = sandbox_plan(identity, backend, site_source.as_ref(), tls_source.as_ref());
             sandbox::enter(&plan)?;
-            // Removing the preview folder at exit needs a right on the
-            // temporary folder that holds it, which the sandbox does not
-            // give: it is left behind, empty.
-            if let Some(dir) = preview_dir.take() {
-                let _ = dir.keep();
-            }
         }
         None => tracing::warn!(
             "sandbox off (--no-sandbox): serving with the privileges kiln started with, \
@@ -602,6 +580,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     #[cfg(debug_assertions)]
     sandbox::debug_probes();
+    if let Some(preview) = preview {
+        watch::spawn(preview, Arc::clone(&current))?;
+    }
     let mut handles = Vec::new();
     for (i, event_loop) in loops.into_iter().enumerate() {
         handles.push(
@@ -612,7 +593,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let control = control::spawn(
         signals,
-        site_source,
+        reloaded,
         tls_source,
         watched,
         Arc::clone(&shared),

@@ -66,14 +66,15 @@ pub struct ArgTest {
 }
 
 /// One system call the filter lets through.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Syscall {
     /// The libc constant it is known by (`SYS_read`).
     pub constant: &'static str,
     /// Its number on this architecture.
     pub nr: libc::c_long,
-    /// Let through only when this holds; `None`: with any arguments.
-    pub only_if: Option<ArgTest>,
+    /// Let through only when one of these holds; empty: with any
+    /// arguments.
+    pub only_if: Vec<ArgTest>,
 }
 
 impl Syscall {
@@ -84,25 +85,37 @@ impl Syscall {
 }
 
 /// `sys!(SYS_read)`: allowed with any arguments; `sys!(SYS_prctl, if arg 0
-/// & MASK => VALUE)`: allowed only when `(arg 0 & MASK) == VALUE`.
+/// & MASK => VALUE)`: allowed only when `(arg 0 & MASK) == VALUE`;
+/// `sys!(SYS_fcntl, if arg 1 in [A, B])`: only when arg 1 is A or B.
 #[cfg(target_arch = "x86_64")]
 macro_rules! sys {
     ($constant:ident) => {
         Syscall {
             constant: stringify!($constant),
             nr: libc::$constant,
-            only_if: None,
+            only_if: Vec::new(),
         }
     };
     ($constant:ident, if arg $arg:literal & $mask:expr => $value:expr) => {
         Syscall {
             constant: stringify!($constant),
             nr: libc::$constant,
-            only_if: Some(ArgTest {
+            only_if: vec![ArgTest {
                 arg: $arg,
                 mask: $mask as u32,
                 value: $value as u32,
-            }),
+            }],
+        }
+    };
+    ($constant:ident, if arg $arg:literal in [$($value:expr),+]) => {
+        Syscall {
+            constant: stringify!($constant),
+            nr: libc::$constant,
+            only_if: vec![$(ArgTest {
+                arg: $arg,
+                mask: u32::MAX,
+                value: $value as u32,
+            }),+],
         }
     };
 }
@@ -130,8 +143,10 @@ fn common_syscalls() -> Vec<Syscall> {
         // Reloads open the new pack, certificates, a directory site's files.
         sys!(SYS_openat),
         sys!(SYS_close),
-        // std's IO-safety check before each close in debug builds.
-        sys!(SYS_fcntl, if arg 1 & u32::MAX => libc::F_GETFD),
+        // std's IO-safety check before each close in debug builds; a
+        // preview pack's in-memory file is duplicated for reading back
+        // (`File::try_clone`).
+        sys!(SYS_fcntl, if arg 1 in [libc::F_GETFD, libc::F_DUPFD_CLOEXEC]),
         // Reloads: file sizes and types, `Path::exists`, a directory walk.
         sys!(SYS_fstat),
         sys!(SYS_newfstatat),
@@ -139,12 +154,15 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_lseek),
         // A directory site's listings, at each reload.
         sys!(SYS_getdents64),
-        // A preview pack is synced, renamed into place, opened, unlinked.
-        sys!(SYS_fsync),
-        sys!(SYS_renameat),
-        sys!(SYS_unlink),
-        // A preview pack's name has the process id.
-        sys!(SYS_getpid),
+        // A preview pack (a directory or archive site, at each reload and
+        // each `--watch` rebuild) is written in an anonymous in-memory
+        // file: made, sized, written and read back at offsets.
+        sys!(SYS_memfd_create),
+        sys!(SYS_ftruncate),
+        sys!(SYS_pwrite64),
+        sys!(SYS_pread64),
+        // `--watch`: folders created under the site are watched too.
+        sys!(SYS_inotify_add_watch),
         // Memory: the allocator, pack mappings, thread stacks and their
         // guard pages; never executable. mremap: glibc's realloc of a
         // block above its mmap threshold (not in the suite).
@@ -263,15 +281,19 @@ fn seccomp_program(backend: Backend) -> anyhow::Result<BpfProgram> {
     }
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for call in allowed {
-        let conditions = match call.only_if {
-            None => Vec::new(),
-            Some(test) => vec![SeccompRule::new(vec![SeccompCondition::new(
-                test.arg,
-                SeccompCmpArgLen::Dword,
-                SeccompCmpOp::MaskedEq(u64::from(test.mask)),
-                u64::from(test.value),
-            )?])?],
-        };
+        // One rule per test: the call is let through when any holds.
+        let conditions = call
+            .only_if
+            .iter()
+            .map(|test| {
+                SeccompRule::new(vec![SeccompCondition::new(
+                    test.arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(u64::from(test.mask)),
+                    u64::from(test.value),
+                )?])
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         rules.insert(call.nr, conditions);
     }
     let filter = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch)?;
@@ -406,8 +428,6 @@ pub struct Plan {
     /// Directory sites, fired again at each reload: everything beneath is
     /// readable.
     trees_read_again: Vec<PathBuf>,
-    /// Folders files are written in (the preview scratch folder).
-    folders_written: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -417,7 +437,6 @@ impl Plan {
             backend,
             files_read_again: Vec::new(),
             trees_read_again: Vec::new(),
-            folders_written: Vec::new(),
         }
     }
 
@@ -429,11 +448,6 @@ impl Plan {
     /// Every file and folder beneath `dir` is read again.
     pub fn read_tree_again(&mut self, dir: &Path) {
         self.trees_read_again.push(dir.to_path_buf());
-    }
-
-    /// Files are created, written, renamed and removed in `dir`.
-    pub fn write_in(&mut self, dir: &Path) {
-        self.folders_written.push(dir.to_path_buf());
     }
 }
 
@@ -463,17 +477,7 @@ fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
             plan.trees_read_again
                 .iter()
                 .map(|dir| (dir.clone(), AccessFs::ReadFile | AccessFs::ReadDir)),
-        )
-        .chain(plan.folders_written.iter().map(|dir| {
-            (
-                dir.clone(),
-                AccessFs::ReadFile
-                    | AccessFs::ReadDir
-                    | AccessFs::WriteFile
-                    | AccessFs::MakeReg
-                    | AccessFs::RemoveFile,
-            )
-        }));
+        );
     for (folder, access) in rules {
         let fd = PathFd::new(&folder)
             .with_context(|| format!("sandbox: cannot open {}", folder.display()))?;
@@ -563,8 +567,8 @@ fn drop_capabilities() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Warns about what the user switched to cannot read or write: the first
-/// reload that needs it would fail.
+/// Warns about what the user switched to cannot read: the first reload
+/// that needs it would fail.
 fn warn_unreachable(plan: &Plan) {
     let checks = plan
         .files_read_again
@@ -574,11 +578,6 @@ fn warn_unreachable(plan: &Plan) {
             plan.trees_read_again
                 .iter()
                 .map(|d| (d, libc::R_OK | libc::X_OK, "read")),
-        )
-        .chain(
-            plan.folders_written
-                .iter()
-                .map(|d| (d, libc::W_OK | libc::X_OK, "write in")),
         );
     for (path, mode, what) in checks {
         let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {

@@ -1,49 +1,55 @@
-//! Walks a source directory in sorted order. Symbolic links are followed,
-//! also when they point outside the tree (as kawipiko does); a link back to a
-//! directory already on the current chain is a loop, skipped with a warning.
-//! The output pack itself is never read, wherever it lies. Files are only
-//! listed here, with their size and mtime, and read later by the build in
-//! bounded batches, so the size of a directory source is not capped.
+//! Walks a source directory in sorted order, subdirectories in parallel.
+//! Symbolic links are followed, also when they point outside the tree (as
+//! kawipiko does); a link back to a directory already on the current chain
+//! is a loop, skipped with a warning. The output pack itself is never read,
+//! wherever it lies. Files are only listed here, with their size and mtime,
+//! and read later by the build in bounded batches, so the size of a
+//! directory source is not capped.
 
-use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use anyhow::{Context, bail};
+use rayon::prelude::*;
 
 use super::ignore::is_ignored_entry;
 use super::{Content, ReadOptions, Source, SourceFile};
 
-/// The state of one walk.
-struct Walk {
-    /// (device, inode) of the directories from the root to the current one.
-    chain: HashSet<(u64, u64)>,
-    /// (device, inode) of the output pack if it exists: skipped.
-    exclude: Option<(u64, u64)>,
-    /// What has been read so far.
-    source: Source,
+/// (device, inode): a file's identity.
+type FileId = (u64, u64);
+
+/// What a directory holds, in name order: runs of files (and warnings), and
+/// subdirectories, walked in parallel.
+enum Part {
+    /// Files and warnings of the directory itself.
+    Here(Source),
+    /// A subdirectory to walk: its path, its path below the root, its id.
+    Below(PathBuf, String, FileId),
 }
 
 /// Reads every kept regular file under `root`.
 pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let meta = fs::metadata(root).with_context(|| format!("{}: cannot read", root.display()))?;
-    let mut state = Walk {
-        chain: HashSet::from([(meta.dev(), meta.ino())]),
-        exclude: opts
-            .exclude
-            .as_ref()
-            .and_then(|p| fs::metadata(p).ok())
-            .map(|m| (m.dev(), m.ino())),
-        source: Source::default(),
-    };
-    walk(root, "", &mut state)?;
-    Ok(state.source)
+    let exclude = opts
+        .exclude
+        .as_ref()
+        .and_then(|p| fs::metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()));
+    walk(root, "", &[(meta.dev(), meta.ino())], exclude)
 }
 
-/// `rel` is the '/'-separated path of `dir` below the root ("" for the root).
-fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
+/// Lists `dir`, the '/'-separated path `rel` below the root ("" for the
+/// root), whose chain of directories from the root (itself included) is
+/// `chain`: its files, then those of its subdirectories, in name order,
+/// subdirectories walked in parallel. `exclude` is the output pack.
+fn walk(
+    dir: &Path,
+    rel: &str,
+    chain: &[FileId],
+    exclude: Option<FileId>,
+) -> anyhow::Result<Source> {
     let entries =
         fs::read_dir(dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
     let mut names = Vec::new();
@@ -53,10 +59,12 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
         let Some(name) = name.to_str() else {
             bail!("{}: file name is not UTF-8", entry.path().display());
         };
-        names.push(name.to_owned());
+        names.push((name.to_owned(), entry));
     }
-    names.sort();
-    for name in names {
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut parts = Vec::new();
+    let mut here = Source::default();
+    for (name, entry) in names {
         if is_ignored_entry(rel.is_empty(), &name) {
             continue;
         }
@@ -66,10 +74,16 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
         } else {
             format!("{rel}/{name}")
         };
-        let meta = match fs::metadata(&path) {
+        // Through the directory's descriptor (no walk of the whole path),
+        // unless the entry is a link, which is followed.
+        let found = match entry.file_type() {
+            Ok(t) if !t.is_symlink() => entry.metadata(),
+            _ => fs::metadata(&path),
+        };
+        let meta = match found {
             Ok(m) => m,
             Err(e) if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) => {
-                state.source.warnings.push(format!(
+                here.warnings.push(format!(
                     "{}: broken symbolic link skipped ({e})",
                     path.display()
                 ));
@@ -79,17 +93,15 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
         };
         if meta.is_dir() {
             let id = (meta.dev(), meta.ino());
-            if !state.chain.insert(id) {
-                state
-                    .source
-                    .warnings
+            if chain.contains(&id) {
+                here.warnings
                     .push(format!("{}: symbolic link loop skipped", path.display()));
                 continue;
             }
-            walk(&path, &child_rel, state)?;
-            state.chain.remove(&id);
+            parts.push(Part::Here(std::mem::take(&mut here)));
+            parts.push(Part::Below(path, child_rel, id));
         } else if meta.is_file() {
-            if state.exclude == Some((meta.dev(), meta.ino())) {
+            if exclude == Some((meta.dev(), meta.ino())) {
                 continue;
             }
             let mtime = meta
@@ -97,7 +109,7 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_secs() as i64);
-            state.source.files.push(SourceFile {
+            here.files.push(SourceFile {
                 path: child_rel,
                 content: Content::Disk(path),
                 len: meta.len(),
@@ -110,5 +122,22 @@ fn walk(dir: &Path, rel: &str, state: &mut Walk) -> anyhow::Result<()> {
             );
         }
     }
-    Ok(())
+    parts.push(Part::Here(here));
+    let walked: Vec<Source> = parts
+        .into_par_iter()
+        .map(|part| match part {
+            Part::Here(source) => Ok(source),
+            Part::Below(path, rel, id) => {
+                let mut below = chain.to_vec();
+                below.push(id);
+                walk(&path, &rel, &below, exclude)
+            }
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut source = Source::default();
+    for part in walked {
+        source.files.extend(part.files);
+        source.warnings.extend(part.warnings);
+    }
+    Ok(source)
 }

@@ -1,31 +1,42 @@
 //! Reads a site's source — a directory or a tar archive — into a list of
-//! files sorted by path, with ignored names already left out. An archive is
-//! read into memory (it is one stream); a directory's files are only listed
-//! here and read when the build reaches them, so a site larger than RAM can
-//! be fired from a directory.
+//! files sorted by path, with ignored names already left out. Nothing is
+//! held in memory: a directory's files are only listed here and read when
+//! the build reaches them; an archive is one stream, read once, its entries
+//! copied as they come to an unnamed staging file beside the pack (their
+//! order in the archive is not the order of the pack) and read back from
+//! there. So a site larger than RAM can be fired from either.
 
 pub mod dir;
 pub mod ignore;
 pub mod tar;
 
-use std::borrow::Cow;
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
+use crate::pack::RangeReader;
+
 /// Where a file's content is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Content {
-    /// Read from an archive; link copies share it.
-    Memory(Arc<[u8]>),
+    /// An archive entry, copied to the staging file at this offset; link
+    /// copies share it.
+    Staged {
+        /// The staging file (unnamed: it disappears with its last handle).
+        file: Arc<File>,
+        /// Where the entry's bytes start in it.
+        off: u64,
+    },
     /// A file of a directory source, read when the build needs it.
     Disk(PathBuf),
 }
 
 /// One file of the site.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SourceFile {
     /// Relative '/'-separated UTF-8 path without `.`, `..` or empty
     /// components; the route key is `/` + this.
@@ -39,26 +50,73 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    /// The whole content. A file on disk whose size changed since the walk
-    /// is an error: its routes and headers were planned for other bytes.
-    pub fn read(&self) -> anyhow::Result<Cow<'_, [u8]>> {
-        let path = match &self.content {
-            Content::Memory(bytes) => return Ok(Cow::Borrowed(bytes)),
-            Content::Disk(path) => path,
-        };
-        let mut bytes = Vec::with_capacity(self.len as usize);
-        std::fs::File::open(path)
-            .and_then(|f| f.take(self.len + 1).read_to_end(&mut bytes))
-            .with_context(|| format!("{}: cannot read", path.display()))?;
-        if bytes.len() as u64 != self.len {
+    /// The whole content, for a file small enough to hold. A file on disk
+    /// whose size changed since the walk is an error: its routes and
+    /// headers were planned for other bytes.
+    pub fn read(&self) -> anyhow::Result<Vec<u8>> {
+        let mut bytes = vec![0; self.len as usize];
+        match &self.content {
+            Content::Staged { file, off } => {
+                file.read_exact_at(&mut bytes, *off).with_context(|| {
+                    format!("{}: cannot read back from the staging file", self.path)
+                })?;
+            }
+            Content::Disk(path) => {
+                bytes.clear();
+                File::open(path)
+                    .and_then(|f| f.take(self.len + 1).read_to_end(&mut bytes))
+                    .with_context(|| format!("{}: cannot read", path.display()))?;
+                self.check_len(path, bytes.len() as u64)?;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The content in pieces, for a file of any size; `finish_read` checks
+    /// afterwards that the file still had the size planned for.
+    pub fn open(&self) -> anyhow::Result<Box<dyn Read + Send>> {
+        Ok(match &self.content {
+            Content::Staged { file, off } => {
+                Box::new(RangeReader::new(Arc::clone(file), *off, self.len))
+            }
+            Content::Disk(path) => Box::new(
+                File::open(path)
+                    .with_context(|| format!("{}: cannot read", path.display()))?
+                    .take(self.len + 1),
+            ),
+        })
+    }
+
+    /// After `read` bytes came from `open`: an error if the file changed
+    /// size during the build.
+    pub fn finish_read(&self, read: u64) -> anyhow::Result<()> {
+        match &self.content {
+            Content::Disk(path) => self.check_len(path, read),
+            Content::Staged { .. } if read != self.len => {
+                bail!("{}: the staging file ends early", self.path)
+            }
+            Content::Staged { .. } => Ok(()),
+        }
+    }
+
+    /// The name of the file in messages: its path on disk, or in the
+    /// archive.
+    pub fn shown(&self) -> String {
+        match &self.content {
+            Content::Disk(path) => path.display().to_string(),
+            Content::Staged { .. } => self.path.clone(),
+        }
+    }
+
+    fn check_len(&self, path: &Path, read: u64) -> anyhow::Result<()> {
+        if read != self.len {
             bail!(
-                "{}: changed during the build ({} bytes, now {})",
+                "{}: changed during the build ({} bytes, now {read})",
                 path.display(),
                 self.len,
-                bytes.len()
             );
         }
-        Ok(Cow::Owned(bytes))
+        Ok(())
     }
 }
 
@@ -78,9 +136,9 @@ pub const DEFAULT_MAX_SOURCE_BYTES: u64 = 16 << 30;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadOptions {
     /// Most bytes an archive may expand to: the decompressed stream plus
-    /// the copies its links make. An archive is read into memory, and a
-    /// tiny compressed one may expand to terabytes. (A directory is read
-    /// in batches and has no such limit.)
+    /// the copies its links make. An archive is staged on disk and served
+    /// as that many bytes, and a tiny compressed one may expand to
+    /// terabytes. (A directory has no such limit.)
     pub max_bytes: u64,
     /// A file never taken from a directory source: the pack being
     /// written, which would otherwise be packed into its own next build
@@ -90,6 +148,9 @@ pub struct ReadOptions {
     /// `--strip-components` (`tar czf site.tgz public/` puts every page
     /// under `public/`); entries with no component left are skipped.
     pub strip_components: usize,
+    /// Where an archive's entries are staged: beside the pack, on the disk
+    /// that is to hold it anyway (a temporary directory may be in memory).
+    pub staging_dir: PathBuf,
 }
 
 impl Default for ReadOptions {
@@ -98,6 +159,7 @@ impl Default for ReadOptions {
             max_bytes: DEFAULT_MAX_SOURCE_BYTES,
             exclude: None,
             strip_components: 0,
+            staging_dir: std::env::temp_dir(),
         }
     }
 }
@@ -116,7 +178,7 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
         }
         dir::read_dir_source(path, opts)?
     } else if meta.is_file() {
-        tar::read_tar_source(path, opts.max_bytes, opts.strip_components)?
+        tar::read_tar_source(path, opts)?
     } else {
         bail!(
             "{}: source is neither a directory nor a tar file",

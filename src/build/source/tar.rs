@@ -13,32 +13,34 @@
 //!   nothing, into its own target (a loop) or onto a name already taken is
 //!   skipped with a warning;
 //! - a truncated archive, or an entry whose header claims more bytes than
-//!   follow, is an error; an entry above `MAX_ENTRY_BYTES` is refused before
-//!   anything is allocated for it; the decompressed stream plus the copies
-//!   that links make are capped (`--max-source-bytes`), so a small
-//!   compressed bomb is refused instead of filling memory;
+//!   follow, is an error; the decompressed stream plus the copies that
+//!   links make are capped (`--max-source-bytes`), so a small compressed
+//!   bomb is refused instead of filling the disk (an entry too large is
+//!   refused from its header, before it is read);
 //! - an empty file is not an archive (an empty site is an empty directory
 //!   or a tar with no entries);
 //! - devices, fifos and other special entries are skipped with a warning;
 //! - PAX and GNU long names are supported (through the `tar` crate).
+//!
+//! The archive is read once, as a stream: each entry's bytes are copied to
+//! an unnamed staging file (in `ReadOptions::staging_dir`) as they come,
+//! so no entry is ever held in memory whatever its size.
 //!
 //! Every refusal is one line naming the archive and the entry.
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
 use tar::EntryType;
 
 use super::ignore::is_ignored_path;
-use super::{Content, Source, SourceFile};
-
-/// Largest single entry read into memory (1 GiB).
-pub const MAX_ENTRY_BYTES: u64 = 1 << 30;
+use super::{Content, ReadOptions, Source, SourceFile};
 /// Longest accepted entry name, in bytes.
 const MAX_NAME_BYTES: usize = 4096;
 /// Longest accepted name component, in bytes.
@@ -87,9 +89,10 @@ fn too_big(max: u64) -> String {
     format!("the archive expands to more than the {max}-byte limit (--max-source-bytes)")
 }
 
-/// Reads the archive at `archive`; `max_bytes` caps what it may expand to,
-/// `strip` leading components are dropped from every name.
-pub fn read_tar_source(archive: &Path, max_bytes: u64, strip: usize) -> anyhow::Result<Source> {
+/// Reads the archive at `archive`, staging its entries in
+/// `opts.staging_dir`; `opts.max_bytes` caps what it may expand to,
+/// `opts.strip_components` leading components are dropped from every name.
+pub fn read_tar_source(archive: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let file =
         File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
     let mut reader = BufReader::new(file);
@@ -112,24 +115,41 @@ pub fn read_tar_source(archive: &Path, max_bytes: u64, strip: usize) -> anyhow::
     } else {
         Box::new(reader)
     };
+    let staging = tempfile::tempfile_in(&opts.staging_dir).with_context(|| {
+        format!(
+            "{}: cannot create a staging file for its entries",
+            opts.staging_dir.display()
+        )
+    })?;
     let read = Rc::new(Cell::new(0));
     let capped = Capped {
         inner: input,
         read: Rc::clone(&read),
-        max: max_bytes,
+        max: opts.max_bytes,
     };
-    read_entries(capped, &read, max_bytes, strip)
-        .map_err(|e| anyhow!("{}: {e:#}", archive.display()))
+    read_entries(
+        capped,
+        &read,
+        &Arc::new(staging),
+        opts.max_bytes,
+        opts.strip_components,
+    )
+    .map_err(|e| anyhow!("{}: {e:#}", archive.display()))
 }
 
-/// Reads every entry of a decompressed tar stream; `read` counts the bytes
-/// taken from it, and with link copies they stay within `max_bytes`.
+/// Reads every entry of a decompressed tar stream, copying the bytes of
+/// each file to `staging`; `read` counts the bytes taken from the stream,
+/// and with link copies they stay within `max_bytes`.
 fn read_entries(
     input: Capped<Box<dyn Read>>,
     read: &Cell<u64>,
+    staging: &Arc<File>,
     max_bytes: u64,
     strip: usize,
 ) -> anyhow::Result<Source> {
+    let mut staged = BufWriter::with_capacity(1 << 20, &**staging);
+    let mut staged_len = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
     let mut index: HashMap<String, Option<usize>> = HashMap::new();
@@ -162,32 +182,27 @@ fn read_entries(
         if kind.is_file() || kind == EntryType::Continuous {
             claim(&mut index, &path).map_err(|p| fail(&p))?;
             let size = entry.size();
-            if size > MAX_ENTRY_BYTES {
-                return Err(fail(&format!(
-                    "{size} bytes is more than the {MAX_ENTRY_BYTES}-byte limit per file"
-                )));
-            }
             if read.get().saturating_add(size) > max_bytes {
                 return Err(fail(&too_big(max_bytes)));
             }
-            let mut bytes = Vec::with_capacity(size.min(1 << 20) as usize);
-            (&mut entry)
-                .take(size)
-                .read_to_end(&mut bytes)
-                .map_err(|e| fail(&format!("cannot read data: {e}")))?;
-            if (bytes.len() as u64) < size {
+            let copied =
+                stage(&mut (&mut entry).take(size), &mut staged, &mut buf).map_err(|e| fail(&e))?;
+            if copied < size {
                 return Err(fail(&format!(
-                    "truncated archive: header says {size} bytes, only {} follow",
-                    bytes.len()
+                    "truncated archive: header says {size} bytes, only {copied} follow"
                 )));
             }
             index.insert(path.clone(), Some(source.files.len()));
             source.files.push(SourceFile {
                 path,
-                len: bytes.len() as u64,
-                content: Content::Memory(bytes.into()),
+                len: size,
+                content: Content::Staged {
+                    file: Arc::clone(staging),
+                    off: staged_len,
+                },
                 mtime,
             });
+            staged_len += size;
         } else if kind.is_symlink() || kind.is_hard_link() {
             claim(&mut index, &path).map_err(|p| fail(&p))?;
             let target = match entry.link_name_bytes() {
@@ -223,8 +238,9 @@ fn read_entries(
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
     let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
     let mut resolved = Vec::new();
-    // Link copies are held in memory too: a few links to a large directory
-    // would otherwise multiply it past any limit.
+    // Link copies count too: each is served as a file of its own, and a
+    // few links to a large directory would otherwise multiply it past any
+    // limit.
     let mut budget = max_bytes.saturating_sub(read.get());
     for link in &links {
         let copies = match follow(&link.target, &index, &by_path) {
@@ -263,7 +279,28 @@ fn read_entries(
         }
     }
     source.files.extend(resolved);
+    staged
+        .flush()
+        .context("cannot write the staging file of its entries")?;
     Ok(source)
+}
+
+/// Copies what `entry` yields to the staging file; the number of bytes, or
+/// what went wrong, reading or writing.
+fn stage(entry: &mut dyn Read, staged: &mut dyn Write, buf: &mut [u8]) -> Result<u64, String> {
+    let mut copied = 0u64;
+    loop {
+        let n = match entry.read(buf) {
+            Ok(0) => return Ok(copied),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("cannot read data: {e}")),
+        };
+        staged
+            .write_all(&buf[..n])
+            .map_err(|e| format!("cannot write the staging file: {e}"))?;
+        copied += n as u64;
+    }
 }
 
 /// A symbolic link to a directory of the archive: the files under `dir`

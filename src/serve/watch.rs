@@ -1,0 +1,283 @@
+//! `kiln serve DIR --watch`: the live preview. Every directory under DIR is
+//! watched with inotify (directories reached through symbolic links too,
+//! as the build follows them; ignored names such as `.git` are not); once
+//! changes stop for `QUIET` (or have gone on for `MAX_WAIT`), the preview
+//! pack is fired again in memory, reusing every encoded body of the one
+//! being served that is still the same, and published: responses in flight
+//! keep the old site. What changed is logged, as `kiln diff` sees it. A
+//! build that fails (a broken `_headers` or `_redirects`, an unreadable
+//! file) is logged and the last good site keeps serving.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use super::handler::Site;
+use super::stack::CurrentSite;
+use crate::build::compress::Level;
+use crate::build::source::ignore::is_ignored_entry;
+use crate::build::{BuildOptions, BuildReport, build_preview_with};
+use crate::diff::Diff;
+
+/// How long the tree must stay still before a rebuild: an editor's save
+/// or a generator's run is a burst of events.
+const QUIET: Duration = Duration::from_millis(50);
+/// The longest a rebuild waits for the tree to stay still.
+const MAX_WAIT: Duration = Duration::from_secs(1);
+/// Changed routes named in the log line, at most.
+const NAMED: usize = 5;
+
+/// What inotify reports: anything that can change what the build reads.
+const EVENTS: u32 = libc::IN_CLOSE_WRITE
+    | libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_ATTRIB
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+
+/// The preview of one directory: its watch, its settings, what it serves.
+pub struct Preview {
+    /// The site's directory.
+    dir: PathBuf,
+    /// Build settings: preview levels.
+    opts: BuildOptions,
+    /// The inotify descriptor.
+    inotify: OwnedFd,
+    /// The site being served; its pack is the base of the next build.
+    served: Arc<Site>,
+}
+
+/// Watches `dir`, then fires its first preview at `level`: set up before the
+/// server announces itself, so that no change after start-up is missed.
+pub fn start(dir: &Path, level: Level) -> anyhow::Result<(Arc<Site>, Preview)> {
+    if !dir.is_dir() {
+        bail!(
+            "{}: --watch needs a directory (a pack or an archive is reloaded when it is replaced)",
+            dir.display()
+        );
+    }
+    // SAFETY: a plain syscall; the result is checked.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error()).context("--watch: cannot start inotify");
+    }
+    // SAFETY: `fd` is fresh and ours.
+    let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+    watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
+    let opts = BuildOptions::preview(level);
+    let (pack, _) = build_preview_with(dir, &opts, None)?;
+    let served = Site::from_pack(pack);
+    let preview = Preview {
+        dir: dir.to_path_buf(),
+        opts,
+        inotify,
+        served: Arc::clone(&served),
+    };
+    Ok((served, preview))
+}
+
+/// Starts the thread that rebuilds and publishes the preview on change.
+pub fn spawn(preview: Preview, current: Arc<CurrentSite>) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("kiln-watch".into())
+        .spawn(move || preview.run(&current))
+}
+
+impl Preview {
+    /// Waits for changes and rebuilds, until inotify fails.
+    fn run(mut self, current: &CurrentSite) {
+        loop {
+            if let Err(e) = self.wait_for_change() {
+                tracing::error!(
+                    "stopped watching {} ({e}); the preview is no longer rebuilt",
+                    self.dir.display()
+                );
+                return;
+            }
+            if let Err(e) = watch_tree(&self.inotify, &self.dir) {
+                tracing::warn!(
+                    "cannot watch every directory of {}: {e}",
+                    self.dir.display()
+                );
+            }
+            self.rebuild(current);
+        }
+    }
+
+    /// Blocks until something changed, then until the tree is still.
+    fn wait_for_change(&self) -> io::Result<()> {
+        let mut buf = vec![0u8; 64 << 10];
+        while !self.read_events(&mut buf, None)? {}
+        let first = Instant::now();
+        while first.elapsed() < MAX_WAIT && self.read_events(&mut buf, Some(QUIET))? {}
+        Ok(())
+    }
+
+    /// Waits for events (for at most `timeout`) and reads them; true when
+    /// one of them is about a name the build reads.
+    fn read_events(&self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.inotify.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.map_or(-1, |t| t.as_millis() as libc::c_int);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut relevant = false;
+        loop {
+            // SAFETY: reads into our buffer.
+            let n = unsafe { libc::read(pfd.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(relevant),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                };
+            }
+            relevant |= relevant_events(&buf[..n as usize]);
+        }
+    }
+
+    /// Fires the preview again and publishes it, or logs why not.
+    fn rebuild(&mut self, current: &CurrentSite) {
+        let started = Instant::now();
+        let built = build_preview_with(&self.dir, &self.opts, self.served.pack());
+        let (pack, report) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                tracing::error!("{e:#}; still serving the previous site");
+                return;
+            }
+        };
+        let line = match self.served.pack() {
+            Some(old) => {
+                let diff = Diff::new(old, &pack);
+                if diff.is_empty() {
+                    return;
+                }
+                changes_line(&diff)
+            }
+            None => "a new site".to_owned(),
+        };
+        tracing::info!(
+            "rebuilt {} in {} ms: {line}; {}",
+            self.dir.display(),
+            started.elapsed().as_millis(),
+            encodings_line(&report)
+        );
+        let site = Site::from_pack(pack);
+        current.publish(Arc::clone(&site));
+        self.served = site;
+    }
+}
+
+/// True when the inotify events in `buf` name something the build reads:
+/// not an ignored name (an editor's swap file, a VCS directory).
+fn relevant_events(buf: &[u8]) -> bool {
+    let header = std::mem::size_of::<libc::inotify_event>();
+    let mut at = 0;
+    let mut relevant = false;
+    while at + header <= buf.len() {
+        // SAFETY: the kernel wrote a whole event header here; read unaligned.
+        let ev: libc::inotify_event =
+            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+        let end = (at + header + ev.len as usize).min(buf.len());
+        let raw = &buf[at + header..end];
+        let name = &raw[..raw.iter().position(|&c| c == 0).unwrap_or(raw.len())];
+        // A name in a subdirectory is ignored wherever the root `.well-known`
+        // exception does not apply; checked as if at the root, which only
+        // errs towards a rebuild.
+        let ignored = std::str::from_utf8(name).is_ok_and(|n| is_ignored_entry(true, n));
+        relevant |= ev.mask & libc::IN_Q_OVERFLOW != 0 || name.is_empty() || !ignored;
+        at = end;
+    }
+    relevant
+}
+
+/// Adds a watch for every directory under `root` the build would read
+/// (following symbolic links, skipping ignored names and loops); a
+/// directory watched already keeps its watch.
+fn watch_tree(inotify: &OwnedFd, root: &Path) -> io::Result<()> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![(root.to_path_buf(), true)];
+    while let Some((dir, at_root)) = stack.pop() {
+        let meta = std::fs::metadata(&dir)?;
+        if !seen.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        let path = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        // SAFETY: a valid C string; the result is checked.
+        if unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), path.as_ptr(), EVENTS) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
+        }
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let ignored = name.to_str().is_none_or(|n| is_ignored_entry(at_root, n));
+            let child = entry.path();
+            if !ignored && child.is_dir() {
+                stack.push((child, false));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `2 changed (/a, /b), 1 added (/c), 0 removed`.
+fn changes_line(diff: &Diff<'_>) -> String {
+    let part = |what: &str, keys: Vec<String>| {
+        let mut shown: Vec<&str> = keys.iter().take(NAMED).map(String::as_str).collect();
+        if keys.len() > NAMED {
+            shown.push("…");
+        }
+        if keys.is_empty() {
+            format!("0 {what}")
+        } else {
+            format!("{} {what} ({})", keys.len(), shown.join(", "))
+        }
+    };
+    let mut line = [
+        part("changed", diff.changed_keys()),
+        part("added", diff.added_keys()),
+        part("removed", diff.removed_keys()),
+    ]
+    .join(", ");
+    if diff.rules_changed() {
+        line.push_str(", rules changed");
+    }
+    line
+}
+
+/// `3 encodings compressed, 2101 reused`.
+fn encodings_line(report: &BuildReport) -> String {
+    format!(
+        "{} encodings compressed, {} reused",
+        report.compressed, report.reused
+    )
+}

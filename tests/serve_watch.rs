@@ -1,0 +1,174 @@
+//! The live preview, `kiln serve DIR --watch`: a file written, added or
+//! removed under DIR (new directories included) is served after an
+//! in-memory rebuild, logged with what changed; a broken `_redirects` or
+//! `_headers` is reported and the last good site keeps serving; what is not
+//! a directory is refused.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn write(root: &Path, rel: &str, content: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+/// Waits until `cond` holds; a preview that never gets there fails after a
+/// long bound (this is no timing measurement: bench/BUILD.md has those).
+fn wait_until(what: &str, server: &Server, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never saw {what}; stderr: {}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn body(server: &Server, path: &str) -> (u16, String) {
+    let r = server.get(path, "");
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
+}
+
+fn site(root: &Path) {
+    write(root, "index.html", &"<h1>first</h1>\n".repeat(20));
+    write(root, "about.html", "<p>about</p>");
+    write(root, "_redirects", "/old /about 301\n");
+}
+
+fn start(root: &Path, extra: &[&str]) -> Server {
+    Server::start(&[&[root.to_str().unwrap(), "--watch"][..], extra].concat())
+}
+
+#[test]
+fn changes_are_served_after_a_rebuild_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    let server = start(&root, &[]);
+    assert!(server.startup.contains("(5 routes)"), "{}", server.startup);
+    assert_eq!(body(&server, "/").1, "<h1>first</h1>\n".repeat(20));
+
+    // An edit: the new bytes, in every encoding.
+    write(&root, "index.html", &"<h1>second</h1>\n".repeat(20));
+    wait_until("the edit", &server, || {
+        body(&server, "/").1 == "<h1>second</h1>\n".repeat(20)
+    });
+    let br = server.get("/", "Accept-Encoding: br\r\n");
+    assert_eq!(br.header("Content-Encoding").as_deref(), Some("br"));
+    let identity = server.get("/", "");
+    assert_ne!(br.header("ETag"), identity.header("ETag"));
+    wait_until("the log line", &server, || {
+        server
+            .stderr_text()
+            .contains("2 changed (/, /index.html), 0 added, 0 removed")
+    });
+    let log = server.stderr_text();
+    assert!(
+        log.contains("2 encodings compressed") && log.contains("reused"),
+        "{log}"
+    );
+
+    // A file in a new directory, a file removed.
+    write(&root, "docs/guide/intro.html", "<p>intro</p>");
+    std::fs::remove_file(root.join("about.html")).unwrap();
+    wait_until("the new directory", &server, || {
+        body(&server, "/docs/guide/intro") == (200, "<p>intro</p>".to_owned())
+    });
+    wait_until("the removal", &server, || {
+        body(&server, "/about.html").0 == 404
+    });
+    // A file later added to that new directory is seen too: it is watched.
+    write(&root, "docs/guide/more.html", "<p>more</p>");
+    wait_until("a file in the new directory", &server, || {
+        body(&server, "/docs/guide/more.html").0 == 200
+    });
+}
+
+#[test]
+fn a_broken_rules_file_keeps_the_last_good_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    let server = start(&root, &["--compression", "max"]);
+    assert_eq!(server.get("/old", "").status, 301);
+
+    write(&root, "_redirects", "/old /about 999\n");
+    wait_until("the _redirects error", &server, || {
+        server
+            .stderr_text()
+            .contains("still serving the previous site")
+    });
+    let log = server.stderr_text();
+    let line = log.lines().find(|l| l.contains("still serving")).unwrap();
+    assert!(line.contains("_redirects:1: status \"999\""), "{line}");
+    assert_eq!(server.get("/old", "").status, 301, "the last good site");
+
+    write(&root, "_headers", "/*\n  X-Broken\n");
+    write(&root, "_redirects", "/old /index.html 302\n");
+    wait_until("the _headers error", &server, || {
+        server
+            .stderr_text()
+            .lines()
+            .any(|l| l.contains("_headers") && l.contains("still serving"))
+    });
+    assert_eq!(
+        server.get("/old", "").status,
+        301,
+        "still the last good site"
+    );
+
+    write(&root, "_headers", "/*\n  X-Fixed: yes\n");
+    wait_until("the fixed rules", &server, || {
+        server.get("/old", "").status == 302
+    });
+    assert_eq!(
+        server.get("/", "").header("X-Fixed").as_deref(),
+        Some("yes")
+    );
+}
+
+#[test]
+fn watch_needs_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    let pack = dir.path().join("site.pack");
+    let built = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "build",
+            "-q",
+            root.to_str().unwrap(),
+            "-o",
+            pack.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "serve",
+            pack.to_str().unwrap(),
+            "--watch",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--watch needs a directory"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", root.to_str().unwrap(), "--compression", "max"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "--compression is for --watch");
+}
