@@ -73,14 +73,23 @@ fn reload_under_load_loses_nothing() {
         version_pack(&pack, &format!("v{v}"));
         wait_for(&server, &format!("v{v}"));
     }
+    // The clients' connections, opened before, see the last site too (on
+    // a loaded machine their next request may come a while after ours).
+    let reloaded = std::time::Instant::now();
+    while !seen.lock().unwrap().contains("v5") {
+        assert!(
+            reloaded.elapsed() < Duration::from_secs(10),
+            "no client saw the last site: {:?}",
+            seen.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     stop.store(true, Ordering::Relaxed);
     let total: u32 = clients
         .into_iter()
         .map(|c| c.join().expect("client saw no failure"))
         .sum();
     assert!(total > 0);
-    let seen = seen.lock().unwrap();
-    assert!(seen.contains("v0") && seen.contains("v5"), "{seen:?}");
 }
 
 #[test]
