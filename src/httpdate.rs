@@ -54,6 +54,23 @@ pub fn format_imf(unix: i64, out: &mut [u8; 29]) {
     two(&mut out[23..25], secs % 60);
 }
 
+/// Writes the 20-byte RFC 3339 UTC time of `unix` (`1994-11-06T08:49:37Z`),
+/// as log pipelines parse it.
+pub fn format_rfc3339(unix: i64, out: &mut [u8; 20]) {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    out.copy_from_slice(b"1970-01-01T00:00:00Z");
+    let y = year.clamp(0, 9999);
+    two(&mut out[0..2], y / 100);
+    two(&mut out[2..4], y % 100);
+    two(&mut out[5..7], month);
+    two(&mut out[8..10], day);
+    two(&mut out[11..13], secs / 3600);
+    two(&mut out[14..16], secs / 60 % 60);
+    two(&mut out[17..19], secs % 60);
+}
+
 fn digits(b: &[u8]) -> Option<i64> {
     if b.is_empty() || b.len() > 4 || !b.iter().all(u8::is_ascii_digit) {
         return None;
@@ -131,6 +148,15 @@ pub fn parse_http_date(value: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_rfc3339() {
+        let mut out = [0u8; 20];
+        format_rfc3339(784111777, &mut out);
+        assert_eq!(&out, b"1994-11-06T08:49:37Z");
+        format_rfc3339(0, &mut out);
+        assert_eq!(&out, b"1970-01-01T00:00:00Z");
+    }
 
     #[test]
     fn formats_and_parses_all_three_forms() {

@@ -10,7 +10,7 @@ use std::path::Path;
 use kiln::build::{BuildOptions, build_pack};
 use kiln::hpack::{self, Decoder};
 use kiln::pack::{Encoding, Pack, RouteKind};
-use kiln::serve::handler::{self, Method, Request, Scratch, Site};
+use kiln::serve::handler::{self, Method, Request, Scratch, Site, Sites};
 
 /// The fields of an HPACK block as `name: value` strings.
 fn decoded(block: &[u8]) -> Vec<String> {
@@ -128,7 +128,7 @@ fn every_handler_response_carries_its_head_as_hpack() {
             route.variant(Encoding::Identity).unwrap().etag.to_vec()
         })
         .collect();
-    let site = Site::from_pack(pack);
+    let site = Sites::single(Site::from_pack(pack));
     let mut scratch = Scratch::default();
     let mut statuses = std::collections::BTreeSet::new();
     let targets = keys.iter().map(Vec::as_slice).chain([

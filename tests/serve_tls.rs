@@ -234,7 +234,7 @@ fn certificates_reload_and_a_bad_new_pair_keeps_the_old() {
     let start = Instant::now();
     while !server
         .stderr_text()
-        .contains("still serving the previous ones")
+        .contains("still serving the previous certificate")
     {
         assert!(start.elapsed() < Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(20));

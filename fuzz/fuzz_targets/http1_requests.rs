@@ -24,7 +24,7 @@ use libfuzzer_sys::fuzz_target;
 
 mod example_site;
 mod read_sizes;
-use example_site::site;
+use example_site::{metrics, site};
 use read_sizes::read_sizes;
 
 /// What a serving thread keeps from one connection to the next, reused
@@ -73,7 +73,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
         kept.extend_from_slice(read);
         loop {
             let mut ctx = Context {
-                site: site(),
+                sites: site(),
                 scratch,
                 date,
                 server_headers: headers,
@@ -81,6 +81,10 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
                 peer: None,
                 draining: false,
                 https_redirect: None,
+                tls: false,
+                metrics: metrics(),
+                thread: 0,
+                started_us: 0,
             };
             out.clear();
             let batch = serve_batch(&kept, &mut discard, &mut ctx, out);

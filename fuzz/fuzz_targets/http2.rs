@@ -29,7 +29,7 @@ use libfuzzer_sys::fuzz_target;
 
 mod example_site;
 mod read_sizes;
-use example_site::site;
+use example_site::{metrics, site};
 use read_sizes::read_sizes;
 
 /// At most this many `resume` calls after one read: each sends at least a
@@ -75,12 +75,15 @@ struct Client {
 impl Client {
     /// Appends one output to the wire and checks every whole frame on it.
     fn take(&mut self, out: &Output) {
-        let pack = site().pack().map_or(&[][..], |p| p.bytes());
+        let pack = site()
+            .site(0)
+            .and_then(|s| s.pack())
+            .map_or(&[][..], |p| p.bytes());
         for seg in &out.segs {
             match *seg {
                 Seg::Own { start, end } => self.wire.extend_from_slice(&out.bytes[start..end]),
-                Seg::Mapped { off, len } => self.wire.extend_from_slice(&pack[off..off + len]),
-                Seg::File { off, len } => {
+                Seg::Mapped { off, len, .. } => self.wire.extend_from_slice(&pack[off..off + len]),
+                Seg::File { off, len, .. } => {
                     self.wire
                         .extend_from_slice(&pack[off as usize..(off + len) as usize]);
                 }
@@ -164,7 +167,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
         let (read, rest) = unread.split_at(read_len().clamp(1, unread.len()));
         unread = rest;
         let mut ctx = Context {
-            site: site(),
+            sites: site(),
             scratch,
             date,
             server_headers: headers,
@@ -172,6 +175,10 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
             peer: None,
             draining: false,
             https_redirect: None,
+            tls: false,
+            metrics: metrics(),
+            thread: 0,
+            started_us: 0,
         };
         out.clear();
         let mut step: Step = conn.input(read, &mut ctx, h2, out);

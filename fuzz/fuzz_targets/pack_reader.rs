@@ -55,7 +55,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = pack.rules().take(64).count();
     let mut last = None;
     for p in pack.provenance_records().take(64) {
-        let _ = (p.encoding, p.settings, p.body.map(|(off, len, _)| (off, len)));
+        let _ = (
+            p.encoding,
+            p.settings,
+            p.body.map(|(off, len, _)| (off, len)),
+        );
         last = Some(*p.source_hash);
     }
     let hash = last.unwrap_or([0; 32]);

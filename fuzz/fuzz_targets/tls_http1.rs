@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use kiln::serve::net::{Output, Seg, Stack, Step};
 use kiln::serve::server_headers::ServerHeaders;
-use kiln::serve::stack::{self, CurrentSite, Protocols, StackConfig};
+use kiln::serve::stack::{self, CurrentSites, Protocols, StackConfig};
 use kiln::serve::tls::{self, certs};
 use libfuzzer_sys::fuzz_target;
 use rustls::pki_types::ServerName;
@@ -30,7 +30,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 mod example_site;
 mod read_sizes;
-use example_site::site;
+use example_site::{metrics, site};
 use read_sizes::read_sizes;
 
 /// At most this many turns of the stack per input: every turn consumes
@@ -57,7 +57,8 @@ fn fixture() -> Fixture {
     roots
         .add(certs::first_certificate(&resolver).clone())
         .expect("the self-signed certificate as a root");
-    let server = tls::server_config(resolver, &[b"http/1.1"]).expect("TLS configuration");
+    let server = tls::server_config(std::sync::Arc::new(resolver), &[b"http/1.1"])
+        .expect("TLS configuration");
     let client = ClientConfig::builder_with_provider(Arc::new(tls::provider()))
         .with_safe_default_protocol_versions()
         .expect("client versions")
@@ -67,10 +68,12 @@ fn fixture() -> Fixture {
         server_headers: ServerHeaders::new(true, false),
         server_headers_tls: ServerHeaders::new(true, true),
         access_log: None,
+        access_log_format: Default::default(),
         https_redirect: None,
+        metrics: Arc::clone(metrics()),
     };
-    let current = Arc::new(CurrentSite::new(Arc::clone(site()), Some(server)));
-    let mut protocols = Protocols::new(current, Arc::new(config), u64::MAX);
+    let current = Arc::new(CurrentSites::new(Arc::clone(site()), Some(server)));
+    let mut protocols = Protocols::new(current, Arc::new(config), u64::MAX, 0);
     protocols.begin_turn(1_700_000_000, false);
     Fixture {
         protocols,
@@ -85,7 +88,7 @@ fn wire(out: &Output, mapping: &[u8], into: &mut Vec<u8>) {
     for seg in &out.segs {
         match *seg {
             Seg::Own { start, end } => into.extend_from_slice(&out.bytes[start..end]),
-            Seg::Mapped { off, len } => into.extend_from_slice(&mapping[off..off + len]),
+            Seg::Mapped { off, len, .. } => into.extend_from_slice(&mapping[off..off + len]),
             Seg::File { .. } => panic!("sendfile is off in this fixture"),
         }
     }
@@ -140,7 +143,7 @@ impl<'f> Server<'f> {
         self.turns += 1;
         assert!(self.turns < MAX_TURNS, "the stack keeps asking to resume");
         let Fixture { protocols, out, .. } = &*self.fixture;
-        wire(out, protocols.backing().bytes(), sent);
+        wire(out, protocols.backing().bytes(0), sent);
         if step.close {
             self.closed = true;
         }
@@ -230,7 +233,7 @@ fn through_client(fixture: &mut Fixture, data: &[u8]) {
         out.clear();
         protocols.goodbye(&mut server.session, out);
         let mut sent = Vec::new();
-        wire(out, protocols.backing().bytes(), &mut sent);
+        wire(out, protocols.backing().bytes(0), &mut sent);
         server_to_client(&mut client, &sent, &mut plain);
     }
     assert!(

@@ -1,8 +1,10 @@
 //! The control thread: owns a signalfd (SIGTERM/SIGINT: graceful shutdown,
-//! a second one forces exit; SIGHUP: reload) and an inotify watch on the
-//! pack's directory (the pack replaced by rename or rewritten: reload).
-//! A reload opens and verifies the new pack before publishing it; a bad
-//! one is logged and the old one keeps serving.
+//! a second one forces exit; SIGHUP: reload everything) and an inotify
+//! watch on the directories of what is served (a pack replaced by rename
+//! or rewritten, a pack added to or removed from a folder of sites, a
+//! certificate or key replaced: reload that). A reload opens and verifies
+//! a new pack before publishing it; a bad one is logged and the old one
+//! keeps serving, site by site.
 //!
 //! Without this thread the server would ignore SIGTERM and SIGHUP (they are
 //! blocked everywhere) and could only be killed, so whatever ends it — an
@@ -18,10 +20,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use super::SiteSource;
-use super::handler::Site;
+use super::handler::{Site, Sites};
+use super::load::{Folder, SiteSource, open_site};
+use super::metrics::{Metrics, SiteStats};
 use super::net::{Shared, Waker};
-use super::stack::CurrentSite;
+use super::stack::CurrentSites;
+use super::systemd::Notifier;
+use super::tls::{self, SniResolver};
 
 /// Blocks the signals the control thread handles, in the calling thread and
 /// every thread spawned after, and returns a signalfd for them.
@@ -44,26 +49,30 @@ pub fn block_signals() -> io::Result<OwnedFd> {
     }
 }
 
-/// What a watched file is to the server.
+/// What a watched name is to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// The pack: its replacement reloads the site.
     Pack,
     /// A certificate or key: its replacement reloads the certificates.
     Certificate,
+    /// A folder of sites: any name in it may be a site's pack,
+    /// certificate or key.
+    Folder,
 }
 
-/// One file watched through its directory.
+/// One file (or folder) watched through a directory.
 struct Watched {
-    /// The watch descriptor of the file's directory.
+    /// The watch descriptor of the directory.
     wd: libc::c_int,
-    /// Events for other names in the directory are ignored.
+    /// Events for other names in the directory are ignored (`Folder`:
+    /// every name counts).
     name: OsString,
     role: Role,
 }
 
-/// An inotify watch on the directories of the pack and certificates, for
-/// those files' names.
+/// An inotify watch on the directories of the pack (or the folder of
+/// sites) and the certificates.
 pub struct Watch {
     /// The inotify descriptor.
     fd: OwnedFd,
@@ -71,25 +80,37 @@ pub struct Watch {
     files: Vec<Watched>,
 }
 
+/// What a batch of inotify events changed.
+#[derive(Default)]
+struct Changes {
+    pack: bool,
+    certificate: bool,
+    /// Names in a folder of sites that changed.
+    in_folder: Vec<OsString>,
+}
+
 impl Watch {
-    /// The roles of the watched files named by the events in `buf`.
-    fn roles(&self, buf: &[u8]) -> (bool, bool) {
-        let (mut pack, mut certificate) = (false, false);
+    /// What the events in `buf` changed.
+    fn changes(&self, buf: &[u8]) -> Changes {
+        let mut changes = Changes::default();
         for (wd, name) in events(buf) {
-            for f in self.files.iter().filter(|f| f.wd == wd && f.name == name) {
+            for f in self.files.iter().filter(|f| f.wd == wd) {
                 match f.role {
-                    Role::Pack => pack = true,
-                    Role::Certificate => certificate = true,
+                    Role::Folder => changes.in_folder.push(name.clone()),
+                    _ if f.name != name => {}
+                    Role::Pack => changes.pack = true,
+                    Role::Certificate => changes.certificate = true,
                 }
             }
         }
-        (pack, certificate)
+        changes
     }
 }
 
 /// Watches the directories of `files` for those files being replaced
-/// (renamed over, rewritten, created). Set up before the server announces
-/// itself, so no replacement after start-up is missed.
+/// (renamed over, rewritten, created), and a folder of sites for any name
+/// in it. Set up before the server announces itself, so no replacement
+/// after start-up is missed.
 pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
     // SAFETY: plain syscalls, results checked.
     let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
@@ -100,63 +121,200 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut watched = Vec::new();
     for &(path, role) in files {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
+        let (dir, name) = match role {
+            Role::Folder => (path.to_path_buf(), OsString::new()),
+            _ => (
+                match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                },
+                path.file_name()
+                    .map(|n| n.to_os_string())
+                    .unwrap_or_default(),
+            ),
         };
         let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_CREATE;
+        // In a folder a removal matters too (the site goes).
+        let mask = libc::IN_MOVED_TO
+            | libc::IN_CLOSE_WRITE
+            | libc::IN_CREATE
+            | libc::IN_DELETE
+            | libc::IN_MOVED_FROM;
         // SAFETY: valid C string. Watching a directory twice returns the
-        // same descriptor.
+        // same descriptor (and the union of the masks).
         let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) };
         if wd < 0 {
             let e = io::Error::last_os_error();
             return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
         }
-        watched.push(Watched {
-            wd,
-            name: path
-                .file_name()
-                .map(|n| n.to_os_string())
-                .unwrap_or_default(),
-            role,
-        });
+        watched.push(Watched { wd, name, role });
     }
     Ok(Watch { fd, files: watched })
 }
 
-/// Re-reads the certificates of `source` and publishes them; bad new ones
-/// are logged and the old ones keep serving.
-pub fn reload_tls(source: &super::tls::Source, current: &CurrentSite) {
-    if matches!(source, super::tls::Source::SelfSigned(_)) {
-        return;
-    }
-    match super::load_tls(source) {
-        Ok(config) => {
-            current.publish_tls(config);
-            tracing::info!("reloaded TLS certificates");
+/// What the control thread reloads.
+pub enum Served {
+    /// The dummy answer, or a live preview (its own thread rebuilds it).
+    Nothing,
+    /// One pack, directory or archive, reloaded whole, counted in `stats`.
+    One {
+        source: SiteSource,
+        stats: Arc<SiteStats>,
+    },
+    /// A folder of sites, each reloaded on its own.
+    Folder(Folder),
+}
+
+/// The certificates and how to read them again.
+pub struct TlsReload {
+    /// The pairs given on the command line, or the self-signed names.
+    pub given: tls::Source,
+    /// What is served now: a pair that fails at a reload keeps its entry.
+    pub resolver: Arc<SniResolver>,
+}
+
+/// Everything a reload touches.
+pub struct Reloader {
+    pub served: Served,
+    pub tls: Option<TlsReload>,
+    pub current: Arc<CurrentSites>,
+    pub metrics: Arc<Metrics>,
+    /// systemd's notification socket, when started by it.
+    pub notifier: Option<Notifier>,
+}
+
+/// Every certificate pair to serve: those given, then those beside the
+/// packs of a folder of sites.
+pub fn certificate_source(given: &tls::Source, served: &Served) -> tls::Source {
+    match (given, served) {
+        (tls::Source::Files(pairs), Served::Folder(folder)) => {
+            let mut all = pairs.clone();
+            for pair in folder.certificate_pairs() {
+                if !all.contains(&pair) {
+                    all.push(pair);
+                }
+            }
+            tls::Source::Files(all)
         }
-        Err(e) => tracing::error!(
-            "reload of TLS certificates failed: {e:#}; still serving the previous ones"
-        ),
+        _ => given.clone(),
     }
 }
 
-/// Opens the site as at start-up (a pack is verified, a directory or tar is
-/// fired into a fresh preview pack) and publishes it.
-pub fn reload(site: &SiteSource, current: &CurrentSite) {
-    let path = site.path.as_path();
-    match super::open_site(site) {
+impl Reloader {
+    /// SIGHUP: every site and certificate read again.
+    fn reload_all(&mut self) {
+        if let Some(n) = &self.notifier {
+            n.reloading();
+        }
+        self.reload_sites(None);
+        self.reload_tls();
+        if let Some(n) = &self.notifier {
+            n.ready("serving (reloaded)");
+        }
+    }
+
+    /// Reloads the single site, or the sites of the folder named by
+    /// `names` (all with `None`), and publishes a new generation when
+    /// anything changed.
+    fn reload_sites(&mut self, names: Option<&[OsString]>) {
+        match &mut self.served {
+            Served::Nothing => {}
+            Served::One { source, stats } => {
+                if let Some(site) = reload_one(source, stats) {
+                    self.current.publish(Sites::single(site));
+                }
+            }
+            Served::Folder(folder) => {
+                if folder.refresh(names) {
+                    self.current.publish(folder.sites());
+                }
+            }
+        }
+    }
+
+    /// Reads the certificates again and publishes them; a pair that fails
+    /// keeps serving what it served, and the rest are replaced.
+    fn reload_tls(&mut self) {
+        let Some(tls) = self.tls.as_mut() else {
+            return;
+        };
+        if matches!(tls.given, tls::Source::SelfSigned(_)) {
+            return;
+        }
+        let source = certificate_source(&tls.given, &self.served);
+        let (resolver, failures) = tls::certs::reload(&source, &tls.resolver, super::now_unix());
+        for failure in &failures {
+            tracing::error!("reload of a TLS certificate failed: {failure}");
+        }
+        let Some(resolver) = resolver else {
+            self.metrics
+                .tls_reload_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::error!("no certificate left to serve; still serving the previous ones");
+            return;
+        };
+        let resolver = Arc::new(resolver);
+        match super::tls_config(Arc::clone(&resolver)) {
+            Ok(config) => {
+                tls.resolver = resolver;
+                self.current.publish_tls(config);
+                let counter = if failures.is_empty() {
+                    &self.metrics.tls_reloads
+                } else {
+                    &self.metrics.tls_reload_failures
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("reloaded TLS certificates");
+            }
+            Err(e) => {
+                self.metrics
+                    .tls_reload_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    "reload of TLS certificates failed: {e:#}; still serving the previous ones"
+                );
+            }
+        }
+    }
+
+    /// inotify said these changed.
+    fn files_changed(&mut self, changes: Changes) {
+        if changes.pack {
+            self.reload_sites(None);
+        }
+        if !changes.in_folder.is_empty() {
+            self.reload_sites(Some(&changes.in_folder));
+        }
+        let folder_certificate = changes.in_folder.iter().any(|name| {
+            let name = name.as_bytes();
+            name.ends_with(b".crt") || name.ends_with(b".key")
+        });
+        if changes.certificate || folder_certificate {
+            self.reload_tls();
+        }
+    }
+}
+
+/// Opens the single site again (a pack is verified, a directory or tar is
+/// fired into a fresh preview pack); `None`, logged, when it fails.
+fn reload_one(source: &SiteSource, stats: &Arc<SiteStats>) -> Option<Arc<Site>> {
+    let path = source.path.as_path();
+    match open_site(source) {
         Ok(pack) => {
             let routes = pack.route_count();
-            current.publish(Site::from_pack(pack));
+            stats.loads.fetch_add(1, Ordering::Relaxed);
             tracing::info!("reloaded {}: {routes} routes", path.display());
+            Some(Site::new(pack, 0, Arc::clone(stats)))
         }
-        Err(e) => tracing::error!(
-            "reload of {} failed: {e:#}; still serving the previous pack",
-            path.display()
-        ),
+        Err(e) => {
+            stats.failed_loads.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                "reload of {} failed: {e:#}; still serving the previous pack",
+                path.display()
+            );
+            None
+        }
     }
 }
 
@@ -210,15 +368,13 @@ impl Control {
 /// Starts the control thread (see `run`); its end shuts the server down.
 pub fn spawn(
     signals: OwnedFd,
-    site: Option<SiteSource>,
-    tls: Option<super::tls::Source>,
+    reloader: Reloader,
     watched: Option<Watch>,
     shared: Arc<Shared>,
-    current: Arc<CurrentSite>,
     wakers: Vec<Arc<Waker>>,
 ) -> io::Result<Control> {
     supervise(shared, wakers, move |shared, wakers| {
-        run(signals, site, tls, watched, shared, &current, wakers)
+        run(signals, reloader, watched, shared, wakers)
     })
 }
 
@@ -271,18 +427,15 @@ fn is_transient(e: &io::Error) -> bool {
 }
 
 /// Runs the control loop; returns only on an error it cannot get past.
-/// `site` is `None` in dummy mode, `watched` when the pack's directory
-/// could be watched.
+/// `watched` is `None` when the directories could not be watched.
 fn run(
     signals: OwnedFd,
-    site: Option<SiteSource>,
-    tls: Option<super::tls::Source>,
+    mut reloader: Reloader,
     mut watched: Option<Watch>,
     shared: &Shared,
-    current: &CurrentSite,
     wakers: &[Arc<Waker>],
 ) -> io::Error {
-    let mut buf = vec![0u8; 4096];
+    let mut buf = vec![0u8; 64 * 1024];
     let siginfo_len = std::mem::size_of::<libc::signalfd_siginfo>();
     loop {
         let mut fds = [
@@ -321,17 +474,16 @@ fn run(
             } else {
                 let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
                 if signo == libc::SIGHUP {
-                    if let Some(p) = site.as_ref() {
-                        reload(p, current);
-                    }
-                    if let Some(source) = tls.as_ref() {
-                        reload_tls(source, current);
-                    }
+                    reloader.reload_all();
                 } else if shared.shutdown.swap(true, Ordering::AcqRel) {
                     tracing::warn!("second signal: exiting now");
                     std::process::exit(1);
                 } else {
                     tracing::info!("shutting down: finishing responses in flight");
+                    reloader.metrics.draining.store(true, Ordering::Relaxed);
+                    if let Some(n) = &reloader.notifier {
+                        n.stopping();
+                    }
                     for w in wakers {
                         w.wake();
                     }
@@ -354,13 +506,8 @@ fn run(
                     watched = None;
                 }
             } else {
-                let (pack_changed, certificate_changed) = watch.roles(&buf[..n as usize]);
-                if pack_changed && let Some(p) = site.as_ref() {
-                    reload(p, current);
-                }
-                if certificate_changed && let Some(source) = tls.as_ref() {
-                    reload_tls(source, current);
-                }
+                let changes = watch.changes(&buf[..n as usize]);
+                reloader.files_changed(changes);
             }
         }
     }
@@ -409,13 +556,21 @@ mod tests {
         // /dev/null is always readable and yields no signal: the loop can
         // never receive SIGTERM again and must not run on deaf.
         let not_signals = OwnedFd::from(File::open("/dev/null").unwrap());
+        let reloader = Reloader {
+            served: Served::Nothing,
+            tls: None,
+            current: Arc::new(CurrentSites::new(
+                Sites::single(Site::dummy(SiteStats::new("_default", 1))),
+                None,
+            )),
+            metrics: Metrics::new(1, 0),
+            notifier: None,
+        };
         let control = spawn(
             not_signals,
-            None,
-            None,
+            reloader,
             None,
             Arc::clone(&shared),
-            Arc::new(CurrentSite::new(Site::dummy(), None)),
             vec![Arc::clone(&waker)],
         )
         .unwrap();

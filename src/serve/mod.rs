@@ -1,11 +1,13 @@
-//! `kiln serve`: answers HTTP/1.1 from a pack's memory mapping.
+//! `kiln serve`: answers HTTP/1.1 and HTTP/2 from packs' memory mappings.
 //!
 //! Layers: `net` (sockets, event loops, timers), `stack` (a connection's
-//! protocols as the loop drives them), `http1` (the protocol), `http2`
-//! (HTTP/2, being built: frames and priorities so far, not yet served),
-//! `handler` (request → prepared pack bytes, protocol-agnostic),
-//! `control` (signals, hot reload), `watch` (the live preview of a
-//! directory) and `sandbox` (the walls the serving threads run inside).
+//! protocols as the loop drives them), `tls`, `http1` and `http2` (the
+//! protocols), `handler` (request → site by host → prepared pack bytes,
+//! protocol-agnostic), `load` (opening a pack, a preview or a folder of
+//! sites), `control` (signals, hot reload, site by site), `watch` (the
+//! live preview of a directory), `metrics` (counters and their
+//! listener), `systemd` (socket activation, readiness) and `sandbox` (the
+//! walls the serving threads run inside).
 
 pub mod access_log;
 pub mod control;
@@ -14,11 +16,14 @@ pub mod handler;
 pub mod http1;
 pub mod http2;
 pub mod listen;
+pub mod load;
+pub mod metrics;
 pub mod net;
 pub mod output;
 pub mod sandbox;
 pub mod server_headers;
 pub mod stack;
+pub mod systemd;
 pub mod tls;
 pub mod watch;
 
@@ -26,100 +31,154 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use rustls::ServerConfig;
 
-use crate::pack::{Pack, verify};
-use handler::Site;
+use handler::{Site, Sites};
 use listen::Listen;
+use metrics::Metrics;
 use net::uring::UringWorker;
 use net::worker::Worker;
 use net::{EventLoop, LoopConfig, Shared, Waker};
 use server_headers::ServerHeaders;
-use stack::{CurrentSite, Protocols, StackConfig};
+use stack::{CurrentSites, Protocols, StackConfig};
+use tls::SniResolver;
 
-/// `kiln serve` options.
+/// `kiln serve` options. Every flag can also come from the environment
+/// variable named in `--help` (`KILN_LISTEN`, …; a list is comma-separated
+/// there), for containers; a flag given on the command line wins.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// The pack to serve (or a directory or tar archive, fired into a
-    /// preview pack in memory).
-    #[arg(required_unless_present = "dummy")]
+    /// What to serve: a pack; a folder of sites (packs named by host:
+    /// `example.com.pack`, `_default.pack` for other hosts, `HOST.crt` and
+    /// `HOST.key` beside them for TLS); or a directory or tar archive,
+    /// fired into a preview pack in memory.
+    #[arg(required_unless_present = "dummy", env = "KILN_SITE")]
     pub site: Option<PathBuf>,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
     /// a build that fails keeps the last good site serving.
-    #[arg(long, conflicts_with = "dummy")]
+    #[arg(long, conflicts_with = "dummy", env = "KILN_WATCH")]
     pub watch: bool,
     /// Compression levels of the preview (default fast).
-    #[arg(long, value_enum, requires = "watch")]
+    #[arg(long, value_enum, requires = "watch", env = "KILN_COMPRESSION")]
     pub compression: Option<crate::build::compress::Level>,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
-    /// without IPv6. Default: 127.0.0.1:8080 and [::1]:8080. Port 0 picks a
-    /// free port, one per value, printed at start-up.
-    #[arg(long = "listen", value_name = "ADDR")]
+    /// without IPv6. Default: 127.0.0.1:8080 and [::1]:8080, unless systemd
+    /// passed listening sockets. Port 0 picks a free port, one per value,
+    /// printed at start-up.
+    #[arg(
+        long = "listen",
+        value_name = "ADDR",
+        env = "KILN_LISTEN",
+        value_delimiter = ','
+    )]
     pub listen: Vec<String>,
     /// Address to listen on with TLS (repeatable, the same forms as
-    /// --listen; needs --tls-cert and --tls-key, or --tls-self-signed).
-    #[arg(long = "listen-tls", value_name = "ADDR")]
+    /// --listen; needs --tls-cert and --tls-key, certificates beside the
+    /// packs of a folder of sites, or --tls-self-signed).
+    #[arg(
+        long = "listen-tls",
+        value_name = "ADDR",
+        env = "KILN_LISTEN_TLS",
+        value_delimiter = ','
+    )]
     pub listen_tls: Vec<String>,
     /// PEM certificate chain for TLS, leaf first (repeatable, paired in
     /// order with --tls-key; chosen per connection by SNI, the first is
     /// the fallback).
-    #[arg(long = "tls-cert", value_name = "FILE")]
+    #[arg(long = "tls-cert", value_name = "FILE", env = "KILN_TLS_CERT")]
     pub tls_cert: Vec<PathBuf>,
     /// PEM private key (PKCS#8, SEC1 or RSA) of the --tls-cert at the same
     /// position.
-    #[arg(long = "tls-key", value_name = "FILE")]
+    #[arg(long = "tls-key", value_name = "FILE", env = "KILN_TLS_KEY")]
     pub tls_key: Vec<PathBuf>,
     /// Serve TLS with a certificate made at start for localhost and the
     /// listen addresses (for development; prints its SHA-256 fingerprint).
-    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], env = "KILN_TLS_SELF_SIGNED")]
     pub tls_self_signed: bool,
     /// Answer every request on the cleartext listeners with a 308 to the
     /// same host and path on HTTPS (the first --listen-tls port), except
     /// ACME challenges under /.well-known/acme-challenge/, still served.
-    #[arg(long, requires = "listen_tls")]
+    #[arg(long, env = "KILN_REDIRECT_HTTPS")]
     pub redirect_https: bool,
     /// Connection layer: io_uring (`uring`), epoll (`epoll`), or io_uring
     /// where the kernel offers every operation kiln needs, else epoll
     /// (`auto`; the choice is logged).
-    #[arg(long, value_enum, default_value_t = net::Io::Auto, value_name = "auto|uring|epoll")]
+    #[arg(long, value_enum, default_value_t = net::Io::Auto, value_name = "auto|uring|epoll", env = "KILN_IO")]
     pub io: net::Io,
     /// Event-loop threads (default: number of cores).
-    #[arg(long)]
+    #[arg(long, env = "KILN_THREADS")]
     pub threads: Option<usize>,
     /// Most connections open at once; accepting pauses beyond. Default: the
     /// open-file limit (raised to its hard maximum at start) less a reserve
     /// for listeners, event loops and the pack.
-    #[arg(long)]
+    #[arg(long, env = "KILN_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Write a combined-format access log to PATH, or `-` for stdout.
-    #[arg(long, value_name = "PATH|-")]
+    /// Write an access log to PATH, or `-` for stdout.
+    #[arg(long, value_name = "PATH|-", env = "KILN_ACCESS_LOG")]
     pub access_log: Option<PathBuf>,
+    /// The access log's format: `combined` (as Apache and nginx write it)
+    /// or `json` (one object per line: time, host, method, path, status,
+    /// bytes, duration, protocol, encoding, user agent, referer).
+    #[arg(long, value_enum, default_value_t = access_log::Format::Combined, env = "KILN_ACCESS_LOG_FORMAT")]
+    pub access_log_format: access_log::Format,
+    /// Serve Prometheus metrics on this address (its own listener, the
+    /// same forms as --listen): /metrics, and /healthz and /ready (503
+    /// once shutting down) for health checks.
+    #[arg(long, value_name = "ADDR", env = "KILN_METRICS")]
+    pub metrics: Option<String>,
+    /// Fault every page of each pack into memory when it is loaded, so
+    /// that the first requests after a start or a deploy never wait on
+    /// the disk.
+    #[arg(long, env = "KILN_PRELOAD")]
+    pub preload: bool,
+    /// Lock each pack in memory (implies --preload), so that memory
+    /// pressure cannot evict it; fails, saying so, when the locked-memory
+    /// limit (`ulimit -l`, LimitMEMLOCK=) is too small.
+    #[arg(long, env = "KILN_MLOCK")]
+    pub mlock: bool,
     /// Answer `Hello World!` to every request, without a pack (measures the
     /// server core alone).
-    #[arg(long)]
+    #[arg(long, env = "KILN_DUMMY")]
     pub dummy: bool,
     /// Do not add the default security headers.
-    #[arg(long)]
+    #[arg(long, env = "KILN_NO_SECURITY_HEADERS")]
     pub no_security_headers: bool,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
     /// terminates TLS).
-    #[arg(long)]
+    #[arg(long, env = "KILN_HSTS")]
     pub hsts: bool,
     /// Seconds a client has to send a whole request head.
-    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 10.0,
+        env = "KILN_HEADER_TIMEOUT"
+    )]
     pub header_timeout: f64,
     /// Seconds an idle keep-alive connection stays open.
-    #[arg(long, value_name = "S", default_value_t = 60.0)]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 60.0,
+        env = "KILN_KEEPALIVE_TIMEOUT"
+    )]
     pub keepalive_timeout: f64,
     /// Seconds a client may take without reading any of its response.
-    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 30.0,
+        env = "KILN_SEND_TIMEOUT"
+    )]
     pub send_timeout: f64,
     /// Bodies of at least this many bytes are sent with sendfile(2) after
     /// their headers instead of in the headers' writev (a tuning knob for
@@ -130,47 +189,12 @@ pub struct ServeArgs {
     /// certificates opened. Default: `nobody` when started as root (kiln
     /// refuses to serve as root unless told `--user root`), else the user
     /// kiln runs as. Reloads read the pack and certificates as this user.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "KILN_USER")]
     pub user: Option<String>,
     /// Serve without the sandbox: no user switch, no Landlock, no system
     /// call filter (docs/security.md). Logged as a warning.
-    #[arg(long, conflicts_with = "user")]
+    #[arg(long, conflicts_with = "user", env = "KILN_NO_SANDBOX")]
     pub no_sandbox: bool,
-}
-
-/// What SITE names, as start-up and reloads open it.
-#[derive(Clone, Debug)]
-pub struct SiteSource {
-    /// The pack, directory or tar archive.
-    pub path: PathBuf,
-}
-
-/// Whether `path` starts with a pack's magic (else it is a directory or an
-/// archive to fire); an error when it cannot be opened.
-fn is_pack(path: &Path) -> std::io::Result<bool> {
-    let mut file = std::fs::File::open(path)?;
-    let mut magic = [0u8; 8];
-    Ok(std::io::Read::read_exact(&mut file, &mut magic).is_ok()
-        && magic == crate::pack::format::MAGIC)
-}
-
-/// Opens what SITE names: a pack is mapped and verified; a directory or a
-/// tar archive is fired into a preview pack in memory first (fast
-/// compression settings), so `kiln serve ./public` works without a build
-/// step.
-pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
-    let path = site.path.as_path();
-    match is_pack(path) {
-        Ok(true) => {}
-        Ok(false) => return crate::build::build_preview(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{}: no such file or directory", path.display())
-        }
-        Err(e) => bail!("{}: cannot open: {e}", path.display()),
-    }
-    let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(pack)
 }
 
 /// Raises the soft open-file limit to the hard one (a server's connections
@@ -217,9 +241,13 @@ type Listeners = Vec<(std::net::TcpListener, u32)>;
 const DEFAULT_PORT: u16 = 8080;
 
 /// The addresses `--listen` and `--listen-tls` ask for, each with the
-/// stack tag of its connections, or the default.
-fn listen_addresses(args: &ServeArgs) -> anyhow::Result<Vec<(Listen, u32)>> {
+/// stack tag of its connections, or the default when neither flags nor
+/// systemd name any.
+fn listen_addresses(args: &ServeArgs, activated: bool) -> anyhow::Result<Vec<(Listen, u32)>> {
     if args.listen.is_empty() && args.listen_tls.is_empty() {
+        if activated {
+            return Ok(Vec::new());
+        }
         return Ok(vec![(Listen::loopback(DEFAULT_PORT), stack::CLEARTEXT)]);
     }
     let parse = |flag: &str, v: &String, tag: u32| {
@@ -285,13 +313,38 @@ fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Lis
     Ok(per_thread)
 }
 
-/// Where TLS certificates come from, when any listener speaks TLS.
-fn tls_source(args: &ServeArgs, listens: &[(Listen, u32)]) -> anyhow::Result<Option<tls::Source>> {
-    let wants_tls = !args.listen_tls.is_empty();
+/// Adds the sockets systemd passed to every thread's listeners: one
+/// socket, shared by every loop (each its own descriptor of it).
+fn add_activated(
+    per_thread: &mut [Listeners],
+    activated: Vec<(std::net::TcpListener, u32)>,
+) -> anyhow::Result<()> {
+    for (listener, tag) in activated {
+        for listeners in per_thread.iter_mut().skip(1) {
+            let shared = systemd::share(&listener).context("cannot share an activated socket")?;
+            listeners.push((shared, tag));
+        }
+        per_thread[0].push((listener, tag));
+    }
+    Ok(())
+}
+
+/// The certificates given on the command line (or the self-signed mode),
+/// when any listener speaks TLS. `in_folder`: a folder of sites holds
+/// certificates too, so the command line need not give any.
+fn given_certificates(
+    args: &ServeArgs,
+    listens: &[(Listen, u32)],
+    has_tls_listener: bool,
+    in_folder: bool,
+) -> anyhow::Result<Option<tls::Source>> {
     let has_files = !args.tls_cert.is_empty() || !args.tls_key.is_empty();
-    if !wants_tls {
+    if !has_tls_listener {
         if has_files || args.tls_self_signed {
             bail!("TLS certificates given but no --listen-tls address");
+        }
+        if args.redirect_https {
+            bail!("--redirect-https needs a TLS listener (--listen-tls)");
         }
         return Ok(None);
     }
@@ -309,7 +362,7 @@ fn tls_source(args: &ServeArgs, listens: &[(Listen, u32)]) -> anyhow::Result<Opt
         names.dedup();
         return Ok(Some(tls::Source::SelfSigned(names)));
     }
-    if args.tls_cert.is_empty() {
+    if args.tls_cert.is_empty() && !in_folder {
         bail!("--listen-tls needs --tls-cert FILE --tls-key FILE (or --tls-self-signed)");
     }
     if args.tls_cert.len() != args.tls_key.len() {
@@ -337,10 +390,10 @@ fn now_unix() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Loads the certificates of `source` into a server configuration; the
-/// error is one line naming the file and the problem.
-pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    let resolver = tls::certs::load(source, now_unix()).map_err(anyhow::Error::msg)?;
+/// Loads the certificates of `source`; the error is one line naming the
+/// file and the problem.
+pub fn load_tls(source: &tls::Source) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
+    let resolver = Arc::new(tls::certs::load(source, now_unix()).map_err(anyhow::Error::msg)?);
     if let tls::Source::SelfSigned(names) = source {
         let fingerprint = tls::certs::first_fingerprint(&resolver);
         let mut stdout = std::io::stdout();
@@ -351,24 +404,31 @@ pub fn load_tls(source: &tls::Source) -> anyhow::Result<Arc<rustls::ServerConfig
         )
         .and_then(|()| stdout.flush());
     }
+    let config = tls_config(Arc::clone(&resolver))?;
+    Ok((resolver, config))
+}
+
+/// The server configuration new TLS connections start from.
+pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig>> {
     // HTTP/2 first: every browser that offers it is better served by it.
     tls::server_config(resolver, &[b"h2", b"http/1.1"]).map_err(anyhow::Error::msg)
 }
 
-/// What the sandbox lets the server read after start: the site and
-/// certificates again at reloads (previews are built in memory).
+/// What the sandbox lets the server read after start: what is served
+/// (a pack, a directory, a folder of sites) and the certificates again at
+/// reloads (previews are built in memory).
 fn sandbox_plan(
     identity: sandbox::Identity,
     backend: sandbox::Backend,
-    site: Option<&SiteSource>,
+    site: Option<&Path>,
     tls: Option<&tls::Source>,
 ) -> sandbox::Plan {
     let mut plan = sandbox::Plan::new(identity, backend);
     if let Some(site) = site {
-        if site.path.is_dir() {
-            plan.read_tree_again(&site.path);
+        if site.is_dir() {
+            plan.read_tree_again(site);
         } else {
-            plan.read_file_again(&site.path);
+            plan.read_file_again(site);
         }
     }
     if let Some(tls::Source::Files(pairs)) = tls {
@@ -380,64 +440,9 @@ fn sandbox_plan(
     plan
 }
 
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    // A log line that cannot be written is dropped: by default the
-    // subscriber reports the failure by printing to stderr, which panics
-    // when stderr is a closed pipe or a full device, and the thread logging
-    // dies.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-    let listens = listen_addresses(&args)?;
-    let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
-    let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
-    let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
-    let max_connections = match args.max_connections {
-        Some(0) => bail!("--max-connections must be at least 1"),
-        Some(n) => n,
-        None => connection_budget(threads, listens.iter().map(|(l, _)| l.addrs.len()).sum()),
-    };
-    let identity = if args.no_sandbox {
-        None
-    } else {
-        Some(sandbox::resolve_user(args.user.as_deref())?)
-    };
-    // Blocked before anything starts a thread (a preview build starts
-    // rayon's pool): a thread spawned earlier would keep the default action,
-    // and SIGHUP or SIGTERM would kill the process instead of reaching the
-    // control thread. A signal during the preview build waits for it.
-    let signals = control::block_signals().context("cannot set up signal handling")?;
-    let mut preview = None;
-    let (site, site_source, routes) = if args.dummy {
-        (Site::dummy(), None, 0)
-    } else if args.watch {
-        let path = args.site.clone().context("SITE is required")?;
-        let level = args
-            .compression
-            .unwrap_or(crate::build::compress::Level::Fast);
-        let (site, watching) = watch::start(&path, level)?;
-        let routes = site.pack().map_or(0, |p| p.route_count());
-        preview = Some(watching);
-        (site, Some(SiteSource { path }), routes)
-    } else {
-        let source = SiteSource {
-            path: args.site.clone().context("SITE is required")?,
-        };
-        let pack = open_site(&source)?;
-        let routes = pack.route_count();
-        (Site::from_pack(pack), Some(source), routes)
-    };
-    let pack_path = site_source.as_ref().map(|s| s.path.clone());
-    let access_log = match args.access_log.as_deref() {
+/// Opens the access log `--access-log` names, if any.
+fn open_access_log(args: &ServeArgs) -> anyhow::Result<Option<Arc<access_log::Sink>>> {
+    Ok(match args.access_log.as_deref() {
         None => None,
         Some(p) if p == Path::new("-") => Some(Arc::new(access_log::Sink::Stdout)),
         Some(p) => {
@@ -448,63 +453,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("{}: cannot open access log", p.display()))?;
             Some(Arc::new(access_log::Sink::File(f)))
         }
-    };
-    let config = Arc::new(LoopConfig {
-        header_timeout_ms,
-        keepalive_timeout_ms,
-        send_timeout_ms,
-        max_connections,
-        sendfile_min: args.sendfile_min,
-    });
-    let tls_source = tls_source(&args, &listens)?;
-    let listeners = bind_all(&listens, threads)?;
-    let https_port = listeners[0]
-        .iter()
-        .find(|(_, tag)| *tag == stack::TLS)
-        .and_then(|(l, _)| l.local_addr().ok())
-        .map(|a| a.port());
-    let security = !args.no_security_headers;
-    // Without TLS listeners kiln sits behind something that terminates TLS
-    // (where --hsts belongs on every response); with them, only its own
-    // TLS responses may carry it.
-    let hsts_on_cleartext = args.hsts && args.listen_tls.is_empty();
-    let stack_config = Arc::new(StackConfig {
-        server_headers: ServerHeaders::new(security, hsts_on_cleartext),
-        server_headers_tls: ServerHeaders::new(security, args.hsts),
-        access_log,
-        https_redirect: https_port.filter(|_| args.redirect_https),
-    });
-    let urls: Vec<String> = listeners[0]
-        .iter()
-        .filter_map(|(l, tag)| {
-            let scheme = if *tag == stack::TLS { "https" } else { "http" };
-            l.local_addr().ok().map(|a| format!("{scheme}://{a}/"))
-        })
-        .collect();
-    if urls.is_empty() {
-        bail!("no address to listen on");
-    }
-    let tls_config = match &tls_source {
-        Some(source) => {
-            let config = load_tls(source)?;
-            // The hand-off of keys to the kernel is built and tested against
-            // known vectors (tls::ktls) but not switched on: no machine here
-            // has kTLS to prove it on, so records stay in userspace.
-            match tls::ktls::probe() {
-                Ok(()) => tracing::info!(
-                    "kTLS: this kernel takes TLS offload, but kiln does not hand keys to it yet; TLS records are encrypted in userspace"
-                ),
-                Err(e) => tracing::info!(
-                    "kTLS: not available ({e}); TLS records are encrypted in userspace"
-                ),
-            }
-            Some(config)
-        }
-        None => None,
-    };
-    let shared = Arc::new(Shared::default());
-    let current = Arc::new(CurrentSite::new(site, tls_config));
-    let uring = match args.io {
+    })
+}
+
+/// Which connection layer serves: io_uring when asked or usable, else
+/// epoll; `Some` describes the receive buffers io_uring will use.
+fn choose_io(io: net::Io) -> anyhow::Result<Option<String>> {
+    let uring = match io {
         net::Io::Epoll => None,
         net::Io::Uring => {
             Some(net::uring::probe().context("--io uring: io_uring is not usable here")?)
@@ -521,34 +476,253 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(buffers) => tracing::info!("connection layer: io_uring ({buffers})"),
         None => tracing::info!("connection layer: epoll"),
     }
+    Ok(uring)
+}
+
+/// What is served, as opened at start.
+struct Opened {
+    /// The first generation of the sites.
+    sites: Arc<Sites>,
+    /// What reloads it.
+    served: control::Served,
+    /// The live preview's watcher, started once inside the sandbox.
+    preview: Option<watch::Preview>,
+    /// What SITE named, for the sandbox and the watch.
+    path: Option<PathBuf>,
+    /// For the start-up line.
+    what: String,
+}
+
+/// Opens what SITE names: the dummy answer, a live preview, a folder of
+/// sites, or one pack (or a directory or archive fired into one).
+fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opened> {
+    if args.dummy {
+        return Ok(Opened {
+            sites: Sites::single(Site::dummy(metrics.site(load::DEFAULT_SITE))),
+            served: control::Served::Nothing,
+            preview: None,
+            path: None,
+            what: "dummy answers".to_string(),
+        });
+    }
+    let path = args.site.clone().context("SITE is required")?;
+    let opts = load::LoadOptions {
+        preload: args.preload || args.mlock,
+        mlock: args.mlock,
+    };
+    if args.watch {
+        let level = args
+            .compression
+            .unwrap_or(crate::build::compress::Level::Fast);
+        let (site, watching) = watch::start(&path, level, metrics.site(load::DEFAULT_SITE))?;
+        let routes = site.pack().map_or(0, |p| p.route_count());
+        return Ok(Opened {
+            sites: Sites::single(site),
+            served: control::Served::Nothing,
+            preview: Some(watching),
+            what: format!("{} ({routes} routes)", path.display()),
+            path: Some(path),
+        });
+    }
+    if path.is_dir() && load::is_folder_of_sites(&path) {
+        let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
+        let what = format!("{} sites from {}", folder.len(), path.display());
+        return Ok(Opened {
+            sites: folder.sites(),
+            served: control::Served::Folder(folder),
+            preview: None,
+            path: Some(path),
+            what,
+        });
+    }
+    let source = load::SiteSource { path, opts };
+    let pack = load::open_site(&source)?;
+    let routes = pack.route_count();
+    let stats = metrics.site(load::DEFAULT_SITE);
+    stats.loads.fetch_add(1, Ordering::Relaxed);
+    Ok(Opened {
+        sites: Sites::single(Site::new(pack, 0, Arc::clone(&stats))),
+        what: format!("{} ({routes} routes)", source.path.display()),
+        path: Some(source.path.clone()),
+        served: control::Served::One { source, stats },
+        preview: None,
+    })
+}
+
+/// The gauges of every pack served now, for a scrape.
+fn pack_gauges(current: &CurrentSites) -> Vec<metrics::PackGauges> {
+    current.sites().iter().filter_map(|s| s.gauges()).collect()
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // A log line that cannot be written is dropped: by default the
+    // subscriber reports the failure by printing to stderr, which panics
+    // when stderr is a closed pipe or a full device, and the thread logging
+    // dies.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    // Both read (and clear) the environment: before any thread starts.
+    let activated = systemd::listeners()?;
+    let notifier = systemd::Notifier::from_env();
+    let listens = listen_addresses(&args, !activated.is_empty())?;
+    let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
+    let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
+    let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let addresses = listens.iter().map(|(l, _)| l.addrs.len()).sum::<usize>() + activated.len();
+    let max_connections = match args.max_connections {
+        Some(0) => bail!("--max-connections must be at least 1"),
+        Some(n) => n,
+        None => connection_budget(threads, addresses),
+    };
+    let identity = if args.no_sandbox {
+        None
+    } else {
+        Some(sandbox::resolve_user(args.user.as_deref())?)
+    };
+    // Blocked before anything starts a thread (a preview build starts
+    // rayon's pool): a thread spawned earlier would keep the default action,
+    // and SIGHUP or SIGTERM would kill the process instead of reaching the
+    // control thread. A signal during the preview build waits for it.
+    let signals = control::block_signals().context("cannot set up signal handling")?;
+    let metrics = Metrics::new(threads, now_unix());
+    let opened = open_served(&args, &metrics)?;
+    let access_log = open_access_log(&args)?;
+    let config = Arc::new(LoopConfig {
+        header_timeout_ms,
+        keepalive_timeout_ms,
+        send_timeout_ms,
+        max_connections,
+        sendfile_min: args.sendfile_min,
+    });
+    let mut metrics_listener = None;
+    let mut activated_serving = Vec::new();
+    for a in activated {
+        match a.purpose {
+            systemd::Purpose::Cleartext => activated_serving.push((a.listener, stack::CLEARTEXT)),
+            systemd::Purpose::Tls => activated_serving.push((a.listener, stack::TLS)),
+            systemd::Purpose::Metrics => metrics_listener = Some(a.listener),
+        }
+        tracing::info!("listening on a socket from systemd: {}", a.name);
+    }
+    let has_tls_listener = listens.iter().any(|(_, tag)| *tag == stack::TLS)
+        || activated_serving.iter().any(|(_, tag)| *tag == stack::TLS);
+    let in_folder =
+        matches!(&opened.served, control::Served::Folder(f) if !f.certificate_pairs().is_empty());
+    let given = given_certificates(&args, &listens, has_tls_listener, in_folder)?;
+    let tls_source = given
+        .as_ref()
+        .map(|g| control::certificate_source(g, &opened.served));
+    let mut listeners = bind_all(&listens, threads)?;
+    add_activated(&mut listeners, activated_serving)?;
+    if let Some(addr) = &args.metrics {
+        let listen =
+            Listen::parse(addr).map_err(|why| anyhow::anyhow!("--metrics {addr:?}: {why}"))?;
+        let addr = listen.addrs[0];
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+        metrics_listener = Some(listener);
+    }
+    let https_port = listeners[0]
+        .iter()
+        .find(|(_, tag)| *tag == stack::TLS)
+        .and_then(|(l, _)| l.local_addr().ok())
+        .map(|a| a.port());
+    let security = !args.no_security_headers;
+    // Without TLS listeners kiln sits behind something that terminates TLS
+    // (where --hsts belongs on every response); with them, only its own
+    // TLS responses may carry it.
+    let hsts_on_cleartext = args.hsts && !has_tls_listener;
+    let stack_config = Arc::new(StackConfig {
+        server_headers: ServerHeaders::new(security, hsts_on_cleartext),
+        server_headers_tls: ServerHeaders::new(security, args.hsts),
+        access_log,
+        access_log_format: args.access_log_format,
+        https_redirect: https_port.filter(|_| args.redirect_https),
+        metrics: Arc::clone(&metrics),
+    });
+    let urls: Vec<String> = listeners[0]
+        .iter()
+        .filter_map(|(l, tag)| {
+            let scheme = if *tag == stack::TLS { "https" } else { "http" };
+            l.local_addr().ok().map(|a| format!("{scheme}://{a}/"))
+        })
+        .collect();
+    if urls.is_empty() {
+        bail!("no address to listen on");
+    }
+    let (tls_reload, tls_config) = match &tls_source {
+        Some(source) => {
+            let (resolver, config) = load_tls(source)?;
+            // The hand-off of keys to the kernel is built and tested against
+            // known vectors (tls::ktls) but not switched on: no machine here
+            // has kTLS to prove it on, so records stay in userspace.
+            match tls::ktls::probe() {
+                Ok(()) => tracing::info!(
+                    "kTLS: this kernel takes TLS offload, but kiln does not hand keys to it yet; TLS records are encrypted in userspace"
+                ),
+                Err(e) => tracing::info!(
+                    "kTLS: not available ({e}); TLS records are encrypted in userspace"
+                ),
+            }
+            let given = given.clone().expect("given when there is a source");
+            (Some(control::TlsReload { given, resolver }), Some(config))
+        }
+        None => (None, None),
+    };
+    let uring = choose_io(args.io)?;
+    metrics.set_io(if uring.is_some() { "uring" } else { "epoll" });
+    let shared = Arc::new(Shared::default());
+    let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     let mut wakers = Vec::new();
     let mut loops = Vec::new();
-    for l in listeners {
+    for (thread, l) in listeners.into_iter().enumerate() {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
         let stack = Protocols::new(
             Arc::clone(&current),
             Arc::clone(&stack_config),
             args.sendfile_min,
+            thread,
         );
         let (shared, config) = (Arc::clone(&shared), Arc::clone(&config));
+        let counted = net::Counted {
+            metrics: Arc::clone(&metrics),
+            thread,
+        };
         loops.push(if uring.is_some() {
             EventLoop::Uring(Box::new(
-                UringWorker::new(l, waker, shared, config, stack)
+                UringWorker::new(l, waker, shared, config, counted, stack)
                     .context("cannot set up io_uring")?,
             ))
         } else {
-            EventLoop::Epoll(Box::new(Worker::new(l, waker, shared, config, stack)?))
+            EventLoop::Epoll(Box::new(Worker::new(
+                l, waker, shared, config, counted, stack,
+            )?))
         });
     }
-    // The live preview rebuilds on its own; the control thread reloads
-    // only a pack, or a directory or archive replaced as a whole.
-    let reloaded = site_source.clone().filter(|_| !args.watch);
+    // What the control thread watches: a pack (not a live preview: it
+    // rebuilds on its own), a folder of sites, the certificates.
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
-    if let Some(source) = reloaded.as_ref() {
-        watched_files.push((&source.path, control::Role::Pack));
+    match &opened.served {
+        control::Served::One { source, .. } => {
+            watched_files.push((&source.path, control::Role::Pack));
+        }
+        control::Served::Folder(folder) => {
+            watched_files.push((folder.dir(), control::Role::Folder))
+        }
+        control::Served::Nothing => {}
     }
-    if let Some(tls::Source::Files(pairs)) = &tls_source {
+    if let Some(tls::Source::Files(pairs)) = &given {
         for pair in pairs {
             watched_files.push((&pair.cert, control::Role::Certificate));
             watched_files.push((&pair.key, control::Role::Certificate));
@@ -561,6 +735,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
     // Everything is open and every worker built: the sandbox goes up before
     // the first thread starts, so that every thread is inside it.
     match identity {
@@ -570,7 +745,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             } else {
                 sandbox::Backend::Epoll
             };
-            let plan = sandbox_plan(identity, backend, site_source.as_ref(), tls_source.as_ref());
+            let plan = sandbox_plan(
+                identity,
+                backend,
+                opened.path.as_deref(),
+                tls_source.as_ref(),
+            );
             sandbox::enter(&plan)?;
         }
         None => tracing::warn!(
@@ -580,8 +760,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     #[cfg(debug_assertions)]
     sandbox::debug_probes();
-    if let Some(preview) = preview {
+    if let Some(preview) = opened.preview {
         watch::spawn(preview, Arc::clone(&current))?;
+    }
+    if let Some(listener) = metrics_listener {
+        let current = Arc::clone(&current);
+        metrics::spawn_listener(listener, Arc::clone(&metrics), move || {
+            pack_gauges(&current)
+        })
+        .context("cannot start the metrics listener")?;
     }
     let mut handles = Vec::new();
     for (i, event_loop) in loops.into_iter().enumerate() {
@@ -591,27 +778,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .spawn(move || event_loop.run())?,
         );
     }
-    let control = control::spawn(
-        signals,
-        reloaded,
-        tls_source,
-        watched,
-        Arc::clone(&shared),
+    let mut announcement = format!(
+        "kiln: serving {} on {} with {threads} {}",
+        opened.what,
+        urls.join(" "),
+        if threads == 1 { "thread" } else { "threads" }
+    );
+    if let Some(addr) = metrics_addr {
+        announcement.push_str(&format!("; metrics on {addr}"));
+    }
+    if let Some(n) = &notifier {
+        n.ready(&announcement["kiln: ".len()..]);
+    }
+    let reloader = control::Reloader {
+        served: opened.served,
+        tls: tls_reload,
         current,
-        wakers,
-    )?;
-    let threads_word = if threads == 1 { "thread" } else { "threads" };
-    let announcement = match &pack_path {
-        Some(p) => format!(
-            "kiln: serving {} ({routes} routes) on {} with {threads} {threads_word}",
-            p.display(),
-            urls.join(" ")
-        ),
-        None => format!(
-            "kiln: serving dummy answers on {} with {threads} {threads_word}",
-            urls.join(" ")
-        ),
+        metrics,
+        notifier,
     };
+    let control = control::spawn(signals, reloader, watched, Arc::clone(&shared), wakers)?;
     // A closed stdout must not stop the server: the line is informative.
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());

@@ -23,10 +23,11 @@ pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
 pub enum Seg {
     /// `bytes[start..end]` of the owning buffer.
     Own { start: usize, end: usize },
-    /// `len` bytes at `off` in the pack mapping.
-    Mapped { off: usize, len: usize },
-    /// `len` bytes at `off` in the pack file, sent with `sendfile`.
-    File { off: u64, len: u64 },
+    /// `len` bytes at `off` in the mapping of the backing's pack `pack`.
+    Mapped { pack: u32, off: usize, len: usize },
+    /// `len` bytes at `off` in the file of the backing's pack `pack`, sent
+    /// with `sendfile`.
+    File { pack: u32, off: u64, len: u64 },
 }
 
 /// Default of `--sendfile-min`: bodies of at least this many bytes go out
@@ -90,16 +91,18 @@ impl Output {
         self.segs.push(Seg::Own { start, end });
     }
 
-    /// Appends a pack body after sealing the headers before it.
-    pub fn pack_body(&mut self, off: u64, len: u64) {
+    /// Appends `len` bytes at `off` of the backing's pack `pack` (a
+    /// body), after sealing the headers before it.
+    pub fn pack_body(&mut self, pack: u32, off: u64, len: u64) {
         self.seal();
         if len == 0 {
             return;
         }
         if len >= self.sendfile_min {
-            self.segs.push(Seg::File { off, len });
+            self.segs.push(Seg::File { pack, off, len });
         } else {
             self.segs.push(Seg::Mapped {
+                pack,
                 off: off as usize,
                 len: len as usize,
             });

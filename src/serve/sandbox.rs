@@ -172,6 +172,8 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_munmap),
         sys!(SYS_mremap),
         sys!(SYS_madvise),
+        // `--mlock`: a reloaded pack is locked in memory.
+        sys!(SYS_mlock),
         // Threads: locks, joins and rayon's idle waits; creating the event
         // loops, the control thread and a preview build's pool; what glibc
         // and std set up in each (robust futex list, restartable sequences,
@@ -188,8 +190,12 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_rt_sigprocmask),
         sys!(SYS_rt_sigaction, if arg 0 & u32::MAX => GLIBC_SIGSETXID),
         sys!(SYS_prctl, if arg 0 & u32::MAX => libc::PR_SET_NAME),
-        // The control thread's wait on the signalfd and inotify.
+        // The control thread's wait on the signalfd and inotify; the
+        // metrics listener's waits.
         sys!(SYS_poll),
+        // Connections: the epoll loops', and the metrics listener's on
+        // either back end.
+        sys!(SYS_accept4),
         // rustls (aws-lc) and std's hash seeds.
         sys!(SYS_getrandom),
         // The clocks are read through the vDSO, which falls back to the
@@ -216,7 +222,6 @@ fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
             // Readiness, and registering accepted connections.
             sys!(SYS_epoll_wait),
             sys!(SYS_epoll_ctl),
-            sys!(SYS_accept4),
             // A batch of responses in one call; large bodies from the pack.
             // (Requests are read with `read`, in the common list.)
             sys!(SYS_writev),

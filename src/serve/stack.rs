@@ -12,11 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use rustls::ServerConfig;
 
-use super::access_log::{AccessLog, Sink};
+use super::access_log::{AccessLog, Format, Sink};
 use super::date::DateCache;
-use super::handler::{Scratch, Site};
+use super::handler::{Scratch, Sites};
 use super::http1;
 use super::http2;
+use super::metrics::Metrics;
+use super::net::clock::monotonic_us;
 use super::net::{self, Backing, Output, Step, Wait};
 use super::server_headers::ServerHeaders;
 use super::tls::TlsSession;
@@ -26,28 +28,34 @@ pub const CLEARTEXT: u32 = 0;
 /// The tag of TLS listeners.
 pub const TLS: u32 = 1;
 
-/// What new requests are answered with: the site and the TLS
+/// What new requests are answered with: the sites and the TLS
 /// configuration, each replaced by reloads.
-pub struct CurrentSite {
+pub struct CurrentSites {
     /// Bumped after either is replaced; threads compare it once per loop
     /// turn and take the lock only when it changed.
     generation: AtomicU64,
-    /// The site and the TLS configuration (`None` without TLS listeners).
-    state: Mutex<(Arc<Site>, Option<Arc<ServerConfig>>)>,
+    /// The sites and the TLS configuration (`None` without TLS listeners).
+    state: Mutex<(Arc<Sites>, Option<Arc<ServerConfig>>)>,
 }
 
-impl CurrentSite {
-    pub fn new(site: Arc<Site>, tls: Option<Arc<ServerConfig>>) -> CurrentSite {
-        CurrentSite {
+impl CurrentSites {
+    pub fn new(sites: Arc<Sites>, tls: Option<Arc<ServerConfig>>) -> CurrentSites {
+        CurrentSites {
             generation: AtomicU64::new(0),
-            state: Mutex::new((site, tls)),
+            state: Mutex::new((sites, tls)),
         }
     }
 
-    /// Publishes a new site; responses in flight keep their Arc.
-    pub fn publish(&self, site: Arc<Site>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = site;
+    /// Publishes a new generation of the sites; responses in flight keep
+    /// their Arc.
+    pub fn publish(&self, sites: Arc<Sites>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = sites;
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The sites being served now.
+    pub fn sites(&self) -> Arc<Sites> {
+        Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 
     /// Publishes new certificates; connections already open keep theirs.
@@ -56,20 +64,22 @@ impl CurrentSite {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    fn get(&self) -> (u64, Arc<Site>, Option<Arc<ServerConfig>>) {
+    fn get(&self) -> (u64, Arc<Sites>, Option<Arc<ServerConfig>>) {
         let generation = self.generation.load(Ordering::Acquire);
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         (generation, Arc::clone(&state.0), state.1.clone())
     }
 }
 
-impl Backing for Site {
-    fn bytes(&self) -> &[u8] {
-        self.pack().map_or(&[], |p| p.bytes())
+impl Backing for Sites {
+    fn bytes(&self, pack: u32) -> &[u8] {
+        self.site(pack)
+            .and_then(|s| s.pack())
+            .map_or(&[], |p| p.bytes())
     }
 
-    fn file(&self) -> Option<RawFd> {
-        self.pack().map(|p| p.file().as_raw_fd())
+    fn file(&self, pack: u32) -> Option<RawFd> {
+        self.site(pack)?.pack().map(|p| p.file().as_raw_fd())
     }
 }
 
@@ -82,19 +92,23 @@ pub struct StackConfig {
     pub server_headers_tls: ServerHeaders,
     /// Where access log lines go, if anywhere.
     pub access_log: Option<Arc<Sink>>,
+    /// How they are written.
+    pub access_log_format: Format,
+    /// What responses and TLS handshakes are counted in.
+    pub metrics: Arc<Metrics>,
     /// `--redirect-https`: the HTTPS port cleartext requests are sent to.
     pub https_redirect: Option<u16>,
 }
 
 /// One thread's protocol stack.
 pub struct Protocols {
-    /// Where reloads publish the site.
-    current: Arc<CurrentSite>,
-    /// The `CurrentSite` generation `site` was taken at.
+    /// Where reloads publish the sites.
+    current: Arc<CurrentSites>,
+    /// The `CurrentSites` generation `sites` was taken at.
     generation: u64,
-    /// The site this thread answers from.
-    site: Arc<Site>,
-    /// `site` again, as what output segments point into.
+    /// The sites this thread answers from.
+    sites: Arc<Sites>,
+    /// `sites` again, as what output segments point into.
     backing: Arc<dyn Backing>,
     /// What new TLS sessions start from.
     tls: Option<Arc<ServerConfig>>,
@@ -115,6 +129,11 @@ pub struct Protocols {
     config: Arc<StackConfig>,
     /// This thread's access log buffer, when enabled.
     log: Option<AccessLog>,
+    /// This thread's index, which picks its metrics blocks.
+    thread: usize,
+    /// With an access log: when this loop turn began (monotonic
+    /// microseconds), which requests read in it are timed from.
+    turn_us: u64,
 }
 
 /// One connection's protocol state.
@@ -226,17 +245,21 @@ fn protocol_timeout(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mu
 
 impl Protocols {
     pub fn new(
-        current: Arc<CurrentSite>,
+        current: Arc<CurrentSites>,
         config: Arc<StackConfig>,
         sendfile_min: u64,
+        thread: usize,
     ) -> Protocols {
-        let (generation, site, tls) = current.get();
-        let backing: Arc<dyn Backing> = site.clone();
-        let log = config.access_log.clone().map(AccessLog::new);
+        let (generation, sites, tls) = current.get();
+        let backing: Arc<dyn Backing> = sites.clone();
+        let log = config
+            .access_log
+            .clone()
+            .map(|sink| AccessLog::new(sink, config.access_log_format));
         Protocols {
             current,
             generation,
-            site,
+            sites,
             backing,
             tls,
             plain_in: Vec::with_capacity(64 * 1024),
@@ -247,6 +270,8 @@ impl Protocols {
             draining: false,
             config,
             log,
+            thread,
+            turn_us: 0,
         }
     }
 }
@@ -257,7 +282,7 @@ impl Protocols {
 macro_rules! context {
     ($p:expr, $session:expr) => {
         http1::Context {
-            site: &$p.site,
+            sites: &$p.sites,
             scratch: &mut $p.scratch,
             date: &$p.date,
             server_headers: if $session.tls.is_some() {
@@ -269,6 +294,10 @@ macro_rules! context {
             peer: $session.peer,
             draining: $p.draining,
             https_redirect: $session.https_redirect,
+            tls: $session.tls.is_some(),
+            metrics: &$p.config.metrics,
+            thread: $p.thread,
+            started_us: $p.turn_us,
         }
     };
 }
@@ -324,9 +353,12 @@ impl net::Stack for Protocols {
     fn begin_turn(&mut self, unix_seconds: i64, draining: bool) {
         self.date.update(unix_seconds);
         self.draining = draining;
+        if self.log.is_some() {
+            self.turn_us = monotonic_us();
+        }
         if self.current.generation.load(Ordering::Acquire) != self.generation {
-            (self.generation, self.site, self.tls) = self.current.get();
-            self.backing = self.site.clone();
+            (self.generation, self.sites, self.tls) = self.current.get();
+            self.backing = self.sites.clone();
         }
     }
 
@@ -376,7 +408,12 @@ impl net::Stack for Protocols {
             return protocol_input(&mut session.proto, &mut ctx, &mut self.h2, bytes, out);
         };
         self.plain_in.clear();
+        let handshaking = tls.is_handshaking();
         if tls.receive(bytes, &mut self.plain_in, out).is_err() {
+            if handshaking {
+                let counters = self.config.metrics.of_loop(self.thread);
+                counters.tls_handshake_failures.add(1);
+            }
             return FAILED_STEP;
         }
         if tls.is_handshaking() || tls.has_unsent() {
@@ -390,6 +427,11 @@ impl net::Stack for Protocols {
         }
         if !session.alpn_done {
             session.alpn_done = true;
+            self.config
+                .metrics
+                .of_loop(self.thread)
+                .tls_handshakes
+                .add(1);
             if tls.alpn_protocol() == Some(b"h2") {
                 session.proto = Protocol::Http2(Box::default());
             }

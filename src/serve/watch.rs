@@ -16,13 +16,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use super::handler::Site;
-use super::stack::CurrentSite;
+use super::handler::{Site, Sites};
+use super::metrics::SiteStats;
+use super::stack::CurrentSites;
 use crate::build::compress::Level;
 use crate::build::source::ignore::is_ignored_entry;
 use crate::build::{BuildOptions, BuildReport, build_preview_with};
@@ -58,9 +60,14 @@ pub struct Preview {
     served: Arc<Site>,
 }
 
-/// Watches `dir`, then fires its first preview at `level`: set up before the
-/// server announces itself, so that no change after start-up is missed.
-pub fn start(dir: &Path, level: Level) -> anyhow::Result<(Arc<Site>, Preview)> {
+/// Watches `dir`, then fires its first preview at `level`, counted in
+/// `stats`: set up before the server announces itself, so that no change
+/// after start-up is missed.
+pub fn start(
+    dir: &Path,
+    level: Level,
+    stats: Arc<SiteStats>,
+) -> anyhow::Result<(Arc<Site>, Preview)> {
     if !dir.is_dir() {
         bail!(
             "{}: --watch needs a directory (a pack or an archive is reloaded when it is replaced)",
@@ -77,7 +84,8 @@ pub fn start(dir: &Path, level: Level) -> anyhow::Result<(Arc<Site>, Preview)> {
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
     let opts = BuildOptions::preview(level);
     let (pack, _) = build_preview_with(dir, &opts, None)?;
-    let served = Site::from_pack(pack);
+    stats.loads.fetch_add(1, Ordering::Relaxed);
+    let served = Site::new(pack, 0, stats);
     let preview = Preview {
         dir: dir.to_path_buf(),
         opts,
@@ -88,7 +96,7 @@ pub fn start(dir: &Path, level: Level) -> anyhow::Result<(Arc<Site>, Preview)> {
 }
 
 /// Starts the thread that rebuilds and publishes the preview on change.
-pub fn spawn(preview: Preview, current: Arc<CurrentSite>) -> io::Result<JoinHandle<()>> {
+pub fn spawn(preview: Preview, current: Arc<CurrentSites>) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("kiln-watch".into())
         .spawn(move || preview.run(&current))
@@ -96,7 +104,7 @@ pub fn spawn(preview: Preview, current: Arc<CurrentSite>) -> io::Result<JoinHand
 
 impl Preview {
     /// Waits for changes and rebuilds, until inotify fails.
-    fn run(mut self, current: &CurrentSite) {
+    fn run(mut self, current: &CurrentSites) {
         loop {
             if let Err(e) = self.wait_for_change() {
                 tracing::error!(
@@ -163,12 +171,16 @@ impl Preview {
     }
 
     /// Fires the preview again and publishes it, or logs why not.
-    fn rebuild(&mut self, current: &CurrentSite) {
+    fn rebuild(&mut self, current: &CurrentSites) {
         let started = Instant::now();
         let built = build_preview_with(&self.dir, &self.opts, self.served.pack());
         let (pack, report) = match built {
             Ok(built) => built,
             Err(e) => {
+                self.served
+                    .stats()
+                    .failed_loads
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::error!("{e:#}; still serving the previous site");
                 return;
             }
@@ -189,8 +201,10 @@ impl Preview {
             started.elapsed().as_millis(),
             encodings_line(&report)
         );
-        let site = Site::from_pack(pack);
-        current.publish(Arc::clone(&site));
+        let stats = Arc::clone(self.served.stats());
+        stats.loads.fetch_add(1, Ordering::Relaxed);
+        let site = Site::new(pack, 0, stats);
+        current.publish(Sites::single(Arc::clone(&site)));
         self.served = site;
     }
 }

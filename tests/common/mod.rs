@@ -438,6 +438,11 @@ pub struct Launch {
     pub stay_root: bool,
     /// Extra environment variables of the server.
     pub env: Vec<(&'static str, String)>,
+    /// Listening sockets passed the way systemd passes them: as
+    /// descriptors 3, 4, … with `LISTEN_FDS`, `LISTEN_FDNAMES` (these
+    /// names) and `LISTEN_PID` (the server's own pid, set by the shell
+    /// that execs it).
+    pub activate: Vec<(std::net::TcpListener, &'static str)>,
 }
 
 /// Makes `command`'s process run where `io_uring_setup` fails with ENOSYS,
@@ -504,8 +509,45 @@ impl Default for Launch {
             deny_io_uring: false,
             stay_root: true,
             env: Vec::new(),
+            activate: Vec::new(),
         }
     }
+}
+
+/// Makes the sockets of `listeners` descriptors 3, 4, … of `command`'s
+/// process (inherited across exec) and names them in `LISTEN_FDS` and
+/// `LISTEN_FDNAMES`, as systemd does.
+fn pass_listeners(command: &mut Command, listeners: &[(std::net::TcpListener, &'static str)]) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fds: Vec<i32> = listeners.iter().map(|(l, _)| l.as_raw_fd()).collect();
+    let names: Vec<&str> = listeners.iter().map(|(_, n)| *n).collect();
+    command
+        .env("LISTEN_FDS", fds.len().to_string())
+        .env("LISTEN_FDNAMES", names.join(":"));
+    // SAFETY: fcntl and dup2 are async-signal-safe; `fds` is copied into
+    // the child by fork.
+    unsafe {
+        command.pre_exec(move || {
+            // Out of the way first: a source may sit where another goes.
+            let mut high = Vec::with_capacity(fds.len());
+            for &fd in &fds {
+                let moved = libc::fcntl(fd, libc::F_DUPFD, 100);
+                if moved < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                high.push(moved);
+            }
+            for (i, &fd) in high.iter().enumerate() {
+                // dup2 leaves the new descriptor open across exec.
+                if libc::dup2(fd, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            Ok(())
+        })
+    };
 }
 
 /// Whether the tests run as root.
@@ -558,7 +600,22 @@ impl Server {
     /// Starts `kiln serve ARGS` as `launch` says and waits for its start-up
     /// line.
     pub fn launch(args: &[&str], launch: Launch) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        let mut command = if launch.activate.is_empty() {
+            Command::new(env!("CARGO_BIN_EXE_kiln"))
+        } else {
+            // LISTEN_PID must be the server's pid: the shell sets it to its
+            // own and execs the server, which keeps it.
+            let mut c = Command::new("sh");
+            c.args([
+                "-c",
+                "LISTEN_PID=$$ exec \"$0\" \"$@\"",
+                env!("CARGO_BIN_EXE_kiln"),
+            ]);
+            c
+        };
+        if !launch.activate.is_empty() {
+            pass_listeners(&mut command, &launch.activate);
+        }
         if let Some(limit) = launch.fd_limit {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe.
@@ -597,7 +654,7 @@ impl Server {
             command.args(["--listen", value]);
         }
         // Tests that set up TLS themselves keep their own listeners.
-        if tls_mode() && !args.contains(&"--listen-tls") {
+        if tls_mode() && !args.contains(&"--listen-tls") && launch.activate.is_empty() {
             command.args(["--listen-tls", "127.0.0.1:0", "--tls-self-signed"]);
         }
         let read_stderr = launch.stderr.is_none();

@@ -11,14 +11,17 @@ mod field_lines;
 mod negotiate;
 mod path;
 mod rules;
+pub mod sites;
 
 use std::sync::Arc;
 
-use crate::pack::{Pack, RouteKind};
+use super::metrics::{PackGauges, SiteStats};
+use crate::pack::{Encoding, Pack, RouteKind};
 use conditional::{Precondition, RangeAsk};
 pub use field_lines::{FieldLines, MAX_FIELD_LINES, TooManyLines};
 pub use path::{PathError, normalize};
 pub use rules::Rules;
+pub use sites::Sites;
 
 /// The request methods the handler tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,8 +114,10 @@ pub enum Body {
     Empty,
     /// A built-in message.
     Static(&'static [u8]),
-    /// `len` bytes at `off` in the pack file (equal to the mapping offset).
+    /// `len` bytes at `off` in the pack file (equal to the mapping offset)
+    /// of the site at slot `pack`.
     Pack {
+        pack: u32,
         off: u64,
         len: u64,
     },
@@ -151,6 +156,13 @@ pub struct Response<'a> {
     pub extra: Extra<'a>,
     /// What follows the header block (left out for HEAD).
     pub body: Body,
+    /// The slot of the site that answered (see `Sites`); `None` for what
+    /// no site answers (a bad `*` request, a host no site serves, a
+    /// redirect to HTTPS).
+    pub site: Option<u32>,
+    /// The content coding of the variant answered with, for the metrics
+    /// and the log; `None` when no stored variant was chosen.
+    pub encoding: Option<Encoding>,
 }
 
 /// What is being served: a pack with its compiled rules, or (without a
@@ -160,26 +172,87 @@ pub struct Site {
     pack: Option<Pack>,
     /// The pack's pattern rules, compiled at load.
     rules: Rules,
+    /// The number output segments name this site's pack by (see
+    /// `sites`): kept by every generation of the site set while the site
+    /// lives.
+    slot: u32,
+    /// What is counted for the site (its name: the host it answers for,
+    /// `_default` for the fallback), kept across reloads.
+    stats: Arc<SiteStats>,
+    /// When the pack was loaded, and its file's modification time (Unix
+    /// seconds), for the metrics.
+    loaded_at: i64,
+    modified_at: i64,
 }
 
 impl Site {
-    pub fn from_pack(pack: Pack) -> Arc<Site> {
+    /// The site of `pack`, at `slot` of its site set, counted in `stats`.
+    pub fn new(pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
         let rules = Rules::compile(&pack);
+        let unix = |t: std::io::Result<std::time::SystemTime>| {
+            t.ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs() as i64)
+        };
+        let modified_at = unix(pack.file().metadata().and_then(|m| m.modified()));
         Arc::new(Site {
             pack: Some(pack),
             rules,
+            slot,
+            stats,
+            loaded_at: unix(Ok(std::time::SystemTime::now())),
+            modified_at,
         })
     }
 
-    pub fn dummy() -> Arc<Site> {
+    /// A pack served on its own, counted as `_default` (for tests and
+    /// the fuzz targets).
+    pub fn from_pack(pack: Pack) -> Arc<Site> {
+        Site::new(pack, 0, SiteStats::new("_default", 1))
+    }
+
+    /// The dummy answer, counted in `stats`.
+    pub fn dummy(stats: Arc<SiteStats>) -> Arc<Site> {
+        Site::dummy_at(0, stats)
+    }
+
+    /// A dummy site at `slot`, for tests of the site set.
+    pub fn dummy_at(slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
         Arc::new(Site {
             pack: None,
             rules: Rules::default(),
+            slot,
+            stats,
+            loaded_at: 0,
+            modified_at: 0,
         })
     }
 
     pub fn pack(&self) -> Option<&Pack> {
         self.pack.as_ref()
+    }
+
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    pub fn stats(&self) -> &Arc<SiteStats> {
+        &self.stats
+    }
+
+    /// The name the site is served and counted by.
+    pub fn name(&self) -> &str {
+        self.stats.name()
+    }
+
+    /// The pack's figures for the metrics; `None` in dummy mode.
+    pub fn gauges(&self) -> Option<PackGauges> {
+        Some(PackGauges {
+            site: self.name().to_string(),
+            bytes: self.pack.as_ref()?.bytes().len() as u64,
+            mtime: self.modified_at,
+            loaded: self.loaded_at,
+        })
     }
 }
 
@@ -237,12 +310,14 @@ pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
         overrides: 0,
         extra: Extra::Length,
         body: Body::Static(body),
+        site: None,
+        encoding: None,
     }
 }
 
-fn not_found<'a>(pack: &'a Pack) -> Response<'a> {
+fn not_found<'a>(site: &'a Site, pack: &'a Pack) -> Response<'a> {
     match pack.not_found() {
-        Some(route) => serve_route(route, 404, None).unwrap_or_else(corrupt),
+        Some(route) => serve_route(site, route, 404, None).unwrap_or_else(corrupt),
         None => builtin(404, b"404 Not Found\n"),
     }
 }
@@ -262,6 +337,8 @@ const PRECONDITION_FAILED: Response<'static> = Response {
     overrides: 0,
     extra: Extra::Length,
     body: Body::Empty,
+    site: None,
+    encoding: None,
 };
 
 /// Where ACME HTTP-01 challenges are answered: served from the pack even
@@ -270,11 +347,13 @@ const PRECONDITION_FAILED: Response<'static> = Response {
 const ACME_CHALLENGE: &[u8] = b"/.well-known/acme-challenge/";
 
 /// What the protocols call: a target of `*` is for OPTIONS only (400
-/// otherwise); with `https_redirect` (`--redirect-https`, on cleartext
+/// otherwise); the site is chosen by host (the authority of an
+/// absolute-form target, else `Host`), and a host no site serves gets
+/// 421; with `https_redirect` (`--redirect-https`, on cleartext
 /// connections) a request is sent to HTTPS when it can be; everything
-/// else is answered from `site`. Allocation-free.
+/// else is answered from the site. Allocation-free.
 pub fn answer<'a>(
-    site: &'a Site,
+    sites: &'a Sites,
     req: &Request<'_>,
     https_redirect: Option<u16>,
     scratch: &'a mut Scratch,
@@ -282,12 +361,21 @@ pub fn answer<'a>(
     if req.target == b"*" && req.method != Method::Options {
         return builtin(400, b"400 Bad Request\n");
     }
+    let host = sites::target_authority(req.target).or(req.host);
+    let Some(site) = sites.route(host) else {
+        return builtin(
+            421,
+            b"421 Misdirected Request: no site here answers for this host\n",
+        );
+    };
     if let Some(https_port) = https_redirect
         && let Some((name, target)) = redirect_parts(req)
     {
         return redirect_to_https(name, target, https_port, scratch);
     }
-    handle(site, req, scratch)
+    let mut resp = handle(site, req, scratch);
+    resp.site = Some(site.slot);
+    resp
 }
 
 /// The host name and target `--redirect-https` sends `req` to, or `None`
@@ -342,6 +430,8 @@ fn redirect_to_https<'a>(
         overrides: 0,
         extra: Extra::Location(location),
         body: Body::Empty,
+        site: None,
+        encoding: None,
     }
 }
 
@@ -357,6 +447,8 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 overrides: 0,
                 extra: Extra::Nothing,
                 body: Body::Empty,
+                site: None,
+                encoding: None,
             };
         }
         Method::NotAllowed => {
@@ -367,6 +459,8 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 overrides: 0,
                 extra: Extra::Length,
                 body: Body::Static(b"405 Method Not Allowed\n"),
+                site: None,
+                encoding: None,
             };
         }
         Method::Unknown => return builtin(501, b"501 Not Implemented\n"),
@@ -379,26 +473,26 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
     match normalize(req.target, path) {
         Ok(()) => {}
         Err(PathError::BadRequest) => return builtin(400, b"400 Bad Request\n"),
-        Err(PathError::Hidden) => return not_found(pack),
+        Err(PathError::Hidden) => return not_found(site, pack),
     }
     let path: &'a [u8] = path;
     if pack.has_forced_rules()
         && let Some(rule) = find_rule(rules, true, path, expanded)
     {
-        return rule_response(pack, rule, req, expanded);
+        return rule_response(site, pack, rule, req, expanded);
     }
     if let Some(route) = pack.lookup(RouteKind::Exact, path) {
-        return serve_route(route, route.status(), Some(req)).unwrap_or_else(corrupt);
+        return serve_route(site, route, route.status(), Some(req)).unwrap_or_else(corrupt);
     }
     if !rules.list.is_empty()
         && let Some(rule) = find_rule(rules, false, path, expanded)
     {
-        return rule_response(pack, rule, req, expanded);
+        return rule_response(site, pack, rule, req, expanded);
     }
     let mut dir_end = path.iter().rposition(|&c| c == b'/').unwrap_or(0) + 1;
     loop {
         if let Some(route) = pack.lookup(RouteKind::Wildcard, &path[..dir_end]) {
-            return serve_route(route, route.status(), Some(req)).unwrap_or_else(corrupt);
+            return serve_route(site, route, route.status(), Some(req)).unwrap_or_else(corrupt);
         }
         if dir_end <= 1 {
             break;
@@ -409,7 +503,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             .unwrap_or(0)
             + 1;
     }
-    not_found(pack)
+    not_found(site, pack)
 }
 
 /// The first rule with `force` as given that matches `path`; its target
@@ -432,6 +526,7 @@ fn find_rule<'a>(
 
 /// Applies a matched rule whose target is `expanded`.
 fn rule_response<'a>(
+    site: &'a Site,
     pack: &'a Pack,
     rule: &rules::Rule,
     req: &Request<'_>,
@@ -445,6 +540,8 @@ fn rule_response<'a>(
             overrides: 0,
             extra: Extra::Location(expanded),
             body: Body::Empty,
+            site: None,
+            encoding: None,
         };
     }
     let key_end = expanded
@@ -452,12 +549,12 @@ fn rule_response<'a>(
         .position(|&c| c == b'?' || c == b'#')
         .unwrap_or(expanded.len());
     let Some(route) = pack.lookup(RouteKind::Exact, &expanded[..key_end]) else {
-        return not_found(pack);
+        return not_found(site, pack);
     };
     let resp = if rule.status == 200 {
-        serve_route(route, route.status(), Some(req))
+        serve_route(site, route, route.status(), Some(req))
     } else {
-        serve_route(route, rule.status, None)
+        serve_route(site, route, rule.status, None)
     };
     resp.unwrap_or_else(corrupt)
 }
@@ -468,6 +565,7 @@ fn rule_response<'a>(
 /// A redirect or a not-found page ignores preconditions, as RFC 9110
 /// §13.2.1 asks of any response that would not be 2xx.
 fn serve_route<'a>(
+    site: &Site,
     route: crate::pack::Route<'a>,
     status: u16,
     req: Option<&Request<'_>>,
@@ -482,9 +580,12 @@ fn serve_route<'a>(
         overrides: variant.overrides,
         extra: Extra::Nothing,
         body: Body::Pack {
+            pack: site.slot,
             off: variant.body_off,
             len: variant.body.len() as u64,
         },
+        site: None,
+        encoding: Some(variant.encoding),
     };
     let Some(req) = req.filter(|_| status == 200 && route.has_validators()) else {
         return Some(full);
@@ -499,6 +600,8 @@ fn serve_route<'a>(
                 overrides: variant.overrides,
                 extra: Extra::Nothing,
                 body: Body::Empty,
+                site: None,
+                encoding: Some(variant.encoding),
             });
         }
         Precondition::Failed => return Some(PRECONDITION_FAILED),
@@ -521,9 +624,12 @@ fn serve_route<'a>(
             overrides: variant.overrides,
             extra: Extra::Range { start, end, total },
             body: Body::Pack {
+                pack: site.slot,
                 off: variant.body_off + start,
                 len: end - start + 1,
             },
+            site: None,
+            encoding: Some(variant.encoding),
         },
         RangeAsk::Unsatisfiable => Response {
             status: 416,
@@ -532,6 +638,8 @@ fn serve_route<'a>(
             overrides: variant.overrides,
             extra: Extra::Unsatisfiable { total },
             body: Body::Empty,
+            site: None,
+            encoding: Some(variant.encoding),
         },
     })
 }
@@ -584,7 +692,7 @@ mod tests {
 
     #[test]
     fn every_builtin_response_carries_both_blocks() {
-        let site = Site::dummy();
+        let site = Sites::single(Site::dummy(SiteStats::new("_default", 1)));
         let mut scratch = Scratch::default();
         for (method, target) in [
             (Method::Get, &b"/"[..]),

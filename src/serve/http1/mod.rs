@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
-use super::handler::{self, Body, Extra, Method, Response, Scratch, Site};
+use super::handler::{self, Body, Extra, Method, Response, Scratch, Sites};
+use super::metrics::{Answered, Metrics, Protocol};
+use super::net::clock::monotonic_us;
 use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
@@ -49,7 +51,7 @@ pub struct Batch {
 /// Everything a batch needs besides the bytes; borrowed from the thread.
 pub struct Context<'w> {
     /// What requests are answered from.
-    pub site: &'w Arc<Site>,
+    pub sites: &'w Arc<Sites>,
     /// The handler's reusable buffers.
     pub scratch: &'w mut Scratch,
     /// This second's `Date` line.
@@ -65,6 +67,42 @@ pub struct Context<'w> {
     /// `--redirect-https` on a cleartext connection: the HTTPS port to
     /// send requests to.
     pub https_redirect: Option<u16>,
+    /// The connection speaks TLS (the metrics' scheme).
+    pub tls: bool,
+    /// Where responses are counted, and this thread's index there.
+    pub metrics: &'w Metrics,
+    pub thread: usize,
+    /// With an access log: when the requests being answered began
+    /// (monotonic microseconds; see `Entry::duration_us`); else 0.
+    pub started_us: u64,
+}
+
+impl Context<'_> {
+    /// Counts an answered request in the metrics (by the site that
+    /// answered) and writes its access-log line.
+    /// `site`: the slot of the site that answered, if one did.
+    pub fn record(&mut self, protocol: Protocol, site: Option<u32>, entry: Entry<'_>) {
+        let site = site.and_then(|slot| self.sites.site(slot));
+        let stats = site.map_or(self.metrics.unrouted(), |s| s.stats());
+        stats.thread(self.thread).count(&Answered {
+            protocol,
+            tls: self.tls,
+            status: entry.status,
+            body_bytes: entry.bytes,
+            encoding: entry.encoding.filter(|_| entry.bytes > 0),
+        });
+        if let Some(log) = self.log.as_deref_mut() {
+            let duration_us = monotonic_us().saturating_sub(self.started_us);
+            log.record(
+                self.date.second(),
+                &Entry {
+                    peer: self.peer,
+                    duration_us,
+                    ..entry
+                },
+            );
+        }
+    }
 }
 
 /// How the response says what happens to the connection.
@@ -98,6 +136,7 @@ fn reason(status: u16) -> &'static str {
         413 => "Content Too Large",
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
@@ -170,8 +209,8 @@ fn write_response(
             out.bytes.extend_from_slice(bytes);
             bytes.len() as u64
         }
-        Body::Pack { off, len } => {
-            out.pack_body(off, len);
+        Body::Pack { pack, off, len } => {
+            out.pack_body(pack, off, len);
             len
         }
     }
@@ -199,19 +238,21 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
         false,
         ConnectionLine::Close,
     );
-    if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(
-            ctx.date.second(),
-            &Entry {
-                peer: ctx.peer,
-                request: None,
-                status,
-                bytes: sent,
-                referer: None,
-                user_agent: None,
-            },
-        );
-    }
+    ctx.record(
+        Protocol::Http1,
+        None,
+        Entry {
+            peer: None,
+            request: None,
+            host: None,
+            status,
+            bytes: sent,
+            encoding: None,
+            duration_us: 0,
+            referer: None,
+            user_agent: None,
+        },
+    );
 }
 
 /// Parses and answers every complete request at the start of `buf`.
@@ -275,7 +316,7 @@ pub fn serve_batch(
             }
         };
         let req = &head.request;
-        let resp = handler::answer(ctx.site, req, ctx.https_redirect, ctx.scratch);
+        let resp = handler::answer(ctx.sites, req, ctx.https_redirect, ctx.scratch);
         let close = !head.keep_alive || ctx.draining || matches!(resp.status, 400 | 405 | 501);
         let connection = match (close, head.minor_version) {
             (true, _) => ConnectionLine::Close,
@@ -292,27 +333,30 @@ pub fn serve_batch(
             connection,
         );
         batch.responses += 1;
-        if let Some(log) = ctx.log.as_deref_mut() {
-            log.record(
-                ctx.date.second(),
-                &Entry {
-                    peer: ctx.peer,
-                    request: Some((
-                        head.method_token,
-                        req.target,
-                        if head.minor_version == 0 {
-                            "HTTP/1.0"
-                        } else {
-                            "HTTP/1.1"
-                        },
-                    )),
-                    status: resp.status,
-                    bytes: sent,
-                    referer: head.referer,
-                    user_agent: head.user_agent,
-                },
-            );
-        }
+        let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
+        ctx.record(
+            Protocol::Http1,
+            site,
+            Entry {
+                peer: None,
+                request: Some((
+                    head.method_token,
+                    req.target,
+                    if head.minor_version == 0 {
+                        "HTTP/1.0"
+                    } else {
+                        "HTTP/1.1"
+                    },
+                )),
+                host: req.host,
+                status,
+                bytes: sent,
+                encoding,
+                duration_us: 0,
+                referer: head.referer,
+                user_agent: head.user_agent,
+            },
+        );
         batch.close = close;
         batch.client_closes = !head.keep_alive;
         match body_end {

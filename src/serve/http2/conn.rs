@@ -18,9 +18,11 @@
 use std::sync::Arc;
 
 use crate::hpack::{self, DecodeError, Decoder};
+use crate::pack::Encoding;
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
-use crate::serve::handler::{self, Body, Extra, Method, Response, Site};
+use crate::serve::handler::{self, Body, Extra, Method, Response, Site, Sites};
+use crate::serve::metrics::Protocol;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
 use crate::serve::server_headers::ServerHeaders;
@@ -102,8 +104,8 @@ pub struct Scratch {
 /// What is left of a response body.
 #[derive(Clone, Copy, Debug)]
 enum Remaining {
-    /// Bytes of the pack, from the mapping.
-    Pack { off: u64, len: u64 },
+    /// Bytes of the pack of the site at slot `pack`, from the mapping.
+    Pack { pack: u32, off: u64, len: u64 },
     /// A built-in message.
     Static(&'static [u8]),
 }
@@ -359,11 +361,13 @@ impl Conn {
         let sent = if self.closing {
             0
         } else {
-            self.send_data(ctx.site, out)
+            self.send_data(ctx.sites, out)
         };
         for s in &mut self.streams {
-            if s.site.is_none() && matches!(s.body, Some(Remaining::Pack { .. })) {
-                s.site = Some(Arc::clone(ctx.site));
+            if s.site.is_none()
+                && let Some(Remaining::Pack { pack, .. }) = s.body
+            {
+                s.site = ctx.sites.site(pack).cloned();
             }
         }
         let done = self.closing
@@ -916,12 +920,12 @@ impl Conn {
             self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
             return;
         }
-        let resp = handler::answer(ctx.site, &req, ctx.https_redirect, ctx.scratch);
+        let resp = handler::answer(ctx.sites, &req, ctx.https_redirect, ctx.scratch);
         let head_only = req.method == Method::Head;
         self.write_response(i, &resp, head_only, ctx.date, ctx.server_headers, out);
-        let status = resp.status;
         let sent = if head_only { 0 } else { resp.body.len() };
-        log(ctx, Some(request), status, sent);
+        let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
+        record(ctx, Some(request), site, status, sent, encoding);
     }
 
     fn respond_builtin(
@@ -935,7 +939,7 @@ impl Conn {
     ) {
         let resp = handler::builtin(status, body);
         self.write_response(i, &resp, false, ctx.date, ctx.server_headers, out);
-        log(ctx, request, status, resp.body.len());
+        record(ctx, request, None, status, resp.body.len(), None);
     }
 
     /// HEADERS (and CONTINUATION) now; the body is left for `send_data`.
@@ -952,7 +956,7 @@ impl Conn {
             _ if head_only => None,
             Body::Empty => None,
             Body::Static(bytes) => Some(Remaining::Static(bytes)),
-            Body::Pack { off, len } => Some(Remaining::Pack { off, len }),
+            Body::Pack { pack, off, len } => Some(Remaining::Pack { pack, off, len }),
         }
         .filter(|b| b.len() > 0);
         let stream = &mut self.streams[i];
@@ -1063,7 +1067,7 @@ impl Conn {
     /// urgency, non-incremental responses one at a time in stream order,
     /// incremental ones a frame each in turn. Returns the body bytes
     /// written.
-    fn send_data(&mut self, current: &Arc<Site>, out: &mut Output) -> usize {
+    fn send_data(&mut self, current: &Sites, out: &mut Output) -> usize {
         let mut sent = 0;
         while sent < STEP_BYTES && self.send_window > 0 {
             let Some(i) = self.next_stream() else {
@@ -1081,9 +1085,9 @@ impl Conn {
             out.bytes
                 .extend_from_slice(&frame::data_frame_header(s.id, n as u32, last));
             match body {
-                Remaining::Pack { off, len } => {
+                Remaining::Pack { pack, off, len } => {
                     match &s.site {
-                        Some(site) if !Arc::ptr_eq(site, current) => {
+                        Some(site) if !current.site(pack).is_some_and(|c| Arc::ptr_eq(site, c)) => {
                             // Started before a reload: copied from the
                             // pack it started on, which this output does
                             // not point into.
@@ -1091,9 +1095,10 @@ impl Conn {
                             let range = off as usize..(off + n) as usize;
                             out.bytes.extend_from_slice(&pack[range]);
                         }
-                        _ => out.pack_body(off, n),
+                        _ => out.pack_body(pack, off, n),
                     }
                     s.body = Some(Remaining::Pack {
+                        pack,
                         off: off + n,
                         len: len - n,
                     });
@@ -1186,17 +1191,27 @@ impl Digits {
     }
 }
 
-fn log(ctx: &mut Context<'_>, request: Option<&RequestFields>, status: u16, bytes: u64) {
-    let Some(log) = ctx.log.as_deref_mut() else {
-        return;
-    };
-    log.record(
-        ctx.date.second(),
-        &Entry {
-            peer: ctx.peer,
+/// Counts a response and logs it; `site` is the slot of the site that
+/// answered.
+fn record(
+    ctx: &mut Context<'_>,
+    request: Option<&RequestFields>,
+    site: Option<u32>,
+    status: u16,
+    bytes: u64,
+    encoding: Option<Encoding>,
+) {
+    ctx.record(
+        Protocol::Http2,
+        site,
+        Entry {
+            peer: None,
             request: request.map(|r| (r.method_token(), r.target(), "HTTP/2.0")),
+            host: request.and_then(RequestFields::host),
             status,
             bytes,
+            encoding,
+            duration_us: 0,
             referer: request.and_then(RequestFields::referer),
             user_agent: request.and_then(RequestFields::user_agent),
         },
@@ -1207,13 +1222,14 @@ fn log(ctx: &mut Context<'_>, request: Option<&RequestFields>, status: u16, byte
 mod tests {
     use super::super::frame::{FRAME_HEADER_LEN, PREFACE, frame_type};
     use super::*;
-    use crate::serve::handler::{Scratch as HandlerScratch, Site};
+    use crate::serve::handler::{Scratch as HandlerScratch, Site, Sites};
 
     /// A client side for the tests: frames built with the frame writers
     /// and the HPACK encoder, the server's output read back with `parse`.
     struct Peer {
         conn: Conn,
-        site: std::sync::Arc<Site>,
+        sites: std::sync::Arc<Sites>,
+        metrics: std::sync::Arc<crate::serve::metrics::Metrics>,
         scratch: HandlerScratch,
         date: DateCache,
         headers: ServerHeaders,
@@ -1234,7 +1250,10 @@ mod tests {
         fn new() -> Peer {
             Peer {
                 conn: Conn::new(),
-                site: Site::dummy(),
+                sites: Sites::single(Site::dummy(crate::serve::metrics::SiteStats::new(
+                    "_default", 1,
+                ))),
+                metrics: crate::serve::metrics::Metrics::new(1, 0),
                 scratch: HandlerScratch::default(),
                 date: DateCache::new(),
                 headers: ServerHeaders::new(false, false),
@@ -1247,7 +1266,7 @@ mod tests {
         /// wrote (with every `resume` it asked for).
         fn send(&mut self, bytes: &[u8]) -> (Step, Vec<Sent>) {
             let mut ctx = Context {
-                site: &self.site,
+                sites: &self.sites,
                 scratch: &mut self.scratch,
                 date: &self.date,
                 server_headers: &self.headers,
@@ -1255,6 +1274,10 @@ mod tests {
                 peer: None,
                 draining: self.draining,
                 https_redirect: None,
+                tls: false,
+                metrics: &self.metrics,
+                thread: 0,
+                started_us: 0,
             };
             let mut out = Output::new(0, u64::MAX);
             let mut step = self.conn.input(bytes, &mut ctx, &mut self.h2, &mut out);

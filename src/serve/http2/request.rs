@@ -234,14 +234,19 @@ impl RequestFields {
         self.content_length
     }
 
-    /// The request as the handler takes it.
-    pub fn request(&self) -> Request<'_> {
-        let mut req = Request::new(Method::from_token(self.method_token()), self.target());
-        req.host = if self.pseudo & AUTHORITY != 0 {
+    /// The host asked for: `:authority`, else `host`.
+    pub fn host(&self) -> Option<&[u8]> {
+        if self.pseudo & AUTHORITY != 0 {
             Some(self.get(self.authority))
         } else {
             self.host.map(|s| self.get(s))
-        };
+        }
+    }
+
+    /// The request as the handler takes it.
+    pub fn request(&self) -> Request<'_> {
+        let mut req = Request::new(Method::from_token(self.method_token()), self.target());
+        req.host = self.host();
         req.accept_encoding = self.lines(&self.accept_encoding);
         req.if_match = self.lines(&self.if_match);
         req.if_none_match = self.lines(&self.if_none_match);

@@ -73,15 +73,14 @@ pub fn send(
     segs: &mut [Seg],
     from: usize,
 ) -> Flush {
-    let map: &[u8] = backing.bytes();
     let mut next = from;
     let mut iov: [libc::iovec; 256] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     }; 256];
     while next < segs.len() {
-        if let Seg::File { off, len } = segs[next] {
-            let Some(file) = backing.file() else {
+        if let Seg::File { pack, off, len } = segs[next] {
+            let Some(file) = backing.file(pack) else {
                 return Flush::Failed;
             };
             let mut offset = off as libc::off_t;
@@ -97,6 +96,7 @@ pub fn send(
                         next += 1;
                     } else {
                         segs[next] = Seg::File {
+                            pack,
                             off: off + n,
                             len: len - n,
                         };
@@ -110,7 +110,7 @@ pub fn send(
             }
             continue;
         }
-        let Some((count, total)) = gather(bytes, map, &segs[next..], &mut iov) else {
+        let Some((count, total)) = gather(bytes, backing, &segs[next..], &mut iov) else {
             return Flush::Failed;
         };
         // SAFETY: every iovec points into `bytes` or the mapping, both alive.
@@ -131,11 +131,11 @@ pub fn send(
 
 /// Points `iov` at the segments of `segs` up to the first file segment
 /// (or as many as `iov` and IOV_MAX hold), with `bytes` for `Own` and
-/// `map` for `Mapped` segments. Returns how many iovecs were filled and
-/// their total length; `None` when a mapped segment lies outside `map`.
+/// `backing` for `Mapped` segments. Returns how many iovecs were filled and
+/// their total length; `None` when a mapped segment lies outside its pack.
 pub fn gather(
     bytes: &[u8],
-    map: &[u8],
+    backing: &dyn Backing,
     segs: &[Seg],
     iov: &mut [libc::iovec],
 ) -> Option<(usize, usize)> {
@@ -145,7 +145,9 @@ pub fn gather(
     for seg in segs {
         let slice: &[u8] = match *seg {
             Seg::Own { start, end } => &bytes[start..end],
-            Seg::Mapped { off, len } => map.get(off..off.checked_add(len)?)?,
+            Seg::Mapped { pack, off, len } => {
+                backing.bytes(pack).get(off..off.checked_add(len)?)?
+            }
             Seg::File { .. } => break,
         };
         if count == limit {
@@ -180,11 +182,13 @@ pub fn advance(segs: &mut [Seg], mut next: usize, mut sent: usize) -> usize {
                     start: start + sent,
                     end,
                 },
-                Seg::Mapped { off, len } => Seg::Mapped {
+                Seg::Mapped { pack, off, len } => Seg::Mapped {
+                    pack,
                     off: off + sent,
                     len: len - sent,
                 },
-                Seg::File { off, len } => Seg::File {
+                Seg::File { pack, off, len } => Seg::File {
+                    pack,
                     off: off + sent as u64,
                     len: len - sent as u64,
                 },

@@ -109,6 +109,21 @@ impl<S: Stack> EventLoop<S> {
     }
 }
 
+/// Where one event loop counts connections and timeouts: its own block of
+/// the server's metrics.
+pub struct Counted {
+    pub metrics: std::sync::Arc<super::metrics::Metrics>,
+    /// The loop's index, which picks its block.
+    pub thread: usize,
+}
+
+impl Counted {
+    #[inline]
+    pub fn counters(&self) -> &super::metrics::LoopCounters {
+        self.metrics.of_loop(self.thread)
+    }
+}
+
 /// State every thread reads and the control thread writes.
 #[derive(Default)]
 pub struct Shared {
@@ -119,15 +134,19 @@ pub struct Shared {
 }
 
 /// What the `Mapped` and `File` segments of an [`Output`] point into: the
-/// pack's mapping and its file. A connection whose output the socket has
-/// not taken yet keeps an `Arc` of it, so a reload cannot unmap bytes still
-/// to be sent.
+/// packs being served (one per site), each a mapping and its file, named
+/// by the number a segment carries. A connection whose output the socket
+/// has not taken yet keeps an `Arc` of it, so a reload cannot unmap bytes
+/// still to be sent.
 pub trait Backing: Send + Sync {
-    /// The mapping `Seg::Mapped` offsets index.
-    fn bytes(&self) -> &[u8];
-    /// The file `Seg::File` ranges are sent from with `sendfile` (`None`
-    /// when there is no file: such segments then fail the connection).
-    fn file(&self) -> Option<RawFd>;
+    /// The mapping of pack `pack`, which `Seg::Mapped` offsets index
+    /// (empty for a number that names no pack: such segments then fail the
+    /// connection).
+    fn bytes(&self, pack: u32) -> &[u8];
+    /// The file of pack `pack`, whose `Seg::File` ranges are sent with
+    /// `sendfile` (`None` when there is no file: such segments then fail
+    /// the connection).
+    fn file(&self, pack: u32) -> Option<RawFd>;
 }
 
 /// What a connection waits for after its stack consumed some input;

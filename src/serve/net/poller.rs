@@ -57,7 +57,20 @@ impl Poller {
         self.ctl(libc::EPOLL_CTL_ADD, fd, events as u32, token)
     }
 
-    /// Registers a listener or wake-up descriptor (readable, edge-triggered).
+    /// Registers a listener (readable, edge-triggered). Exclusive: a
+    /// socket systemd passed is one socket in every loop's epoll, and a
+    /// new connection should wake one loop, not all of them (each of the
+    /// others would find nothing to accept).
+    pub fn add_listener(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32,
+            token,
+        )
+    }
+
+    /// Registers a wake-up descriptor (readable, edge-triggered).
     pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.ctl(
             libc::EPOLL_CTL_ADD,

@@ -36,9 +36,10 @@ use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{ConnState, Phase};
 use super::io::{advance, gather};
 use super::{
-    ACCEPT_PAUSE_MS, Backing, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg, Shared, Stack,
-    Step, Waker, peer_ip,
+    ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
+    Shared, Stack, Step, Waker, peer_ip,
 };
+use crate::serve::metrics::Timeout;
 
 /// Submission queue entries; a full queue is flushed with an extra enter.
 const SQ_ENTRIES: u32 = 2048;
@@ -586,6 +587,8 @@ pub struct UringWorker<S: Stack> {
     shared: Arc<Shared>,
     /// Timeouts and limits.
     config: Arc<LoopConfig>,
+    /// Where connections and timeouts are counted.
+    counted: Counted,
     /// Monotonic milliseconds, read once per turn.
     now: u64,
     /// When deadlines were last checked.
@@ -608,6 +611,7 @@ impl<S: Stack> UringWorker<S> {
         waker: Arc<Waker>,
         shared: Arc<Shared>,
         config: Arc<LoopConfig>,
+        counted: Counted,
         stack: S,
     ) -> std::io::Result<UringWorker<S>> {
         let mut buffers = Buffers::new()?;
@@ -635,6 +639,7 @@ impl<S: Stack> UringWorker<S> {
             stack,
             shared,
             config,
+            counted,
             now: monotonic_ms(),
             last_sweep: 0,
             last_tick: 0,
@@ -897,6 +902,7 @@ impl<S: Stack> UringWorker<S> {
         };
         self.open += 1;
         self.shared.live.fetch_add(1, Ordering::Relaxed);
+        self.counted.counters().accepted.add(1);
         self.keep_reading(idx);
     }
 
@@ -1070,8 +1076,8 @@ impl<S: Stack> UringWorker<S> {
         let Some(backing) = send.backing.clone() else {
             return;
         };
-        let entry = if let Seg::File { off, len } = send.segs[send.next] {
-            let file = match backing.file() {
+        let entry = if let Seg::File { pack, off, len } = send.segs[send.next] {
+            let file = match backing.file(pack) {
                 Some(file) => file,
                 None => return self.fail_send(idx),
             };
@@ -1082,6 +1088,7 @@ impl<S: Stack> UringWorker<S> {
                         // Every pipe is busy: the body goes out of the
                         // mapping instead, as smaller ones do.
                         send.segs[send.next] = Seg::Mapped {
+                            pack,
                             off: off as usize,
                             len: len as usize,
                         };
@@ -1114,7 +1121,7 @@ impl<S: Stack> UringWorker<S> {
         } else {
             let Some((count, _)) = gather(
                 &send.bytes,
-                backing.bytes(),
+                &*backing,
                 &send.segs[send.next..],
                 &mut send.iov,
             ) else {
@@ -1175,8 +1182,9 @@ impl<S: Stack> UringWorker<S> {
         let n = result as usize;
         if into_pipe {
             send.in_pipe += n;
-            if let Seg::File { off, len } = send.segs[send.next] {
+            if let Seg::File { pack, off, len } = send.segs[send.next] {
                 send.segs[send.next] = Seg::File {
+                    pack,
                     off: off + n as u64,
                     len: len - (n as u64).min(len),
                 };
@@ -1265,6 +1273,7 @@ impl<S: Stack> UringWorker<S> {
         }
         self.open -= 1;
         self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        self.counted.counters().closed.add(1);
         self.release_if_done(idx);
     }
 
@@ -1309,10 +1318,21 @@ impl<S: Stack> UringWorker<S> {
             if s.fd < 0 || s.state.deadline > self.now {
                 continue;
             }
+            let counters = self.counted.counters();
             match s.state.phase {
-                Phase::Head => self.request_timeout(idx),
-                Phase::Idle => self.close_idle(idx),
-                Phase::Sending | Phase::Lingering => self.close(idx),
+                Phase::Head => {
+                    counters.timeout(Timeout::Header);
+                    self.request_timeout(idx);
+                }
+                Phase::Idle => {
+                    counters.timeout(Timeout::Idle);
+                    self.close_idle(idx);
+                }
+                Phase::Sending => {
+                    counters.timeout(Timeout::Send);
+                    self.close(idx);
+                }
+                Phase::Lingering => self.close(idx),
             }
         }
         if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {

@@ -17,9 +17,10 @@ use super::conn::{ConnState, Phase};
 use super::io::{self, Flush, Io, Pending, Sent};
 use super::poller::{Event, Poller};
 use super::{
-    ACCEPT_PAUSE_MS, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step, Waker,
-    peer_ip,
+    ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
+    Waker, peer_ip,
 };
+use crate::serve::metrics::Timeout;
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -72,6 +73,8 @@ pub struct Worker<S: Stack> {
     shared: Arc<Shared>,
     /// Timeouts and limits.
     config: Arc<LoopConfig>,
+    /// Where connections and timeouts are counted.
+    counted: Counted,
     /// Monotonic milliseconds, read once per iteration.
     now: u64,
     /// When deadlines were last checked.
@@ -93,11 +96,12 @@ impl<S: Stack> Worker<S> {
         waker: Arc<Waker>,
         shared: Arc<Shared>,
         config: Arc<LoopConfig>,
+        counted: Counted,
         stack: S,
     ) -> std::io::Result<Worker<S>> {
         let poller = Poller::new(1024)?;
         for (i, (l, _)) in listeners.iter().enumerate() {
-            poller.add_readable(l.as_raw_fd(), TOKEN_LISTENER | i as u64)?;
+            poller.add_listener(l.as_raw_fd(), TOKEN_LISTENER | i as u64)?;
         }
         poller.add_readable(waker.raw(), TOKEN_WAKE)?;
         Ok(Worker {
@@ -112,6 +116,7 @@ impl<S: Stack> Worker<S> {
             stack,
             shared,
             config,
+            counted,
             now: monotonic_ms(),
             last_sweep: 0,
             last_tick: 0,
@@ -253,6 +258,7 @@ impl<S: Stack> Worker<S> {
         };
         self.open += 1;
         self.shared.live.fetch_add(1, Ordering::Relaxed);
+        self.counted.counters().accepted.add(1);
     }
 
     fn close(&mut self, idx: usize) {
@@ -266,6 +272,7 @@ impl<S: Stack> Worker<S> {
         self.free.push(idx);
         self.open -= 1;
         self.shared.live.fetch_sub(1, Ordering::Relaxed);
+        self.counted.counters().closed.add(1);
     }
 
     /// Reads and answers until the socket is empty. `to_eof`: the peer
@@ -422,10 +429,21 @@ impl<S: Stack> Worker<S> {
             if self.conns[idx].fd < 0 || c.deadline > self.now {
                 continue;
             }
+            let counters = self.counted.counters();
             match c.phase {
-                Phase::Head => self.request_timeout(idx),
-                Phase::Idle => self.close_idle(idx),
-                Phase::Sending | Phase::Lingering => self.close(idx),
+                Phase::Head => {
+                    counters.timeout(Timeout::Header);
+                    self.request_timeout(idx);
+                }
+                Phase::Idle => {
+                    counters.timeout(Timeout::Idle);
+                    self.close_idle(idx);
+                }
+                Phase::Sending => {
+                    counters.timeout(Timeout::Send);
+                    self.close(idx);
+                }
+                Phase::Lingering => self.close(idx),
             }
         }
         if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {

@@ -33,13 +33,15 @@ pub enum Source {
 }
 
 /// One loaded certificate with the names it is served for.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     /// DNS names from the subject alternative names (or the common name
     /// when there are none), lower case; `*.example.com` for wildcards.
     names: Vec<String>,
     /// The chain and signing key rustls serves.
     key: Arc<CertifiedKey>,
+    /// The files it was read from (`None`: made in memory).
+    paths: Option<PairPaths>,
 }
 
 /// Chooses a certificate by SNI: an exact name first, then a wildcard
@@ -98,6 +100,49 @@ pub fn load(source: &Source, now_unix: i64) -> Result<SniResolver, String> {
     Ok(SniResolver { entries })
 }
 
+/// Loads every pair of `source` again, each on its own: a pair that now
+/// fails keeps the certificate `previous` had from the same files (or is
+/// left out when it had none), so one bad certificate does not take the
+/// others down. Returns the resolver and one line per failure; `None`
+/// when no certificate is left at all.
+pub fn reload(
+    source: &Source,
+    previous: &SniResolver,
+    now_unix: i64,
+) -> (Option<SniResolver>, Vec<String>) {
+    let Source::Files(pairs) = source else {
+        return (
+            Some(SniResolver {
+                entries: previous.entries.clone(),
+            }),
+            Vec::new(),
+        );
+    };
+    let mut failures = Vec::new();
+    let entries: Vec<Entry> = pairs
+        .iter()
+        .filter_map(|p| match load_pair(p, now_unix) {
+            Ok(entry) => Some(entry),
+            Err(e) => {
+                let kept = previous
+                    .entries
+                    .iter()
+                    .find(|old| old.paths.as_ref() == Some(p))
+                    .cloned();
+                let what = if kept.is_some() {
+                    "still serving the previous certificate from these files"
+                } else {
+                    "not served"
+                };
+                failures.push(format!("{e}; {what}"));
+                kept
+            }
+        })
+        .collect();
+    let resolver = (!entries.is_empty()).then_some(SniResolver { entries });
+    (resolver, failures)
+}
+
 fn load_pair(paths: &PairPaths, now_unix: i64) -> Result<Entry, String> {
     let cert_name = paths.cert.display();
     let key_name = paths.key.display();
@@ -121,6 +166,7 @@ fn load_pair(paths: &PairPaths, now_unix: i64) -> Result<Entry, String> {
     Ok(Entry {
         names,
         key: Arc::new(certified),
+        paths: Some(paths.clone()),
     })
 }
 
@@ -190,6 +236,7 @@ fn self_signed(names: &[String]) -> Result<(Entry, String), String> {
         Entry {
             names: names.iter().map(|n| n.to_ascii_lowercase()).collect(),
             key: Arc::new(CertifiedKey::new(vec![der], signing)),
+            paths: None,
         },
         fingerprint,
     ))

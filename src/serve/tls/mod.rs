@@ -18,11 +18,11 @@ pub mod record;
 mod rfc8448;
 pub mod session;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
 use rustls::crypto::aws_lc_rs::{self as provider, cipher_suite, kx_group};
-use rustls::server::ServerSessionMemoryCache;
+use rustls::server::{ProducesTickets, ServerSessionMemoryCache, StoresServerSessions};
 use rustls::{ServerConfig, version};
 
 pub use certs::{PairPaths, SniResolver, Source};
@@ -55,17 +55,37 @@ pub fn provider() -> CryptoProvider {
     }
 }
 
+/// What resumes sessions: the ticket keys and the TLS 1.2 session cache.
+type Resumption = (Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>);
+
+/// The ticket keys (rotating) and the TLS 1.2 session cache, made once per
+/// process: a certificate reload builds a new configuration, and the
+/// tickets and sessions clients hold from before stay good.
+fn resumption() -> Result<Resumption, String> {
+    static STATE: OnceLock<Resumption> = OnceLock::new();
+    if let Some(state) = STATE.get() {
+        return Ok(state.clone());
+    }
+    let ticketer = provider::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
+    let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSION_CACHE);
+    Ok(STATE.get_or_init(|| (ticketer, sessions)).clone())
+}
+
 /// Builds the server configuration every new connection starts from.
 /// `alpn`: the protocols offered, most preferred first.
-pub fn server_config(resolver: SniResolver, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(
+    resolver: Arc<SniResolver>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ServerConfig>, String> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&version::TLS13, &version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    config.ticketer = provider::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
-    config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE);
+    let (ticketer, sessions) = resumption()?;
+    config.ticketer = ticketer;
+    config.session_storage = sessions;
     // One ticket per full handshake: a browser resumes with one, and each
     // ticket costs an encryption on the handshake path.
     config.send_tls13_tickets = 1;
@@ -81,4 +101,22 @@ pub fn server_config(resolver: SniResolver, alpn: &[&[u8]]) -> Result<Arc<Server
     // it takes the traffic secrets from rustls.
     config.enable_secret_extraction = true;
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload's configuration resumes the sessions of the one before.
+    #[test]
+    fn configurations_share_ticket_keys_and_sessions() {
+        let source = Source::SelfSigned(vec!["localhost".into()]);
+        let make = || {
+            let resolver = Arc::new(certs::load(&source, 1_700_000_000).unwrap());
+            server_config(resolver, &[b"h2"]).unwrap()
+        };
+        let (first, second) = (make(), make());
+        assert!(Arc::ptr_eq(&first.ticketer, &second.ticketer));
+        assert!(Arc::ptr_eq(&first.session_storage, &second.session_storage));
+    }
 }

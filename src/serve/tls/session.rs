@@ -483,7 +483,6 @@ impl Open {
         backing: &dyn Backing,
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize), Failed> {
-        let map = backing.bytes();
         let mut total = 0;
         let mut taken = 0;
         let mut offset = 0;
@@ -497,7 +496,7 @@ impl Open {
             let begun = self.records.begin(out);
             let mut room = MAX_FRAGMENT.min(STEP_BYTES - total);
             while room > 0 && taken < segs.len() {
-                let whole = resolve(segs[taken], bytes, map).ok_or(Failed)?;
+                let whole = resolve(segs[taken], bytes, backing).ok_or(Failed)?;
                 let piece = &whole[offset..whole.len().min(offset + room)];
                 out.extend_from_slice(piece);
                 room -= piece.len();
@@ -533,13 +532,15 @@ impl Open {
 }
 
 /// The bytes a segment stands for (a file range is in the mapping too).
-fn resolve<'a>(seg: Seg, bytes: &'a [u8], map: &'a [u8]) -> Option<&'a [u8]> {
+fn resolve<'a>(seg: Seg, bytes: &'a [u8], backing: &'a dyn Backing) -> Option<&'a [u8]> {
     match seg {
         Seg::Own { start, end } => bytes.get(start..end),
-        Seg::Mapped { off, len } => map.get(off..off.checked_add(len)?),
-        Seg::File { off, len } => {
+        Seg::Mapped { pack, off, len } => backing.bytes(pack).get(off..off.checked_add(len)?),
+        Seg::File { pack, off, len } => {
             let off = usize::try_from(off).ok()?;
-            map.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+            backing
+                .bytes(pack)
+                .get(off..off.checked_add(usize::try_from(len).ok()?)?)
         }
     }
 }
@@ -551,11 +552,13 @@ fn advance(seg: Seg, n: usize) -> Seg {
             start: start + n,
             end,
         },
-        Seg::Mapped { off, len } => Seg::Mapped {
+        Seg::Mapped { pack, off, len } => Seg::Mapped {
+            pack,
             off: off + n,
             len: len - n,
         },
-        Seg::File { off, len } => Seg::File {
+        Seg::File { pack, off, len } => Seg::File {
+            pack,
             off: off + n as u64,
             len: len - n as u64,
         },
@@ -576,11 +579,11 @@ mod tests {
     struct Bytes(Vec<u8>);
 
     impl Backing for Bytes {
-        fn bytes(&self) -> &[u8] {
+        fn bytes(&self, _pack: u32) -> &[u8] {
             &self.0
         }
 
-        fn file(&self) -> Option<std::os::fd::RawFd> {
+        fn file(&self, _pack: u32) -> Option<std::os::fd::RawFd> {
             None
         }
     }
@@ -608,7 +611,8 @@ mod tests {
             roots
                 .add(certs::first_certificate(&resolver).clone())
                 .unwrap();
-            let server_config = super::super::server_config(resolver, &[b"http/1.1"]).unwrap();
+            let server_config =
+                super::super::server_config(Arc::new(resolver), &[b"http/1.1"]).unwrap();
             let mut provider = super::super::provider();
             provider.cipher_suites = vec![suite];
             let versions: &[&rustls::SupportedProtocolVersion] = match suite {
@@ -702,7 +706,7 @@ mod tests {
             let backing: Arc<dyn Backing> = Arc::new(Bytes(body.clone()));
             let mut plain = Output::new(0, u64::MAX);
             plain.bytes.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
-            plain.pack_body(0, body_len as u64);
+            plain.pack_body(0, 0, body_len as u64);
             let mut expected = plain.bytes.clone();
             expected.extend_from_slice(&body);
             let mut out = Output::new(0, u64::MAX);

@@ -1,0 +1,456 @@
+//! Opening what is served, at start and at every reload: a pack (mapped,
+//! verified, and with `--preload` / `--mlock` brought into memory and kept
+//! there), a directory or archive fired into a preview pack, or a folder
+//! of sites: `HOST.pack` for each host (with `HOST.crt` and `HOST.key`
+//! for TLS), `_default.pack` for other hosts, each site loaded, replaced
+//! and removed on its own.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::bail;
+
+use super::handler::{Site, Sites};
+use super::metrics::Metrics;
+use super::tls::PairPaths;
+use crate::pack::{Pack, verify};
+
+/// How packs are brought into memory when opened.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// `--preload`: every page of the mapping faulted in at load.
+    pub preload: bool,
+    /// `--mlock`: the mapping locked in memory (implies `preload`).
+    pub mlock: bool,
+}
+
+/// The name of the fallback site's pack in a folder of sites.
+pub const DEFAULT_SITE: &str = "_default";
+
+/// Whether `path` starts with a pack's magic (else it is a directory or an
+/// archive to fire); an error when it cannot be opened.
+pub fn is_pack(path: &Path) -> std::io::Result<bool> {
+    let mut file = std::fs::File::open(path)?;
+    let mut magic = [0u8; 8];
+    Ok(std::io::Read::read_exact(&mut file, &mut magic).is_ok()
+        && magic == crate::pack::format::MAGIC)
+}
+
+/// Maps and verifies the pack at `path`, then preloads or locks it as
+/// `opts` say; every error is one line naming the file.
+pub fn open_pack(path: &Path, opts: LoadOptions) -> anyhow::Result<Pack> {
+    let pack = Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    verify::verify(&pack).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    bring_in(&pack, opts).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(pack)
+}
+
+/// `--preload` and `--mlock`. Verifying a pack already read every byte
+/// of it through the page cache; preloading also maps every page into
+/// the process, so that no request waits on a page fault, and locking
+/// keeps the pages from being evicted under memory pressure.
+fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
+    let map = pack.bytes();
+    if map.is_empty() || !(opts.preload || opts.mlock) {
+        return Ok(());
+    }
+    let (addr, len) = (map.as_ptr() as *mut libc::c_void, map.len());
+    if opts.mlock {
+        // SAFETY: the range is our own live mapping.
+        if unsafe { libc::mlock(addr, len) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let limit = memlock_limit().map_or("unknown".to_string(), |l| format!("{l} bytes"));
+            return Err(format!(
+                "cannot lock the pack in memory (--mlock, {len} bytes): {e}; the locked-memory limit is {limit} \
+                 (raise it: `ulimit -l`, LimitMEMLOCK= in a systemd unit)"
+            ));
+        }
+        // Locking faulted every page in already.
+        return Ok(());
+    }
+    // SAFETY: advice on our own live mapping. MADV_POPULATE_READ (Linux
+    // 5.14) faults every page in; older kernels get WILLNEED and a read of
+    // one byte per page.
+    if unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_READ) } == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { libc::madvise(addr, len, libc::MADV_WILLNEED) };
+    let mut sum = 0u8;
+    for page in map.iter().step_by(4096) {
+        sum = sum.wrapping_add(*page);
+    }
+    std::hint::black_box(sum);
+    Ok(())
+}
+
+/// The soft RLIMIT_MEMLOCK, for the error message.
+fn memlock_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a valid struct.
+    (unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0).then_some(limit.rlim_cur)
+}
+
+/// What SITE names when it is one site, as start-up and reloads open it.
+#[derive(Clone, Debug)]
+pub struct SiteSource {
+    /// The pack, directory or tar archive.
+    pub path: PathBuf,
+    /// How a pack is brought into memory.
+    pub opts: LoadOptions,
+}
+
+/// Opens what SITE names: a pack is mapped and verified; a directory or a
+/// tar archive is fired into a preview pack in memory first (fast
+/// compression settings), so `kiln serve ./public` works without a build
+/// step.
+pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
+    let path = site.path.as_path();
+    match is_pack(path) {
+        Ok(true) => open_pack(path, site.opts),
+        Ok(false) => crate::build::build_preview(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{}: no such file or directory", path.display())
+        }
+        Err(e) => bail!("{}: cannot open: {e}", path.display()),
+    }
+}
+
+/// Whether `dir` is a folder of sites rather than a site to preview: a
+/// directory holding at least one pack named `NAME.pack`.
+pub fn is_folder_of_sites(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let path = entry.path();
+        site_name(&entry.file_name(), "pack").is_some()
+            && path.is_file()
+            && is_pack(&path).unwrap_or(false)
+    })
+}
+
+/// The site a file of a folder of sites belongs to, if its name is
+/// `NAME.EXTENSION` with NAME a host name (lower-cased: hosts match
+/// without case) or `_default`; hidden files (a build's temporary file)
+/// belong to none.
+pub fn site_name(file_name: &OsStr, extension: &str) -> Option<String> {
+    let name = file_name.to_str()?;
+    let stem = name.strip_suffix(extension)?.strip_suffix('.')?;
+    if stem == DEFAULT_SITE {
+        return Some(stem.to_string());
+    }
+    let valid = !stem.is_empty()
+        && !stem.starts_with('.')
+        && stem.len() <= super::handler::sites::MAX_HOST
+        && stem
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-' | b'_'));
+    valid.then(|| stem.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// A pack file as last seen: a reload that finds the same one skips it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl FileId {
+    fn of(path: &Path) -> std::io::Result<FileId> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
+}
+
+/// One site of the folder, as loaded.
+struct Loaded {
+    site: Arc<Site>,
+    /// The pack file it was loaded from.
+    id: FileId,
+}
+
+/// A folder of sites and what was loaded from it.
+pub struct Folder {
+    dir: PathBuf,
+    opts: LoadOptions,
+    /// By site name (host, or `_default`).
+    loaded: BTreeMap<String, Loaded>,
+    /// Where each site's counts go, kept across its reloads.
+    metrics: Arc<Metrics>,
+}
+
+impl Folder {
+    /// Loads every pack of `dir`; at start a pack that cannot be loaded is
+    /// an error (one line naming the file), as a bad single pack is.
+    pub fn open(dir: &Path, opts: LoadOptions, metrics: Arc<Metrics>) -> anyhow::Result<Folder> {
+        let mut folder = Folder {
+            dir: dir.to_path_buf(),
+            opts,
+            loaded: BTreeMap::new(),
+            metrics,
+        };
+        for name in folder.site_names()? {
+            let path = folder.pack_path(&name);
+            if let Some(other) = folder.loaded.keys().find(|n| **n == name) {
+                bail!(
+                    "{}: a second pack for the site {other} (host names match without case)",
+                    path.display()
+                );
+            }
+            let site = folder.load(&name, &path)?;
+            folder.loaded.insert(name, site);
+        }
+        Ok(folder)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every site name with a pack in the folder now.
+    fn site_names(&self) -> anyhow::Result<Vec<String>> {
+        let entries = std::fs::read_dir(&self.dir)
+            .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", self.dir.display()))?;
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| site_name(&e.file_name(), "pack"))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The pack of site `name`. A name read from a file is lower-cased, so
+    /// the file itself is found by a case-insensitive match when the exact
+    /// name is not there.
+    fn pack_path(&self, name: &str) -> PathBuf {
+        self.file_of(name, "pack")
+    }
+
+    fn file_of(&self, name: &str, extension: &str) -> PathBuf {
+        let exact = self.dir.join(format!("{name}.{extension}"));
+        if exact.exists() {
+            return exact;
+        }
+        std::fs::read_dir(&self.dir)
+            .ok()
+            .and_then(|entries| {
+                entries
+                    .flatten()
+                    .find(|e| site_name(&e.file_name(), extension).as_deref() == Some(name))
+            })
+            .map_or(exact, |e| e.path())
+    }
+
+    /// Opens the pack of site `name` at `path`, at the slot the site holds
+    /// (or a free one).
+    fn load(&self, name: &str, path: &Path) -> anyhow::Result<Loaded> {
+        let stats = self.metrics.site(name);
+        let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+        let pack = id.and_then(|id| Ok((id, open_pack(path, self.opts)?)));
+        let (id, pack) = match pack {
+            Ok(opened) => opened,
+            Err(e) => {
+                stats.failed_loads.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        stats.loads.fetch_add(1, Ordering::Relaxed);
+        let slot = match self.loaded.get(name) {
+            Some(old) => old.site.slot(),
+            None => self.free_slot(),
+        };
+        Ok(Loaded {
+            site: Site::new(pack, slot, stats),
+            id,
+        })
+    }
+
+    /// The lowest slot no loaded site holds.
+    fn free_slot(&self) -> u32 {
+        let mut used: Vec<u32> = self.loaded.values().map(|l| l.site.slot()).collect();
+        used.sort_unstable();
+        let mut slot = 0;
+        for u in used {
+            if u != slot {
+                break;
+            }
+            slot += 1;
+        }
+        slot
+    }
+
+    /// The sites as a generation to serve.
+    pub fn sites(&self) -> Arc<Sites> {
+        let fallback = self.loaded.get(DEFAULT_SITE).map(|l| Arc::clone(&l.site));
+        Sites::by_host(
+            self.loaded
+                .iter()
+                .filter(|(name, _)| *name != DEFAULT_SITE)
+                .map(|(name, l)| (name.as_bytes().to_vec(), Arc::clone(&l.site))),
+            fallback,
+        )
+    }
+
+    /// How many sites are loaded (the fallback included).
+    pub fn len(&self) -> usize {
+        self.loaded.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty()
+    }
+
+    /// Brings the sites named by `changed` (file names in the folder; every
+    /// site when `None`, as after SIGHUP) up to date with their packs: a
+    /// new or replaced pack is loaded, a removed one dropped, an unchanged
+    /// one kept. A pack that fails to load is logged and the site keeps
+    /// its previous pack (or stays absent). Returns whether any site
+    /// changed.
+    pub fn refresh(&mut self, changed: Option<&[std::ffi::OsString]>) -> bool {
+        let names: Vec<String> = match changed {
+            Some(files) => {
+                let mut names: Vec<String> =
+                    files.iter().filter_map(|f| site_name(f, "pack")).collect();
+                names.sort();
+                names.dedup();
+                names
+            }
+            None => match self.site_names() {
+                Ok(mut names) => {
+                    names.extend(self.loaded.keys().cloned());
+                    names.sort();
+                    names.dedup();
+                    names
+                }
+                Err(e) => {
+                    tracing::error!("reload: {e:#}; the sites stay as they are");
+                    return false;
+                }
+            },
+        };
+        let mut any = false;
+        for name in names {
+            any |= self.refresh_site(&name);
+        }
+        any
+    }
+
+    /// Brings one site up to date; true when it changed.
+    fn refresh_site(&mut self, name: &str) -> bool {
+        let path = self.pack_path(name);
+        let id = match FileId::of(&path) {
+            Ok(id) => id,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self.loaded.remove(name).is_some() {
+                    tracing::info!("site {name}: {} removed; no longer served", path.display());
+                    return true;
+                }
+                return false;
+            }
+            Err(e) => {
+                tracing::error!("site {name}: {}: {e}; kept as it was", path.display());
+                return false;
+            }
+        };
+        // Unchanged; or just created and still empty (a copy being made:
+        // its close reloads it).
+        if self.loaded.get(name).is_some_and(|l| l.id == id) || id.size == 0 {
+            return false;
+        }
+        match self.load(name, &path) {
+            Ok(loaded) => {
+                let routes = loaded.site.pack().map_or(0, |p| p.route_count());
+                let verb = if self.loaded.contains_key(name) {
+                    "reloaded"
+                } else {
+                    "added"
+                };
+                tracing::info!("site {name}: {verb} {} ({routes} routes)", path.display());
+                self.loaded.insert(name.to_string(), loaded);
+                true
+            }
+            Err(e) => {
+                let still = if self.loaded.contains_key(name) {
+                    "still serving its previous pack"
+                } else {
+                    "not served"
+                };
+                tracing::error!("site {name}: reload failed: {e:#}; {still}");
+                false
+            }
+        }
+    }
+
+    /// The certificate pairs beside the packs: `HOST.crt` with `HOST.key`,
+    /// in name order (a `.crt` without its `.key` is reported and left
+    /// out).
+    pub fn certificate_pairs(&self) -> Vec<PairPaths> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| site_name(&e.file_name(), "crt"))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let (cert, key) = (self.file_of(&name, "crt"), self.file_of(&name, "key"));
+                if !key.exists() {
+                    tracing::warn!(
+                        "{}: no {} beside it; the certificate is not used",
+                        cert.display(),
+                        key.display()
+                    );
+                    return None;
+                }
+                Some(PairPaths { cert, key })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_name_sites() {
+        for (file, ext, site) in [
+            ("example.com.pack", "pack", Some("example.com")),
+            ("WWW.Example.COM.pack", "pack", Some("www.example.com")),
+            ("_default.pack", "pack", Some("_default")),
+            ("127.0.0.1.pack", "pack", Some("127.0.0.1")),
+            ("example.com.crt", "crt", Some("example.com")),
+            ("example.com.crt", "pack", None),
+            (".example.com.pack.x1.tmp", "pack", None),
+            (".hidden.pack", "pack", None),
+            ("my site.pack", "pack", None),
+            (".pack", "pack", None),
+            ("pack", "pack", None),
+        ] {
+            assert_eq!(
+                site_name(OsStr::new(file), ext).as_deref(),
+                site,
+                "{file} as .{ext}"
+            );
+        }
+    }
+}
