@@ -170,3 +170,39 @@ fn access_log_as_json_lines() {
     assert_eq!(third["encoding"], "identity");
     assert_eq!(third["user_agent"], "curl-h2");
 }
+
+#[test]
+fn a_request_is_timed_from_its_first_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--access-log",
+        "-",
+        "--access-log-format",
+        "json",
+    ]);
+    let mut s = server.connect();
+    // A head in two reads, 300 ms apart, then one at once.
+    std::io::Write::write_all(&mut s, b"GET /hello.txt HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::io::Write::write_all(&mut s, b"Host: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    std::io::Write::write_all(&mut s, b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(15)).is_some());
+    let lines = stdout_lines(&server, 2);
+    let durations: Vec<f64> = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["duration"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(durations[0] >= 0.25, "{durations:?}");
+    assert!(durations[1] < 0.25, "{durations:?}");
+}

@@ -120,10 +120,11 @@ impl SiteStats {
         })
     }
 
-    /// The block thread `thread` counts into.
+    /// The block thread `thread` counts into (every site has one per
+    /// event loop: `Metrics::site` makes them so).
     #[inline]
     pub fn thread(&self, thread: usize) -> &SiteCounters {
-        &self.threads[thread % self.threads.len()]
+        &self.threads[thread]
     }
 
     pub fn name(&self) -> &str {
@@ -214,7 +215,7 @@ impl Metrics {
     /// The block event loop `thread` counts into.
     #[inline]
     pub fn of_loop(&self, thread: usize) -> &LoopCounters {
-        &self.loops[thread % self.loops.len()]
+        &self.loops[thread]
     }
 
     /// Where responses no site answered are counted.

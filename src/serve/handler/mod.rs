@@ -156,9 +156,9 @@ pub struct Response<'a> {
     pub extra: Extra<'a>,
     /// What follows the header block (left out for HEAD).
     pub body: Body,
-    /// The slot of the site that answered (see `Sites`); `None` for what
-    /// no site answers (a bad `*` request, a host no site serves, a
-    /// redirect to HTTPS).
+    /// The slot of the site the request went to (see `Sites`), for the
+    /// metrics; `None` for what no site answers (a bad `*` request, a host
+    /// no site serves).
     pub site: Option<u32>,
     /// The content coding of the variant answered with, for the metrics
     /// and the log; `None` when no stored variant was chosen.
@@ -368,12 +368,10 @@ pub fn answer<'a>(
             b"421 Misdirected Request: no site here answers for this host\n",
         );
     };
-    if let Some(https_port) = https_redirect
-        && let Some((name, target)) = redirect_parts(req)
-    {
-        return redirect_to_https(name, target, https_port, scratch);
-    }
-    let mut resp = handle(site, req, scratch);
+    let mut resp = match https_redirect.and_then(|port| Some((port, redirect_parts(req)?))) {
+        Some((https_port, (name, target))) => redirect_to_https(name, target, https_port, scratch),
+        None => handle(site, req, scratch),
+    };
     resp.site = Some(site.slot);
     resp
 }

@@ -383,6 +383,9 @@ pub struct Conn {
     /// `partial` may hold complete requests left over from a full batch:
     /// serve them before reading more.
     backlog: bool,
+    /// With an access log: when the request at the start of `partial`
+    /// began arriving (see `Context::started_us`); 0 otherwise.
+    started_us: u64,
 }
 
 impl Conn {
@@ -394,10 +397,23 @@ impl Conn {
             partial.extend_from_slice(bytes);
         }
         let buf: &[u8] = if from_partial { &partial } else { bytes };
+        // A request that began in an earlier read is timed from then.
+        let this_turn = ctx.started_us;
+        if from_partial && self.started_us != 0 {
+            ctx.started_us = self.started_us;
+        }
         let batch = serve_batch(buf, &mut self.discard, ctx, out);
+        ctx.started_us = this_turn;
         self.backlog = batch.more;
         let rest_len = buf.len() - batch.consumed;
-        let wait = if !batch.close && (rest_len > 0 || !self.discard.is_done()) {
+        let waiting = !batch.close && (rest_len > 0 || !self.discard.is_done());
+        self.started_us = match (waiting, batch.consumed == 0 && from_partial) {
+            (false, _) => 0,
+            // Still the same request as before.
+            (true, true) => self.started_us,
+            (true, false) => this_turn,
+        };
+        let wait = if waiting {
             if from_partial {
                 partial.drain(..batch.consumed);
                 self.partial = partial;
