@@ -375,3 +375,21 @@ fn certificates_beside_the_packs_are_chosen_by_name_and_reloaded_pair_by_pair() 
     assert_eq!(presented(tls_port, "b.example"), b);
     assert_eq!(presented(tls_port, "a.example"), a2);
 }
+
+#[test]
+fn a_site_may_be_a_link_to_a_pack_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sites, releases) = (dir.path().join("sites"), dir.path().join("releases"));
+    std::fs::create_dir(&sites).unwrap();
+    std::fs::create_dir(&releases).unwrap();
+    folder(&sites, true);
+    version_pack(&releases.join("c.pack"), "c1");
+    std::os::unix::fs::symlink(releases.join("c.pack"), sites.join("c.example.pack")).unwrap();
+    let server = Server::start(&[sites.to_str().unwrap()]);
+    assert_eq!(version_of(&server, "c.example"), "200 c1");
+    // The pack the link points to is replaced there; the sandbox lets the
+    // server read that folder again at the reload.
+    version_pack(&releases.join("c.pack"), "c2");
+    server.signal(libc::SIGHUP);
+    wait_for(&server, "c.example", "200 c2");
+}

@@ -136,7 +136,8 @@ pub struct ServeArgs {
     pub metrics: Option<String>,
     /// Fault every page of each pack into memory when it is loaded, so
     /// that the first requests after a start or a deploy never wait on
-    /// the disk.
+    /// the disk (the verification of every load reads the whole pack
+    /// already; this also maps each page into kiln).
     #[arg(long, env = "KILN_PRELOAD")]
     pub preload: bool,
     /// Lock each pack in memory (implies --preload), so that memory
@@ -427,6 +428,12 @@ fn sandbox_plan(
     if let Some(site) = site {
         if site.is_dir() {
             plan.read_tree_again(site);
+            // A pack of a folder of sites may be a link to a file
+            // elsewhere: that folder is read again too.
+            let entries = std::fs::read_dir(site).into_iter().flatten().flatten();
+            for entry in entries.filter(|e| e.file_type().is_ok_and(|t| t.is_symlink())) {
+                plan.read_file_again(&entry.path());
+            }
         } else {
             plan.read_file_again(site);
         }
