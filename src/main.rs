@@ -31,7 +31,8 @@ enum Command {
         /// The pack file.
         pack: PathBuf,
     },
-    /// Serve a pack over HTTP/1.1.
+    /// Serve a pack, a folder of sites or a directory over HTTP/1.1,
+    /// HTTP/2 and TLS.
     Serve(kiln::serve::ServeArgs),
 }
 

@@ -350,3 +350,32 @@ fn health_endpoints_say_when_to_stop_sending_traffic() {
     drop(slow);
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
 }
+
+#[test]
+fn a_shutdown_delay_keeps_serving_while_ready_says_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+        "--shutdown-delay",
+        "1.5",
+    ]);
+    let port = metrics_port(&server);
+    server.signal(libc::SIGTERM);
+    let start = Instant::now();
+    while fetch(port, "/ready").0 != "HTTP/1.1 503 Service Unavailable" {
+        assert!(start.elapsed() < Duration::from_secs(1), "still ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Not ready, still serving new connections until the delay is over.
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+    let status = server.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert!(status.success(), "{status}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        start.elapsed()
+    );
+}

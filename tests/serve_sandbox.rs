@@ -468,3 +468,42 @@ fn a_stopped_and_continued_server_keeps_serving() {
     );
     assert_eq!(server.get("/hello.txt", "").status, 200);
 }
+
+#[test]
+fn a_numeric_user_needs_no_user_database() {
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    // As in a container image without /etc/passwd entries: `--user
+    // UID:GID` still switches.
+    let scratch = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    command
+        .args(["serve", "--dummy", "--listen", "127.0.0.1:0"])
+        .args(["--user", "65534:65533"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the step makes only async-signal-safe system calls.
+    unsafe { command.pre_exec(only_root_in_the_user_database(scratch.path())) };
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()));
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        line.contains("serving dummy answers"),
+        "{line}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let status = status.unwrap();
+    assert_eq!(field(&status, "Uid"), "65534 65534 65534 65534");
+    assert_eq!(field(&status, "Gid"), "65533 65533 65533 65533");
+    assert_eq!(field(&status, "Groups"), "65533");
+}

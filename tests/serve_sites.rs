@@ -282,9 +282,30 @@ fn sighup_reads_the_whole_folder_again() {
 }
 
 #[test]
-fn a_bad_pack_at_start_names_the_file() {
+fn a_bad_pack_at_start_leaves_the_other_sites_serving() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), true);
+    let broken = dir.path().join("broken.example.pack");
+    std::fs::write(&broken, b"KILNPACK but not really a pack at all").unwrap();
+    let server = Server::start(&[dir.path().to_str().unwrap()]);
+    assert!(
+        server.stderr_text().contains(&format!(
+            "site broken.example: not served: {}: ",
+            broken.display()
+        )),
+        "{}",
+        server.stderr_text()
+    );
+    assert_eq!(version_of(&server, "a.example"), "200 a");
+    assert_eq!(version_of(&server, "broken.example"), "200 default");
+    // Fixed, it is taken.
+    version_pack(&broken, "fixed");
+    wait_for(&server, "broken.example", "200 fixed");
+}
+
+#[test]
+fn a_folder_where_no_pack_loads_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("broken.example.pack"),
         b"KILNPACK but not really a pack at all",
@@ -301,8 +322,10 @@ fn a_bad_pack_at_start_names_the_file() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        stderr.lines().count() == 1 && stderr.contains("broken.example.pack: "),
+        last.starts_with("kiln: error: no site could be loaded: ")
+            && last.contains("broken.example.pack: "),
         "{stderr}"
     );
 }
@@ -368,6 +391,13 @@ fn certificates_beside_the_packs_are_chosen_by_name_and_reloaded_pair_by_pair() 
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The pair was renewed by two renames, the key first: the moment
+    // between them is no failure.
+    assert!(
+        !server.stderr_text().contains("failed"),
+        "{}",
+        server.stderr_text()
+    );
     // A broken certificate for b keeps b's old one, and a's new one.
     write_atomically(&dir.path().join("b.example.crt"), b"not a certificate");
     wait_for_log(&server, "b.example.crt: ");

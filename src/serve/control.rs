@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::handler::{Site, Sites};
 use super::load::{Folder, SiteSource, open_site};
@@ -278,8 +279,10 @@ impl Reloader {
         }
     }
 
-    /// inotify said these changed.
-    fn files_changed(&mut self, changes: Changes) {
+    /// inotify said these changed: sites reload at once (a pack arrives
+    /// whole, by rename); returns whether a certificate or key changed,
+    /// which reloads after a pause (a pair is renewed by two renames).
+    fn files_changed(&mut self, changes: Changes) -> bool {
         if changes.pack {
             self.reload_sites(None);
         }
@@ -290,9 +293,7 @@ impl Reloader {
             let name = name.as_bytes();
             name.ends_with(b".crt") || name.ends_with(b".key")
         });
-        if changes.certificate || folder_certificate {
-            self.reload_tls();
-        }
+        changes.certificate || folder_certificate
     }
 }
 
@@ -370,11 +371,12 @@ pub fn spawn(
     signals: OwnedFd,
     reloader: Reloader,
     watched: Option<Watch>,
+    shutdown_delay: Duration,
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
 ) -> io::Result<Control> {
     supervise(shared, wakers, move |shared, wakers| {
-        run(signals, reloader, watched, shared, wakers)
+        run(signals, reloader, watched, shutdown_delay, shared, wakers)
     })
 }
 
@@ -426,17 +428,59 @@ fn is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// How long the certificates must stay unchanged before they are read
+/// again: renewing a pair is two renames (key and certificate), and the
+/// moment between them is a mismatch, not a failure.
+const CERTIFICATE_QUIET: Duration = Duration::from_millis(300);
+
+/// What the control loop waits for besides signals and inotify.
+#[derive(Default)]
+struct Timers {
+    /// When to read the certificates again.
+    certificates: Option<Instant>,
+    /// When the loops start draining, once a shutdown was asked for
+    /// (`--shutdown-delay` after it).
+    drain: Option<Instant>,
+}
+
+impl Timers {
+    /// The poll timeout until the next one, in milliseconds (-1: none).
+    fn timeout_ms(&self) -> libc::c_int {
+        let next = [self.certificates, self.drain].into_iter().flatten().min();
+        next.map_or(-1, |at| {
+            at.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(60_000) as libc::c_int
+        })
+    }
+}
+
+/// Starts the drain: the loops close their listeners and finish what is
+/// in flight.
+fn drain(shared: &Shared, wakers: &[Arc<Waker>]) {
+    shared.shutdown.store(true, Ordering::Release);
+    for w in wakers {
+        w.wake();
+    }
+}
+
 /// Runs the control loop; returns only on an error it cannot get past.
 /// `watched` is `None` when the directories could not be watched.
+/// `shutdown_delay`: how long after the first SIGTERM the loops go on
+/// accepting while `/ready` says 503, so that a balancer stops sending
+/// new connections before the listeners close.
 fn run(
     signals: OwnedFd,
     mut reloader: Reloader,
     mut watched: Option<Watch>,
+    shutdown_delay: Duration,
     shared: &Shared,
     wakers: &[Arc<Waker>],
 ) -> io::Error {
     let mut buf = vec![0u8; 64 * 1024];
     let siginfo_len = std::mem::size_of::<libc::signalfd_siginfo>();
+    let mut timers = Timers::default();
+    let mut stopping = false;
     loop {
         let mut fds = [
             libc::pollfd {
@@ -451,12 +495,21 @@ fn run(
             },
         ];
         // SAFETY: two valid pollfds.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, timers.timeout_ms()) } < 0 {
             let e = io::Error::last_os_error();
             if is_transient(&e) {
                 continue;
             }
             return io::Error::new(e.kind(), format!("poll: {e}"));
+        }
+        let now = Instant::now();
+        if timers.drain.is_some_and(|at| at <= now) {
+            timers.drain = None;
+            drain(shared, wakers);
+        }
+        if timers.certificates.is_some_and(|at| at <= now) {
+            timers.certificates = None;
+            reloader.reload_tls();
         }
         if fds[0].revents != 0 {
             // SAFETY: reads at most one signalfd_siginfo into a larger buffer.
@@ -474,18 +527,25 @@ fn run(
             } else {
                 let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
                 if signo == libc::SIGHUP {
+                    timers.certificates = None;
                     reloader.reload_all();
-                } else if shared.shutdown.swap(true, Ordering::AcqRel) {
+                } else if std::mem::replace(&mut stopping, true) {
                     tracing::warn!("second signal: exiting now");
                     std::process::exit(1);
                 } else {
-                    tracing::info!("shutting down: finishing responses in flight");
                     reloader.metrics.draining.store(true, Ordering::Relaxed);
                     if let Some(n) = &reloader.notifier {
                         n.stopping();
                     }
-                    for w in wakers {
-                        w.wake();
+                    if shutdown_delay.is_zero() {
+                        tracing::info!("shutting down: finishing responses in flight");
+                        drain(shared, wakers);
+                    } else {
+                        tracing::info!(
+                            "shutting down in {:.1} s (/ready says 503 meanwhile), then finishing responses in flight",
+                            shutdown_delay.as_secs_f64()
+                        );
+                        timers.drain = Some(now + shutdown_delay);
                     }
                 }
             }
@@ -505,9 +565,8 @@ fn run(
                     );
                     watched = None;
                 }
-            } else {
-                let changes = watch.changes(&buf[..n as usize]);
-                reloader.files_changed(changes);
+            } else if reloader.files_changed(watch.changes(&buf[..n as usize])) {
+                timers.certificates = Some(now + CERTIFICATE_QUIET);
             }
         }
     }
@@ -570,6 +629,7 @@ mod tests {
             not_signals,
             reloader,
             None,
+            Duration::ZERO,
             Arc::clone(&shared),
             vec![Arc::clone(&waker)],
         )

@@ -195,8 +195,10 @@ pub struct Folder {
 }
 
 impl Folder {
-    /// Loads every pack of `dir`; at start a pack that cannot be loaded is
-    /// an error (one line naming the file), as a bad single pack is.
+    /// Loads every pack of `dir`. A pack that cannot be loaded is logged
+    /// (one line naming the file) and its site left out, so that one bad
+    /// deploy does not keep every other site from starting with the
+    /// machine; when no pack loads, that is the error.
     pub fn open(dir: &Path, opts: LoadOptions, metrics: Arc<Metrics>) -> anyhow::Result<Folder> {
         let mut folder = Folder {
             dir: dir.to_path_buf(),
@@ -204,18 +206,31 @@ impl Folder {
             loaded: BTreeMap::new(),
             metrics,
         };
+        let mut first_error = None;
         for name in folder.site_names()? {
             let path = folder.pack_path(&name);
-            if let Some(other) = folder.loaded.keys().find(|n| **n == name) {
-                bail!(
-                    "{}: a second pack for the site {other} (host names match without case)",
+            let loaded = if folder.loaded.contains_key(&name) {
+                Err(anyhow::anyhow!(
+                    "{}: a second pack for the site {name} (host names match without case)",
                     path.display()
-                );
+                ))
+            } else {
+                folder.load(&name, &path)
+            };
+            match loaded {
+                Ok(site) => {
+                    folder.loaded.insert(name, site);
+                }
+                Err(e) => {
+                    tracing::error!("site {name}: not served: {e:#}");
+                    first_error.get_or_insert(e);
+                }
             }
-            let site = folder.load(&name, &path)?;
-            folder.loaded.insert(name, site);
         }
-        Ok(folder)
+        match first_error {
+            Some(e) if folder.loaded.is_empty() => Err(e.context("no site could be loaded")),
+            _ => Ok(folder),
+        }
     }
 
     pub fn dir(&self) -> &Path {

@@ -569,39 +569,52 @@ const MAX_HEAD: usize = 8 * 1024;
 /// one to accept on it); the thread runs inside the sandbox, so it makes
 /// no call the filter does not allow (no `ioctl` to change blocking).
 pub fn spawn_listener(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     metrics: Arc<Metrics>,
     packs: impl Fn() -> Vec<PackGauges> + Send + 'static,
 ) -> io::Result<()> {
     std::thread::Builder::new()
         .name("kiln-metrics".into())
         .spawn(move || {
+            let mut fds: Vec<libc::pollfd> = listeners
+                .iter()
+                .map(|l| libc::pollfd {
+                    fd: l.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
             loop {
-                if !wait(listener.as_raw_fd(), libc::POLLIN, -1) {
+                // SAFETY: `fds` holds valid pollfds of our listeners.
+                if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } <= 0 {
                     continue;
                 }
-                // SAFETY: accept4 on our listener; the descriptor is owned below.
-                let fd = unsafe {
-                    libc::accept4(
-                        listener.as_raw_fd(),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                    )
-                };
-                if fd < 0 {
-                    let e = io::Error::last_os_error();
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
-                    ) {
-                        std::thread::sleep(std::time::Duration::from_millis(100));
+                for pfd in fds.iter_mut().filter(|p| p.revents != 0) {
+                    pfd.revents = 0;
+                    // SAFETY: accept4 on our listener; the descriptor is
+                    // owned below.
+                    let fd = unsafe {
+                        libc::accept4(
+                            pfd.fd,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                        )
+                    };
+                    if fd < 0 {
+                        let e = io::Error::last_os_error();
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+                        ) {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        continue;
                     }
-                    continue;
+                    // SAFETY: a fresh descriptor from accept4.
+                    let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+                    answer_scrape(conn.as_raw_fd(), &metrics, &packs);
                 }
-                // SAFETY: a fresh descriptor from accept4.
-                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
-                answer_scrape(conn.as_raw_fd(), &metrics, &packs);
             }
         })?;
     Ok(())

@@ -181,6 +181,16 @@ pub struct ServeArgs {
         env = "KILN_SEND_TIMEOUT"
     )]
     pub send_timeout: f64,
+    /// Seconds between SIGTERM and the listeners closing: kiln goes on
+    /// serving while /ready answers 503, so that a balancer or Kubernetes
+    /// stops sending it connections first; then it drains.
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 0.0,
+        env = "KILN_SHUTDOWN_DELAY"
+    )]
+    pub shutdown_delay: f64,
     /// Bodies of at least this many bytes are sent with sendfile(2) after
     /// their headers instead of in the headers' writev (a tuning knob for
     /// measurements).
@@ -312,6 +322,47 @@ fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Lis
         }
     }
     Ok(per_thread)
+}
+
+/// The metrics listener's sockets, one per address `--metrics` names
+/// (`:PORT` is every IPv4 and IPv6 address, as for --listen).
+fn bind_metrics(value: &str) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    let listen =
+        Listen::parse(value).map_err(|why| anyhow::anyhow!("--metrics {value:?}: {why}"))?;
+    let mut bound = Vec::new();
+    let mut port = None;
+    for &asked in &listen.addrs {
+        let mut addr = asked;
+        if let (0, Some(p)) = (addr.port(), port) {
+            addr.set_port(p);
+        }
+        let listener = match socket2_listener(addr) {
+            Ok(l) => l,
+            Err(e) if listen.implied && no_ipv6(addr, &e) => continue,
+            Err(e) => return Err(e).with_context(|| format!("--metrics: cannot listen on {addr}")),
+        };
+        port.get_or_insert(listener.local_addr()?.port());
+        bound.push(listener);
+    }
+    Ok(bound)
+}
+
+/// A listening socket on `addr` (IPv6 only for an IPv6 address, so that
+/// `[::]` and `0.0.0.0` can both be bound).
+fn socket2_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_cloexec(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(64)?;
+    Ok(socket.into())
 }
 
 /// Adds the sockets systemd passed to every thread's listeners: one
@@ -542,6 +593,12 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             what,
         });
     }
+    if path.is_dir() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
+        tracing::warn!(
+            "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
+            path.display()
+        );
+    }
     let source = load::SiteSource { path, opts };
     let pack = load::open_site(&source)?;
     let routes = pack.route_count();
@@ -579,6 +636,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
     let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
     let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
+    if !(args.shutdown_delay.is_finite() && args.shutdown_delay >= 0.0) {
+        bail!(
+            "--shutdown-delay must be zero or a positive number of seconds, not {}",
+            args.shutdown_delay
+        );
+    }
+    let shutdown_delay = Duration::from_secs_f64(args.shutdown_delay);
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -611,13 +675,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections,
         sendfile_min: args.sendfile_min,
     });
-    let mut metrics_listener = None;
+    let mut metrics_listeners = Vec::new();
     let mut activated_serving = Vec::new();
     for a in activated {
         match a.purpose {
             systemd::Purpose::Cleartext => activated_serving.push((a.listener, stack::CLEARTEXT)),
             systemd::Purpose::Tls => activated_serving.push((a.listener, stack::TLS)),
-            systemd::Purpose::Metrics => metrics_listener = Some(a.listener),
+            systemd::Purpose::Metrics => metrics_listeners.push(a.listener),
         }
         tracing::info!("listening on a socket from systemd: {}", a.name);
     }
@@ -631,13 +695,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map(|g| control::certificate_source(g, &opened.served));
     let mut listeners = bind_all(&listens, threads)?;
     add_activated(&mut listeners, activated_serving)?;
-    if let Some(addr) = &args.metrics {
-        let listen =
-            Listen::parse(addr).map_err(|why| anyhow::anyhow!("--metrics {addr:?}: {why}"))?;
-        let addr = listen.addrs[0];
-        let listener = std::net::TcpListener::bind(addr)
-            .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
-        metrics_listener = Some(listener);
+    if let Some(value) = &args.metrics {
+        metrics_listeners.extend(bind_metrics(value)?);
     }
     let https_port = listeners[0]
         .iter()
@@ -742,7 +801,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let metrics_addrs: Vec<SocketAddr> = metrics_listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
     // Everything is open and every worker built: the sandbox goes up before
     // the first thread starts, so that every thread is inside it.
     match identity {
@@ -770,9 +832,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(preview) = opened.preview {
         watch::spawn(preview, Arc::clone(&current))?;
     }
-    if let Some(listener) = metrics_listener {
+    if !metrics_listeners.is_empty() {
         let current = Arc::clone(&current);
-        metrics::spawn_listener(listener, Arc::clone(&metrics), move || {
+        metrics::spawn_listener(metrics_listeners, Arc::clone(&metrics), move || {
             pack_gauges(&current)
         })
         .context("cannot start the metrics listener")?;
@@ -791,8 +853,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         urls.join(" "),
         if threads == 1 { "thread" } else { "threads" }
     );
-    if let Some(addr) = metrics_addr {
-        announcement.push_str(&format!("; metrics on {addr}"));
+    if !metrics_addrs.is_empty() {
+        let addrs: Vec<String> = metrics_addrs.iter().map(SocketAddr::to_string).collect();
+        announcement.push_str(&format!("; metrics on {}", addrs.join(" ")));
     }
     if let Some(n) = &notifier {
         n.ready(&announcement["kiln: ".len()..]);
@@ -804,7 +867,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         metrics,
         notifier,
     };
-    let control = control::spawn(signals, reloader, watched, Arc::clone(&shared), wakers)?;
+    let control = control::spawn(
+        signals,
+        reloader,
+        watched,
+        shutdown_delay,
+        Arc::clone(&shared),
+        wakers,
+    )?;
     // A closed stdout must not stop the server: the line is informative.
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());

@@ -314,6 +314,9 @@ pub struct Identity {
     pub uid: libc::uid_t,
     /// Its primary group.
     pub gid: libc::gid_t,
+    /// Found in the user database, which then lists its other groups;
+    /// otherwise (a bare `UID[:GID]`) it gets its primary group only.
+    pub listed: bool,
 }
 
 /// The passwd entry of `name`, if there is one.
@@ -345,6 +348,10 @@ fn lookup(
         match call(&mut pwd, &mut buf, &mut result) {
             libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
             0 if result.is_null() => return Ok(None),
+            // "Not found" as some C libraries say it: musl when there is
+            // no /etc/passwd at all (a `FROM scratch` image), glibc with
+            // some NSS modules (getpwnam_r(3)).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
             0 => {
                 // SAFETY: on success pw_name points to a C string in `buf`.
                 let name = unsafe { CStr::from_ptr(pwd.pw_name) };
@@ -352,6 +359,7 @@ fn lookup(
                     name: name.to_string_lossy().into_owned(),
                     uid: pwd.pw_uid,
                     gid: pwd.pw_gid,
+                    listed: true,
                 }));
             }
             e => bail!(
@@ -360,6 +368,25 @@ fn lookup(
             ),
         }
     }
+}
+
+/// `UID` or `UID:GID` given as `--user` where no user database names it (a
+/// container image without /etc/passwd); the group is the user id when
+/// not given, as for `nobody` (65534:65534).
+fn numeric_user(value: &str) -> Option<Identity> {
+    let (uid, gid) = match value.split_once(':') {
+        Some((uid, gid)) => (uid.parse().ok()?, gid.parse().ok()?),
+        None => {
+            let uid = value.parse().ok()?;
+            (uid, uid)
+        }
+    };
+    Some(Identity {
+        name: value.to_string(),
+        uid,
+        gid,
+        listed: false,
+    })
 }
 
 /// The user to run as: `--user NAME` if given, else `nobody` when started
@@ -374,10 +401,14 @@ pub fn resolve_user(asked: Option<&str>) -> anyhow::Result<Identity> {
             name: euid.to_string(),
             uid: euid,
             gid: egid,
+            listed: false,
         }))
     };
     let named = |name: &str| -> anyhow::Result<Identity> {
-        lookup_user(name)?.ok_or_else(|| anyhow!("--user {name}: no such user"))
+        if let Some(found) = lookup_user(name)? {
+            return Ok(found);
+        }
+        numeric_user(name).ok_or_else(|| anyhow!("--user {name}: no such user"))
     };
     match (euid, asked) {
         (0, Some(name)) => named(name),
@@ -512,7 +543,12 @@ fn switch_user(identity: &Identity) -> anyhow::Result<()> {
         // setxid broadcast); there is only one here anyway.
         // SAFETY: plain calls with valid arguments; results checked.
         unsafe {
-            if libc::initgroups(name.as_ptr(), identity.gid) != 0 {
+            let groups = if identity.listed {
+                libc::initgroups(name.as_ptr(), identity.gid)
+            } else {
+                libc::setgroups(1, &identity.gid)
+            };
+            if groups != 0 {
                 return Err(fail("setgroups"));
             }
             if libc::setresgid(identity.gid, identity.gid, identity.gid) != 0 {
