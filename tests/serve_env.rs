@@ -33,6 +33,7 @@ fn help_lists_a_variable_for_every_flag() {
         "header-timeout",
         "keepalive-timeout",
         "send-timeout",
+        "shutdown-delay",
         "user",
         "no-sandbox",
         "watch",
