@@ -93,6 +93,7 @@ impl Output {
 
     /// Appends `len` bytes at `off` of the backing's pack `pack` (a
     /// body), after sealing the headers before it.
+    #[inline]
     pub fn pack_body(&mut self, pack: u32, off: u64, len: u64) {
         self.seal();
         if len == 0 {

@@ -142,11 +142,17 @@ pub fn gather(
     let mut count = 0;
     let mut total = 0usize;
     let limit = iov.len().min(IOV_MAX);
+    // A batch's bodies are nearly always from one pack: it is looked up
+    // once, not once per segment.
+    let mut map: (u32, &[u8]) = (u32::MAX, &[]);
     for seg in segs {
         let slice: &[u8] = match *seg {
             Seg::Own { start, end } => &bytes[start..end],
             Seg::Mapped { pack, off, len } => {
-                backing.bytes(pack).get(off..off.checked_add(len)?)?
+                if map.0 != pack {
+                    map = (pack, backing.bytes(pack));
+                }
+                map.1.get(off..off.checked_add(len)?)?
             }
             Seg::File { .. } => break,
         };
