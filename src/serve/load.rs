@@ -322,12 +322,8 @@ impl Folder {
     }
 
     /// How many sites are loaded (the fallback included).
-    pub fn len(&self) -> usize {
+    pub fn site_count(&self) -> usize {
         self.loaded.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.loaded.is_empty()
     }
 
     /// Brings the sites named by `changed` (file names in the folder; every

@@ -373,7 +373,11 @@ fn add_activated(
 ) -> anyhow::Result<()> {
     for (listener, tag) in activated {
         for listeners in per_thread.iter_mut().skip(1) {
-            let shared = systemd::share(&listener).context("cannot share an activated socket")?;
+            // Another descriptor of the one socket, which every loop
+            // accepts from.
+            let shared = listener
+                .try_clone()
+                .context("cannot share an activated socket")?;
             listeners.push((shared, tag));
         }
         per_thread[0].push((listener, tag));
@@ -584,7 +588,7 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
     }
     if path.is_dir() && load::is_folder_of_sites(&path) {
         let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
-        let what = format!("{} sites from {}", folder.len(), path.display());
+        let what = format!("{} sites from {}", folder.site_count(), path.display());
         return Ok(Opened {
             sites: folder.sites(),
             served: control::Served::Folder(folder),

@@ -137,12 +137,6 @@ fn check_listening_tcp(fd: RawFd) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Another descriptor for the same listening socket, for another event
-/// loop: an activated socket is one socket, which every loop accepts from.
-pub fn share(listener: &TcpListener) -> std::io::Result<TcpListener> {
-    listener.try_clone()
-}
-
 /// The service manager's notification socket (`NOTIFY_SOCKET`), connected
 /// at start, before the sandbox: afterwards a notification is one `write`.
 pub struct Notifier {

@@ -94,15 +94,6 @@ impl Sites {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Site>> {
         self.slots.iter().flatten()
     }
-
-    /// The lowest slot no site of this generation holds: where a new site
-    /// goes.
-    pub fn free_slot(&self) -> u32 {
-        self.slots
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.slots.len()) as u32
-    }
 }
 
 /// Writes into `key` the form `host` is compared in: lower case, without
@@ -210,7 +201,6 @@ mod tests {
         assert_eq!(slot(Some("b.example.")), Some(3));
         assert_eq!(slot(Some("c.example")), Some(1));
         assert_eq!(slot(None), Some(1));
-        assert_eq!(sites.free_slot(), 2);
         assert_eq!(sites.iter().count(), 3);
 
         let strict = Sites::by_host(hosts(), None);
