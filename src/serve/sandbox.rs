@@ -245,7 +245,8 @@ fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
             // reports none).
             sys!(SYS_getpeername),
             // Emptying a splice pipe a closed connection left bytes in:
-            // how many, then reading them out.
+            // how many, then reading them out; at shutdown, whether an idle
+            // connection holds a request not delivered yet.
             sys!(SYS_ioctl, if arg 1 & u32::MAX => libc::FIONREAD),
         ],
     }

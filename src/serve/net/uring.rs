@@ -599,6 +599,10 @@ pub struct UringWorker<S: Stack> {
     accept_paused_until: u64,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
+    /// The control thread asked for the drain: it begins once this turn's
+    /// completions are handled, so that a request reaped with the wake-up
+    /// is answered rather than dropped with its connection.
+    drain_asked: bool,
     /// An accept failure was logged and no accept succeeded since.
     accept_error_logged: bool,
 }
@@ -645,6 +649,7 @@ impl<S: Stack> UringWorker<S> {
             last_tick: 0,
             accept_paused_until: 0,
             drain_deadline: None,
+            drain_asked: false,
             accept_error_logged: false,
         })
     }
@@ -661,6 +666,9 @@ impl<S: Stack> UringWorker<S> {
             self.stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             self.reap();
+            if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
+                self.begin_drain();
+            }
             if self.now >= self.last_sweep + SWEEP_MS {
                 self.sweep();
             }
@@ -774,9 +782,7 @@ impl<S: Stack> UringWorker<S> {
             self.arm_waker();
         }
         self.waker.reset();
-        if self.shared.shutdown.load(Ordering::Acquire) && self.drain_deadline.is_none() {
-            self.begin_drain();
-        }
+        self.drain_asked |= self.shared.shutdown.load(Ordering::Acquire);
     }
 
     fn arm_accepts(&mut self) {
@@ -1304,7 +1310,11 @@ impl<S: Stack> UringWorker<S> {
         self.listeners.clear();
         for idx in 0..self.conns.len() {
             let s = &self.conns[idx];
-            if s.fd >= 0 && s.send.is_none() && s.state.drainable() {
+            // Bytes the socket holds that the armed receive has not
+            // delivered yet are a request its client sent before it could
+            // know: the connection stays, the request is answered with
+            // `Connection: close` from the next turn on.
+            if s.fd >= 0 && s.send.is_none() && s.state.drainable() && !unread(s.fd) {
                 self.close_idle(idx);
             }
         }
@@ -1381,6 +1391,14 @@ impl<S: Stack> UringWorker<S> {
         }
         self.close(idx);
     }
+}
+
+/// Whether the socket holds bytes not read yet (FIONREAD; the filter
+/// allows this `ioctl`).
+fn unread(fd: RawFd) -> bool {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) == 0 && queued > 0 }
 }
 
 #[cfg(test)]

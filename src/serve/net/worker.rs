@@ -85,6 +85,10 @@ pub struct Worker<S: Stack> {
     accept_paused_until: u64,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
+    /// The control thread asked for the drain: it begins once this turn's
+    /// events are handled, so that a request that arrived with the wake-up
+    /// is answered rather than dropped with its connection.
+    drain_asked: bool,
     /// An accept failure was logged and no accept succeeded since: keeps
     /// a descriptor shortage from filling the log every pause.
     accept_error_logged: bool,
@@ -122,6 +126,7 @@ impl<S: Stack> Worker<S> {
             last_tick: 0,
             accept_paused_until: 0,
             drain_deadline: None,
+            drain_asked: false,
             accept_error_logged: false,
         })
     }
@@ -137,6 +142,9 @@ impl<S: Stack> Worker<S> {
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             for ev in &events {
                 self.dispatch(*ev);
+            }
+            if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
+                self.begin_drain();
             }
             if self.now >= self.last_sweep + SWEEP_MS {
                 self.sweep();
@@ -160,9 +168,7 @@ impl<S: Stack> Worker<S> {
     fn dispatch(&mut self, ev: Event) {
         if ev.token == TOKEN_WAKE {
             self.waker.reset();
-            if self.shared.shutdown.load(Ordering::Acquire) && self.drain_deadline.is_none() {
-                self.begin_drain();
-            }
+            self.drain_asked |= self.shared.shutdown.load(Ordering::Acquire);
             return;
         }
         if ev.token & TOKEN_LISTENER != 0 {
@@ -409,16 +415,27 @@ impl<S: Stack> Worker<S> {
     }
 
     /// Closes listeners and idle connections; the rest finish their
-    /// responses and close.
+    /// responses and close. An idle connection is read once first: a
+    /// request its client sent before it could know is answered (the
+    /// stack says `Connection: close` now) instead of being dropped.
     fn begin_drain(&mut self) {
         self.drain_deadline = Some(self.now + SHUTDOWN_GRACE_MS);
         self.listeners.clear();
+        self.stack.begin_turn(unix_seconds(), true);
         for idx in 0..self.conns.len() {
-            let c = &self.conns[idx];
-            if c.fd >= 0 && c.pending.is_none() && c.state.drainable() {
+            if self.idle(idx) {
+                self.on_readable(idx, false);
+            }
+            if self.idle(idx) {
                 self.close_idle(idx);
             }
         }
+    }
+
+    /// Open, with no output waiting and nothing in flight.
+    fn idle(&self, idx: usize) -> bool {
+        let c = &self.conns[idx];
+        c.fd >= 0 && c.pending.is_none() && c.state.drainable() && !c.state.close_after
     }
 
     /// Times connections out, resumes paused accepts, flushes the log.
