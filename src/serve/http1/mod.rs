@@ -18,6 +18,7 @@ use super::net::clock::monotonic_us;
 use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
+use crate::pack::Encoding;
 pub use body::{Discard, Progress};
 pub use parse::{Parsed, RequestHead, parse_request};
 
@@ -78,29 +79,37 @@ pub struct Context<'w> {
 }
 
 impl Context<'_> {
-    /// Counts an answered request in the metrics (by the site that
-    /// answered) and writes its access-log line.
-    /// `site`: the slot of the site that answered, if one did. Inlined:
-    /// without an access log the entry is never built.
+    /// Counts an answered request in the metrics, by the site it went to
+    /// (`site`: its slot, if one answered).
     #[inline]
-    pub fn record(&mut self, protocol: Protocol, site: Option<u32>, entry: Entry<'_>) {
+    pub fn count(
+        &self,
+        protocol: Protocol,
+        site: Option<u32>,
+        status: u16,
+        body_bytes: u64,
+        encoding: Option<Encoding>,
+    ) {
         let site = site.and_then(|slot| self.sites.site(slot));
         let stats = site.map_or(self.metrics.unrouted(), |s| s.stats());
         stats.thread(self.thread).count(&Answered {
             protocol,
             tls: self.tls,
-            status: entry.status,
-            body_bytes: entry.bytes,
-            encoding: entry.encoding.filter(|_| entry.bytes > 0),
+            status,
+            body_bytes,
+            encoding: encoding.filter(|_| body_bytes > 0),
         });
-        if self.log.is_some() {
-            self.log_line(entry);
-        }
     }
 
-    /// Writes the access-log line of `entry`.
-    #[cold]
-    fn log_line(&mut self, entry: Entry<'_>) {
+    /// Whether requests are logged: an entry is built only then.
+    #[inline]
+    pub fn logs(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Writes the access-log line of `entry` (its peer and duration are
+    /// filled in here).
+    pub fn log(&mut self, entry: Entry<'_>) {
         if let Some(log) = self.log.as_deref_mut() {
             let duration_us = monotonic_us().saturating_sub(self.started_us);
             log.record(
@@ -248,10 +257,9 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
         false,
         ConnectionLine::Close,
     );
-    ctx.record(
-        Protocol::Http1,
-        None,
-        Entry {
+    ctx.count(Protocol::Http1, None, status, sent, None);
+    if ctx.logs() {
+        ctx.log(Entry {
             peer: None,
             request: None,
             host: None,
@@ -261,8 +269,8 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
             duration_us: 0,
             referer: None,
             user_agent: None,
-        },
-    );
+        });
+    }
 }
 
 /// Parses and answers every complete request at the start of `buf`.
@@ -344,20 +352,16 @@ pub fn serve_batch(
         );
         batch.responses += 1;
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
-        ctx.record(
-            Protocol::Http1,
-            site,
-            Entry {
+        ctx.count(Protocol::Http1, site, status, sent, encoding);
+        if ctx.logs() {
+            let protocol = if head.minor_version == 0 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            };
+            ctx.log(Entry {
                 peer: None,
-                request: Some((
-                    head.method_token,
-                    req.target,
-                    if head.minor_version == 0 {
-                        "HTTP/1.0"
-                    } else {
-                        "HTTP/1.1"
-                    },
-                )),
+                request: Some((head.method_token, req.target, protocol)),
                 host: req.host,
                 status,
                 bytes: sent,
@@ -365,8 +369,8 @@ pub fn serve_batch(
                 duration_us: 0,
                 referer: head.referer,
                 user_agent: head.user_agent,
-            },
-        );
+            });
+        }
         batch.close = close;
         batch.client_closes = !head.keep_alive;
         match body_end {

@@ -1201,10 +1201,9 @@ fn record(
     bytes: u64,
     encoding: Option<Encoding>,
 ) {
-    ctx.record(
-        Protocol::Http2,
-        site,
-        Entry {
+    ctx.count(Protocol::Http2, site, status, bytes, encoding);
+    if ctx.logs() {
+        ctx.log(Entry {
             peer: None,
             request: request.map(|r| (r.method_token(), r.target(), "HTTP/2.0")),
             host: request.and_then(RequestFields::host),
@@ -1214,8 +1213,8 @@ fn record(
             duration_us: 0,
             referer: request.and_then(RequestFields::referer),
             user_agent: request.and_then(RequestFields::user_agent),
-        },
-    );
+        });
+    }
 }
 
 #[cfg(test)]
