@@ -342,7 +342,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         opts,
         &Firing {
             base: base.as_ref(),
-            staging_dir: out_dir,
+            staging_dir: Some(out_dir),
             exclude: Some(out.to_path_buf()),
             out_name: out.display().to_string(),
         },
@@ -388,8 +388,8 @@ fn open_base(base: &Base, out: &Path) -> (Option<Pack>, Option<String>) {
 struct Firing<'a> {
     /// The pack whose encoded bodies are reused.
     base: Option<&'a Pack>,
-    /// Where an archive's entries are staged.
-    staging_dir: PathBuf,
+    /// Where an archive's entries are staged (`None`: in memory).
+    staging_dir: Option<PathBuf>,
     /// The pack being replaced, never read as part of a directory source.
     exclude: Option<PathBuf>,
     /// The pack being written, as messages name it.
@@ -552,7 +552,7 @@ fn fire_preview(
         opts,
         &Firing {
             base,
-            staging_dir: std::env::temp_dir(),
+            staging_dir: None,
             exclude: None,
             out_name: name.clone(),
         },

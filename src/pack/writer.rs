@@ -228,6 +228,19 @@ enum Output {
     Memory,
 }
 
+/// An anonymous in-memory file (Linux memfd) named `name` (for
+/// /proc/PID/fd): gone with its last handle or mapping.
+pub fn memory_file(name: &str) -> io::Result<File> {
+    let name = CString::new(name).map_err(|_| io::Error::other("NUL in a memfd name"))?;
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is fresh and ours.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// Fires a pack. Bodies go to disk as they come; everything else is small
 /// and kept until `finish`.
 pub struct PackWriter {
@@ -307,15 +320,7 @@ impl PackWriter {
     /// preview that never touches the disk and disappears with its last
     /// mapping.
     pub fn in_memory() -> io::Result<PackWriter> {
-        let name = CString::new("kiln-preview.pack").expect("no NUL");
-        // SAFETY: a valid C string; the result is checked.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is fresh and ours.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        PackWriter::start(Output::Memory, file)
+        PackWriter::start(Output::Memory, memory_file("kiln-preview.pack")?)
     }
 
     fn start(output: Output, file: File) -> io::Result<PackWriter> {

@@ -149,8 +149,10 @@ pub struct ReadOptions {
     /// under `public/`); entries with no component left are skipped.
     pub strip_components: usize,
     /// Where an archive's entries are staged: beside the pack, on the disk
-    /// that is to hold it anyway (a temporary directory may be in memory).
-    pub staging_dir: PathBuf,
+    /// that is to hold it anyway (a temporary directory may be in memory);
+    /// `None`: in an anonymous in-memory file, as for a preview, whose pack
+    /// is in memory too and whose server may write nowhere (the sandbox).
+    pub staging_dir: Option<PathBuf>,
 }
 
 impl Default for ReadOptions {
@@ -159,7 +161,7 @@ impl Default for ReadOptions {
             max_bytes: DEFAULT_MAX_SOURCE_BYTES,
             exclude: None,
             strip_components: 0,
-            staging_dir: std::env::temp_dir(),
+            staging_dir: Some(std::env::temp_dir()),
         }
     }
 }

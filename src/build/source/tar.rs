@@ -115,12 +115,16 @@ pub fn read_tar_source(archive: &Path, opts: &ReadOptions) -> anyhow::Result<Sou
     } else {
         Box::new(reader)
     };
-    let staging = tempfile::tempfile_in(&opts.staging_dir).with_context(|| {
-        format!(
-            "{}: cannot create a staging file for its entries",
-            opts.staging_dir.display()
-        )
-    })?;
+    let staging = match &opts.staging_dir {
+        Some(dir) => tempfile::tempfile_in(dir).with_context(|| {
+            format!(
+                "{}: cannot create a staging file for its entries",
+                dir.display()
+            )
+        })?,
+        None => crate::pack::writer::memory_file("kiln-staging")
+            .context("cannot create an in-memory staging file for the archive's entries")?,
+    };
     let read = Rc::new(Cell::new(0));
     let capped = Capped {
         inner: input,
