@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -41,38 +42,39 @@ fn access_log_in_combined_format() {
 fn access_log_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let mut server = Server::start(&[
-        pack.to_str().unwrap(),
-        "--threads",
-        "1",
-        "--access-log",
-        "-",
-    ]);
+    let mut server = start_logging_to_stdout(&pack, &[]);
     server.get("/hello.txt", "");
     server.get("/missing", "");
     server.signal(libc::SIGTERM);
     assert!(server.wait_exit(Duration::from_secs(15)).is_some());
-    // The reader thread may still be draining the pipe after the exit.
-    let start = Instant::now();
-    while server.stdout.lock().unwrap().lines().count() < 2
-        && start.elapsed() < Duration::from_secs(10)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let text = server.stdout.lock().unwrap().clone();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    let lines = stdout_lines(&server, 2);
+    assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[0].contains("\"GET /hello.txt HTTP/1.1\" 200 12 "),
-        "{text}"
+        "{lines:?}"
     );
     assert!(
         lines[1].contains("\"GET /missing HTTP/1.1\" 404 "),
-        "{text}"
+        "{lines:?}"
     );
 }
 
-/// Waits (bounded) until the server's stdout holds `n` lines.
+/// Starts a server on one thread that logs to its stdout, with `flags`
+/// after.
+fn start_logging_to_stdout(site: &Path, flags: &[&str]) -> Server {
+    let mut args = vec![
+        site.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--access-log",
+        "-",
+    ];
+    args.extend_from_slice(flags);
+    Server::start(&args)
+}
+
+/// Waits (bounded) until the server's stdout holds `n` lines: the reader
+/// thread may still be draining the pipe after the exit.
 fn stdout_lines(server: &Server, n: usize) -> Vec<String> {
     let start = Instant::now();
     loop {
@@ -91,15 +93,7 @@ fn access_log_as_json_lines() {
     let sites = dir.path().join("sites");
     std::fs::create_dir(&sites).unwrap();
     std::fs::rename(sample_pack(dir.path()), sites.join("a.example.pack")).unwrap();
-    let mut server = Server::start(&[
-        sites.to_str().unwrap(),
-        "--threads",
-        "1",
-        "--access-log",
-        "-",
-        "--access-log-format",
-        "json",
-    ]);
+    let mut server = start_logging_to_stdout(&sites, &["--access-log-format", "json"]);
     let mut s = server.connect();
     std::io::Write::write_all(
         &mut s,
@@ -175,19 +169,12 @@ fn access_log_as_json_lines() {
 fn a_request_is_timed_from_its_first_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let mut server = Server::start(&[
-        pack.to_str().unwrap(),
-        "--threads",
-        "1",
-        "--access-log",
-        "-",
-        "--access-log-format",
-        "json",
-    ]);
+    let mut server = start_logging_to_stdout(&pack, &["--access-log-format", "json"]);
     let mut s = server.connect();
-    // A head in two reads, 300 ms apart, then one at once.
+    // A head in two reads, a second apart, then one at once (the margins
+    // are wide: a loaded machine may be slow to answer).
     std::io::Write::write_all(&mut s, b"GET /hello.txt HTTP/1.1\r\n").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_secs(1));
     std::io::Write::write_all(&mut s, b"Host: t\r\n\r\n").unwrap();
     assert_eq!(read_response(&mut s, false).unwrap().body, HELLO);
     std::io::Write::write_all(&mut s, b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
@@ -203,6 +190,6 @@ fn a_request_is_timed_from_its_first_bytes() {
                 .unwrap()
         })
         .collect();
-    assert!(durations[0] >= 0.25, "{durations:?}");
-    assert!(durations[1] < 0.25, "{durations:?}");
+    assert!(durations[0] >= 0.95, "{durations:?}");
+    assert!(durations[1] < 0.5, "{durations:?}");
 }

@@ -25,6 +25,25 @@ fn metrics_port(server: &Server) -> u16 {
         .unwrap_or_else(|| panic!("no metrics address in {:?}", server.startup))
 }
 
+/// Starts a server with `--metrics` on a free port and `flags` after it:
+/// the server and its metrics port.
+fn start_with_metrics(site: &Path, flags: &[&str]) -> (Server, u16) {
+    let mut args = vec![site.to_str().unwrap(), "--metrics", "127.0.0.1:0"];
+    args.extend_from_slice(flags);
+    let server = Server::start(&args);
+    let port = metrics_port(&server);
+    (server, port)
+}
+
+/// Waits until `/ready` answers 503, for at most `within`.
+fn wait_not_ready(port: u16, within: Duration) {
+    let start = Instant::now();
+    while fetch(port, "/ready").0 != "HTTP/1.1 503 Service Unavailable" {
+        assert!(start.elapsed() < within, "still ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `GET path` on the metrics listener: status line and body.
 fn fetch(port: u16, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -125,14 +144,7 @@ fn wait_scrape(port: u16, what: &str, check: impl Fn(&Scrape) -> bool) -> Scrape
 fn metrics_count_what_was_sent() {
     let dir = tempfile::tempdir().unwrap();
     let sites = folder(dir.path());
-    let server = Server::start(&[
-        sites.to_str().unwrap(),
-        "--metrics",
-        "127.0.0.1:0",
-        "--threads",
-        "2",
-    ]);
-    let port = metrics_port(&server);
+    let (server, port) = start_with_metrics(&sites, &["--threads", "2"]);
     let before = scrape(port);
     assert_eq!(value(&before, "kiln_connections_accepted_total", &[]), 0.0);
     assert_eq!(
@@ -251,8 +263,7 @@ fn metrics_count_what_was_sent() {
 fn reloads_and_failed_reloads_are_counted_per_site() {
     let dir = tempfile::tempdir().unwrap();
     let sites = folder(dir.path());
-    let server = Server::start(&[sites.to_str().unwrap(), "--metrics", "127.0.0.1:0"]);
-    let port = metrics_port(&server);
+    let (server, port) = start_with_metrics(&sites, &[]);
     version_pack(&sites.join("b.example.pack"), "b2");
     let s = wait_scrape(port, "b reloaded", |s| {
         value(s, "kiln_site_generation", &[("site", "b.example")]) == 2.0
@@ -286,16 +297,10 @@ fn reloads_and_failed_reloads_are_counted_per_site() {
 fn timeouts_are_counted_by_kind() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let server = Server::start(&[
-        pack.to_str().unwrap(),
-        "--metrics",
-        "127.0.0.1:0",
-        "--header-timeout",
-        "0.5",
-        "--keepalive-timeout",
-        "0.5",
-    ]);
-    let port = metrics_port(&server);
+    let (server, port) = start_with_metrics(
+        &pack,
+        &["--header-timeout", "0.5", "--keepalive-timeout", "0.5"],
+    );
     // A head that never ends, and a keep-alive connection left idle.
     let mut slow = server.connect();
     slow.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n").unwrap();
@@ -316,14 +321,7 @@ fn timeouts_are_counted_by_kind() {
 fn health_endpoints_say_when_to_stop_sending_traffic() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let mut server = Server::start(&[
-        pack.to_str().unwrap(),
-        "--metrics",
-        "127.0.0.1:0",
-        "--send-timeout",
-        "5",
-    ]);
-    let port = metrics_port(&server);
+    let (mut server, port) = start_with_metrics(&pack, &["--send-timeout", "5"]);
     assert_eq!(fetch(port, "/healthz").0, "HTTP/1.1 200 OK");
     assert_eq!(fetch(port, "/ready").0, "HTTP/1.1 200 OK");
     assert_eq!(fetch(port, "/other").0, "HTTP/1.1 404 Not Found");
@@ -341,11 +339,7 @@ fn health_endpoints_say_when_to_stop_sending_traffic() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     server.signal(libc::SIGTERM);
-    let start = Instant::now();
-    while fetch(port, "/ready").0 != "HTTP/1.1 503 Service Unavailable" {
-        assert!(start.elapsed() < Duration::from_secs(5), "still ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_not_ready(port, Duration::from_secs(5));
     assert_eq!(value(&scrape(port), "kiln_ready", &[]), 0.0);
     drop(slow);
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
@@ -355,20 +349,10 @@ fn health_endpoints_say_when_to_stop_sending_traffic() {
 fn a_shutdown_delay_keeps_serving_while_ready_says_503() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let mut server = Server::start(&[
-        pack.to_str().unwrap(),
-        "--metrics",
-        "127.0.0.1:0",
-        "--shutdown-delay",
-        "1.5",
-    ]);
-    let port = metrics_port(&server);
-    server.signal(libc::SIGTERM);
+    let (mut server, port) = start_with_metrics(&pack, &["--shutdown-delay", "1.5"]);
     let start = Instant::now();
-    while fetch(port, "/ready").0 != "HTTP/1.1 503 Service Unavailable" {
-        assert!(start.elapsed() < Duration::from_secs(1), "still ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.signal(libc::SIGTERM);
+    wait_not_ready(port, Duration::from_secs(1));
     // Not ready, still serving new connections until the delay is over.
     assert_eq!(server.get("/hello.txt", "").body, HELLO);
     let status = server.wait_exit(Duration::from_secs(20)).expect("exits");

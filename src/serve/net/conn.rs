@@ -4,6 +4,7 @@
 //! with io_uring).
 
 use super::{LoopConfig, Step, Wait};
+use crate::serve::metrics::Timeout;
 
 /// Where a connection is in its life; decides which deadline applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,32 @@ pub enum Phase {
     Sending,
     /// Our side is shut down; reading until the peer closes.
     Lingering,
+}
+
+/// What a back end does to a connection whose deadline has passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// The stack's last words (HTTP/1: 408), then close.
+    RequestTimeout,
+    /// The stack's goodbye (HTTP/2: GOAWAY; TLS: close_notify), written
+    /// once, then close.
+    CloseIdle,
+    /// Close the socket.
+    Close,
+}
+
+impl Phase {
+    /// What the passing of this phase's deadline does, and the timeout it
+    /// counts as: the one policy both back ends sweep with (a lingering
+    /// close is no timeout: its response was sent).
+    pub fn expiry(self) -> (Expiry, Option<Timeout>) {
+        match self {
+            Phase::Head => (Expiry::RequestTimeout, Some(Timeout::Header)),
+            Phase::Idle => (Expiry::CloseIdle, Some(Timeout::Idle)),
+            Phase::Sending => (Expiry::Close, Some(Timeout::Send)),
+            Phase::Lingering => (Expiry::Close, None),
+        }
+    }
 }
 
 /// A connection's deadlines, closing intent and protocol stack.

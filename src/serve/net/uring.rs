@@ -33,13 +33,12 @@ use io_uring::types::BufRingEntry;
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::clock::{monotonic_ms, unix_seconds};
-use super::conn::{ConnState, Phase};
+use super::conn::{ConnState, Expiry, Phase};
 use super::io::{advance, gather};
 use super::{
     ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
     Shared, Stack, Step, Waker, peer_ip,
 };
-use crate::serve::metrics::Timeout;
 
 /// Submission queue entries; a full queue is flushed with an extra enter.
 const SQ_ENTRIES: u32 = 2048;
@@ -1328,21 +1327,14 @@ impl<S: Stack> UringWorker<S> {
             if s.fd < 0 || s.state.deadline > self.now {
                 continue;
             }
-            let counters = self.counted.counters();
-            match s.state.phase {
-                Phase::Head => {
-                    counters.timeout(Timeout::Header);
-                    self.request_timeout(idx);
-                }
-                Phase::Idle => {
-                    counters.timeout(Timeout::Idle);
-                    self.close_idle(idx);
-                }
-                Phase::Sending => {
-                    counters.timeout(Timeout::Send);
-                    self.close(idx);
-                }
-                Phase::Lingering => self.close(idx),
+            let (expiry, timeout) = s.state.phase.expiry();
+            if let Some(kind) = timeout {
+                self.counted.counters().timeout(kind);
+            }
+            match expiry {
+                Expiry::RequestTimeout => self.request_timeout(idx),
+                Expiry::CloseIdle => self.close_idle(idx),
+                Expiry::Close => self.close(idx),
             }
         }
         if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {

@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::clock::{monotonic_ms, unix_seconds};
-use super::conn::{ConnState, Phase};
+use super::conn::{ConnState, Expiry, Phase};
 use super::io::{self, Flush, Io, Pending, Sent};
 use super::poller::{Event, Poller};
 use super::{
     ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
     Waker, peer_ip,
 };
-use crate::serve::metrics::Timeout;
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -446,21 +445,14 @@ impl<S: Stack> Worker<S> {
             if self.conns[idx].fd < 0 || c.deadline > self.now {
                 continue;
             }
-            let counters = self.counted.counters();
-            match c.phase {
-                Phase::Head => {
-                    counters.timeout(Timeout::Header);
-                    self.request_timeout(idx);
-                }
-                Phase::Idle => {
-                    counters.timeout(Timeout::Idle);
-                    self.close_idle(idx);
-                }
-                Phase::Sending => {
-                    counters.timeout(Timeout::Send);
-                    self.close(idx);
-                }
-                Phase::Lingering => self.close(idx),
+            let (expiry, timeout) = c.phase.expiry();
+            if let Some(kind) = timeout {
+                self.counted.counters().timeout(kind);
+            }
+            match expiry {
+                Expiry::RequestTimeout => self.request_timeout(idx),
+                Expiry::CloseIdle => self.close_idle(idx),
+                Expiry::Close => self.close(idx),
             }
         }
         if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {
