@@ -12,13 +12,15 @@ import argparse
 import csv
 import io
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+
+# What the machine is, described as bench/run describes it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
+from prepare import machine  # noqa: E402
 
 # The rollouts bench/cluster/run knows, in report order (a run may make only some).
 MODES = ["pack", "restart", "delay", "sigterm"]
@@ -217,17 +219,6 @@ def first_line(cmd: list[str]) -> str:
     return lines[0].strip() if lines else "unknown"
 
 
-def machine() -> dict:
-    model = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
-    return {"nproc": os.cpu_count(), "cpu": model, "mem_gib": round(mem_kib / 2**20),
-            "kernel": platform.release()}
-
-
 # -------------------------------------------------------------------------------------
 # The report
 
@@ -331,7 +322,8 @@ def write_report(args, runs: dict[str, dict], summaries: dict[str, dict], info: 
     w("## Machine and method")
     w("")
     m = info["machine"]
-    w(f"- {m['nproc']} CPUs ({m['cpu']}), {m['mem_gib']} GiB RAM, Linux {m['kernel']}. "
+    w(f"- {m['nproc']} CPUs ({m['cpu_model']}), {round(m['memory_mib'] / 1024)} GiB RAM, "
+      f"Linux {m['kernel']}. "
       f"Load average (1, 5, 15 min): {info['load_start']} at the start, {info['load_end']} "
       "at the end.")
     w(f"- **One machine, {m['nproc']} cores shared by everything**: the three kiln servers "
