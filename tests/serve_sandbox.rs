@@ -507,3 +507,120 @@ fn a_numeric_user_needs_no_user_database() {
     assert_eq!(field(&status, "Gid"), "65533 65533 65533 65533");
     assert_eq!(field(&status, "Groups"), "65533");
 }
+
+/// A site of `files` pages of text, enough for a preview build to run its
+/// pool and compressor threads.
+fn text_site(dir: &Path, files: usize) {
+    let line = "The preview of this site is fired in memory before the sandbox. ";
+    for i in 0..files {
+        let sub = dir.join(format!("part{}", i % 8));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join(format!("page{i}.html")), line.repeat(40 + i % 50)).unwrap();
+    }
+    std::fs::write(dir.join("index.html"), "<h1>home</h1>").unwrap();
+}
+
+/// A thread still exiting when the sandbox is entered (the test hook leaves
+/// one that ends 300 ms later) is waited for; one that runs on past the
+/// grace period is refused by name.
+#[test]
+fn the_sandbox_waits_for_a_thread_that_is_exiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let server = Server::launch(
+        &[pack.to_str().unwrap()],
+        Launch {
+            env: vec![("KILN_DEBUG_EXITING_THREAD_MS", "300".into())],
+            ..Launch::default()
+        },
+    );
+    assert_eq!(server.get("/", "").status, 200, "{}", server.stderr_text());
+    let refused = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", pack.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(if is_root() {
+            &["--user", "root"][..]
+        } else {
+            &[]
+        })
+        .env("KILN_DEBUG_EXITING_THREAD_MS", "60000")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("other threads still run after 10 s (kiln-exiting ("),
+        "{stderr}"
+    );
+}
+
+/// A preview's build threads are joined before the sandbox is entered, but
+/// a joined thread is still listed by the kernel until it has finished
+/// exiting, which on a busy machine can take a while: the start must wait
+/// for it, never refuse. Every start of a directory preview and of an
+/// archive preview, beside threads that keep both cores busy, must serve.
+#[test]
+fn previews_start_every_time_on_a_busy_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    text_site(&site, 400);
+    let archive = dir.path().join("site.tar");
+    let status = Command::new("tar")
+        .args([
+            "-cf",
+            archive.to_str().unwrap(),
+            "-C",
+            site.to_str().unwrap(),
+            ".",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _busy = BusyCores::start(3);
+    for round in 0..10 {
+        for source in [&site, &archive] {
+            let server = Server::start(&[source.to_str().unwrap()]);
+            let home = server.get("/", "");
+            assert_eq!(
+                home.status,
+                200,
+                "start {round} of {}: {}",
+                source.display(),
+                server.stderr_text()
+            );
+        }
+    }
+}
+
+/// Threads that keep the cores busy until dropped (also when the test
+/// fails, so that the other tests of this file do not run beside them).
+struct BusyCores {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCores {
+    fn start(count: usize) -> BusyCores {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..count)
+            .map(|_| {
+                let stop = std::sync::Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyCores { stop, threads }
+    }
+}
+
+impl Drop for BusyCores {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}

@@ -824,6 +824,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 opened.path.as_deref(),
                 tls_source.as_ref(),
             );
+            #[cfg(debug_assertions)]
+            sandbox::debug_exiting_thread();
             sandbox::enter(&plan)?;
         }
         None => tracing::warn!(

@@ -7,7 +7,7 @@
 //! 2. sets no_new_privs;
 //! 3. enters a Landlock domain: files are read only beneath the folders of
 //!    the pack (or beneath a directory site) and of the certificates and
-//!    keys, written only in the folder preview packs are fired into; no
+//!    keys, written nowhere (a preview pack is fired into memory); no
 //!    TCP bind or connect, no signal to a process outside the domain;
 //! 4. installs a seccomp filter that lets through only the system calls the
 //!    serving threads make ([`allowed_syscalls`]); any other ends the
@@ -16,7 +16,8 @@
 //! The user switch and Landlock hold for the calling thread and the threads
 //! it creates afterwards, not for threads already running: `enter` refuses
 //! to run beside another thread (a preview build's rayon pool is joined
-//! before it returns, see `build::build_preview`). The seccomp filter is
+//! before it returns, see `build::build_preview`; `enter` waits for joined
+//! threads to be gone from the kernel too). The seccomp filter is
 //! installed with TSYNC all the same. `docs/security.md` has the threat
 //! model and why each system call is on the list.
 
@@ -24,6 +25,7 @@ use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use landlock::{
@@ -536,9 +538,63 @@ impl Plan {
     }
 }
 
-/// The number of threads of this process.
-fn thread_count() -> std::io::Result<usize> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count())
+/// How long [`enter`] waits for joined threads to leave the process.
+const JOINED_THREADS_GRACE: Duration = Duration::from_secs(10);
+
+/// Waits until the calling thread is the only thread of this process, and
+/// fails, naming the others, if some are still listed after
+/// [`JOINED_THREADS_GRACE`].
+///
+/// Every thread kiln starts before the sandbox (a preview build's pool and
+/// compressors) is joined before `enter` is called, but a join returns when
+/// the kernel clears the thread's TID (`CLONE_CHILD_CLEARTID`, early in its
+/// exit), and the thread is removed from the thread group, and from
+/// `/proc/self/task`, only at the end of its exit: on a busy machine the
+/// exiting thread can wait for a CPU between the two for many milliseconds.
+/// Counting at once refused a preview in up to half of the starts beside a
+/// compiler; waiting for the listing to shrink makes the check hold
+/// whatever the load, and a thread that really runs on still fails it.
+fn wait_until_single_threaded() -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let others = other_threads()
+            .map_err(|e| anyhow!("sandbox: cannot list this process's threads: {e}"))?;
+        if others.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= JOINED_THREADS_GRACE {
+            let names: Vec<String> = others.iter().map(|tid| thread_name(*tid)).collect();
+            bail!(
+                "sandbox: {} other threads still run after {} s ({}), and the user switch and Landlock would not hold for them",
+                others.len(),
+                JOINED_THREADS_GRACE.as_secs(),
+                names.join(", ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The TIDs of this process's threads other than the calling one.
+fn other_threads() -> std::io::Result<Vec<u32>> {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u32;
+    let mut others = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let tid = entry?.file_name().to_str().and_then(|n| n.parse().ok());
+        if let Some(tid) = tid.filter(|t| *t != me) {
+            others.push(tid);
+        }
+    }
+    Ok(others)
+}
+
+/// A thread's name as the kernel shows it, for an error message.
+fn thread_name(tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map_or_else(
+        |_| format!("thread {tid}"),
+        |n| format!("{} ({tid})", n.trim_end()),
+    )
 }
 
 /// Builds the Landlock ruleset of `plan`, opening its folders (with the
@@ -784,16 +840,11 @@ fn install_sigsys_handler() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Enters the sandbox `plan` describes; the calling thread must be the
-/// only one, and every thread it starts afterwards is inside too.
+/// Enters the sandbox `plan` describes; every other thread must have been
+/// joined (it waits for them to be gone), and every thread the caller
+/// starts afterwards is inside too.
 pub fn enter(plan: &Plan) -> anyhow::Result<()> {
-    match thread_count() {
-        Ok(1) => {}
-        Ok(n) => bail!(
-            "sandbox: {n} threads run already, and the user switch and Landlock would not hold for them"
-        ),
-        Err(e) => bail!("sandbox: cannot count this process's threads: {e}"),
-    }
+    wait_until_single_threaded()?;
     let program = seccomp_program(plan.backend)?;
     let ruleset = landlock_ruleset(plan)?;
     switch_user(&plan.identity)?;
@@ -820,6 +871,23 @@ pub fn enter(plan: &Plan) -> anyhow::Result<()> {
         plan.backend
     );
     Ok(())
+}
+
+/// Test hook, compiled into debug builds only: with
+/// `KILN_DEBUG_EXITING_THREAD_MS=N`, a thread that ends N ms later is left
+/// running when the sandbox is entered, as a joined build thread still
+/// finishing its exit in the kernel is on a busy machine, at will.
+#[cfg(debug_assertions)]
+pub fn debug_exiting_thread() {
+    let Some(ms) = std::env::var("KILN_DEBUG_EXITING_THREAD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("kiln-exiting".into())
+        .spawn(move || std::thread::sleep(Duration::from_millis(ms)));
 }
 
 /// Test hooks, compiled into debug builds only (the integration tests run
