@@ -315,7 +315,17 @@ pub fn plan_routes(
 
     for rule in redirects {
         let line = rule.line;
+        if matches!(rule.status, 200 | 404) && rule.to.contains("://") {
+            bail!(
+                "{redirects_file}:{line}: a {} rule must target a path in the site, not a URL: kiln serves files and cannot proxy (redirect with 301/302, or proxy {} in front of kiln)",
+                rule.status,
+                String::from_utf8_lossy(&rule.from)
+            );
+        }
         if has_pattern(&rule.from) {
+            if matches!(rule.status, 200 | 404) {
+                check_rewrite_pattern(rule, &exact, redirects_file, &mut plan.warnings)?;
+            }
             plan.rules.push(rule.clone());
             continue;
         }
@@ -336,12 +346,6 @@ pub fn plan_routes(
         }
         let planned = match rule.status {
             200 | 404 => {
-                if rule.to.contains("://") {
-                    bail!(
-                        "{redirects_file}:{line}: a {} rule must target a path in the site, not a URL",
-                        rule.status
-                    );
-                }
                 let target_path = rule.to.split(['?', '#']).next().unwrap_or("");
                 let target_key = percent_decode(target_path);
                 let target = match exact.get(&target_key) {
@@ -383,11 +387,23 @@ pub fn plan_routes(
             plan.file_urls[*i].push(r.key.clone());
         }
     }
+    let not_found_file = by_path
+        .get(NOT_FOUND_FILE)
+        .copied()
+        .filter(|_| opts.not_found);
+    if let Some(i) = not_found_file {
+        // The not-found page at its own URLs (`/404.html`, `/404`) says
+        // 404 too: answered 200, a crawler would index it as a page and a
+        // monitor would count it as up.
+        for r in exact.values_mut() {
+            if r.target == Target::File(i) && matches!(r.origin, Origin::File | Origin::Stripped) {
+                r.status = 404;
+            }
+        }
+    }
     plan.routes.extend(exact.into_values());
     plan.routes.extend(wildcards.into_values());
-    if opts.not_found
-        && let Some(&i) = by_path.get(NOT_FOUND_FILE)
-    {
+    if let Some(i) = not_found_file {
         plan.routes.push(route(
             RouteKind::NotFound,
             Vec::new(),
@@ -397,4 +413,47 @@ pub fn plan_routes(
         ));
     }
     Ok(plan)
+}
+
+/// Checks what can be checked of a rewrite (200) or not-found (404) pattern
+/// rule at build time, as exact rules are checked: a target without
+/// placeholders must be a file the site serves (else an error: such a rule
+/// could only ever answer 404); a target with placeholders must at least
+/// start like a route of the site (else a warning: it depends on the
+/// request, but no request can reach a file).
+fn check_rewrite_pattern(
+    rule: &RedirectRule,
+    exact: &BTreeMap<Vec<u8>, PlannedRoute>,
+    redirects_file: &str,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let line = rule.line;
+    let target_path = rule.to.split(['?', '#']).next().unwrap_or("");
+    let serves_file = |r: &PlannedRoute| r.status == 200 && matches!(r.target, Target::File(_));
+    match target_path.split_once(':') {
+        None => {
+            if !exact
+                .get(&percent_decode(target_path))
+                .is_some_and(serves_file)
+            {
+                bail!(
+                    "{redirects_file}:{line}: target {} is not a file served by this site",
+                    rule.to
+                );
+            }
+        }
+        Some((fixed, _)) => {
+            let prefix = percent_decode(fixed);
+            let reachable = exact
+                .range(prefix.clone()..)
+                .take_while(|(key, _)| key.starts_with(&prefix))
+                .any(|(_, r)| serves_file(r));
+            if !reachable {
+                warnings.push(format!(
+                    "{redirects_file}:{line}: no file of this site starts with {fixed}, so the rule can only answer 404"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
