@@ -487,3 +487,23 @@ fn rewrite_patterns_that_reach_no_file_warn_with_their_line() {
         report.warnings
     );
 }
+
+/// A folder's generated listing (`--index-pages`) is no file of the
+/// author's: a `_redirects` rule for its `/dir/` replaces it unforced.
+#[test]
+fn a_rule_replaces_a_folder_listing() {
+    let site = Site::new(&[("_redirects", "/plain/ /about 302\n")]);
+    let opts = with_routes(|r| r.index_pages = true);
+    let (pack, report) = site.build(&opts).unwrap();
+    assert!(report.shadowed_rules.is_empty());
+    assert_eq!(location(&pack, "/plain/").as_deref(), Some("/about"));
+    let (pack, _) = Site::new(&[]).build(&opts).unwrap();
+    let (status, page) = exact(&pack, "/plain/").unwrap();
+    assert_eq!(status, 200);
+    assert!(page.contains("./readme.md"), "{page}");
+    assert_eq!(
+        exact(&pack, "/docs/"),
+        ok("docs index htm"),
+        "an index wins"
+    );
+}

@@ -6,10 +6,17 @@
 //! `/dir` → `/dir/` redirect; then `_redirects` exact rules: a rule whose
 //! `from` is served by a file, an index or a stripped suffix is shadowed
 //! (skipped) unless forced with `!`, in which case it replaces the route;
-//! a rule always replaces an automatic directory redirect; when two rules
+//! a rule always replaces an automatic directory redirect and a folder's
+//! generated index page (`--index-pages`, `listing`); when two rules
 //! share a `from`, the first one wins (Netlify's order). Rules with a splat
 //! or `:placeholder` go to the pack's rule list, in file order, for the
-//! server to evaluate at run time.
+//! server to evaluate at run time. A rewrite (200) or 404 rule must target
+//! a path of the site: one to a URL (a Netlify proxy) is refused, as is
+//! a fixed target no file serves; a pattern whose target no route starts
+//! like is a warning.
+//!
+//! The root `404.html` (with `not_found` on) answers 404 at its own URLs
+//! too (`/404.html`, `/404`), as it does for every miss.
 //!
 //! `_headers` blocks follow the file: see `RoutePlan::headers_paths`.
 //!
@@ -20,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::bail;
 
 use super::netlify::{RedirectRule, has_pattern};
-use super::source::SourceFile;
+use super::source::{Content, SourceFile};
 use super::urlpath::{percent_decode, percent_encode_path};
 use crate::pack::RouteKind;
 
@@ -44,7 +51,7 @@ pub const WILDCARD_PREFIX: &str = "_wildcard.";
 /// The root file served as the not-found page.
 pub const NOT_FOUND_FILE: &str = "404.html";
 
-/// Which routing rules apply; all on by default.
+/// Which routing rules apply; all on by default but `index_pages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteOptions {
     /// `/dir/` serves `dir/index.*`.
@@ -57,6 +64,8 @@ pub struct RouteOptions {
     pub not_found: bool,
     /// `/dir` redirects to `/dir/` when the latter has a route.
     pub dir_redirect: bool,
+    /// `/dir/` of a folder without an index lists it (`listing`).
+    pub index_pages: bool,
 }
 
 impl Default for RouteOptions {
@@ -67,6 +76,7 @@ impl Default for RouteOptions {
             wildcard: true,
             not_found: true,
             dir_redirect: true,
+            index_pages: false,
         }
     }
 }
@@ -91,6 +101,8 @@ pub enum Origin {
     Stripped,
     /// `/dir` → `/dir/`.
     DirRedirect,
+    /// `/dir/` served by the folder's generated index page.
+    Listing,
     /// A `_redirects` rule, at this line.
     Rule(usize),
     /// A `_wildcard.*` file.
@@ -201,9 +213,13 @@ pub fn plan_routes(
 
     for (i, f) in files.iter().enumerate() {
         let key = format!("/{}", f.path).into_bytes();
+        let origin = match f.content {
+            Content::Generated(_) => Origin::Listing,
+            _ => Origin::File,
+        };
         exact.insert(
             key.clone(),
-            route(RouteKind::Exact, key, 200, Target::File(i), Origin::File),
+            route(RouteKind::Exact, key, 200, Target::File(i), origin),
         );
     }
 
