@@ -104,7 +104,9 @@ pub enum Extra<'a> {
     Range { start: u64, end: u64, total: u64 },
     /// 416: `Content-Range: bytes */total`, `Content-Length: 0`.
     Unsatisfiable { total: u64 },
-    /// A rule redirect: `Location: <value>`, `Content-Length: 0`.
+    /// A redirect whose target is made per request (a rule's, or a stored
+    /// one with the request's query): `Location: <value>`,
+    /// `Content-Length: 0`.
     Location(&'a [u8]),
 }
 
