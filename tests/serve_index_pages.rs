@@ -1,6 +1,7 @@
 //! `--index-pages`: a listing of every folder without an index, made at
 //! build time (`kiln build --index-pages`) or in a preview (`kiln serve
-//! DIR --index-pages`, with or without `--watch`); off by default. Served
+//! DIR|ARCHIVE --index-pages`, a directory with or without `--watch`); off
+//! by default. Served
 //! over real sockets, links followed; the pack stays reproducible and an
 //! ordinary pack for `verify`, `inspect` and `diff`.
 
@@ -292,6 +293,18 @@ fn a_preview_lists_folders_when_asked() {
     drop(s);
     let s = Server::start(&[site, "--index-pages", "--threads", "1"]);
     assert_eq!(walk(&s), listed_files());
+    drop(s);
+    let tar_path = dir.path().join("site.tar");
+    let mut builder = tar::Builder::new(File::create(&tar_path).unwrap());
+    builder.append_dir_all(".", &src).unwrap();
+    builder.into_inner().unwrap();
+    let s = Server::start(&[
+        tar_path.to_str().unwrap(),
+        "--index-pages",
+        "--threads",
+        "1",
+    ]);
+    assert_eq!(walk(&s), listed_files(), "an archive's preview");
     drop(s);
 
     let s = Server::start(&[site, "--watch", "--index-pages", "--threads", "1"]);

@@ -52,7 +52,7 @@ const EVENTS: u32 = libc::IN_CLOSE_WRITE
 pub struct Preview {
     /// The site's directory.
     dir: PathBuf,
-    /// Build settings: preview levels.
+    /// Build settings: preview levels, `--index-pages`.
     opts: BuildOptions,
     /// The inotify descriptor.
     inotify: OwnedFd,

@@ -476,14 +476,14 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
         Err(PathError::Hidden) => return not_found(site, pack),
     }
     let path: &'a [u8] = path;
-    let query = query(req.target);
     if pack.has_forced_rules()
-        && let Some(rule) = find_rule(rules, true, path, query, expanded)
+        && let Some(rule) = find_rule(rules, true, path, req.target, expanded)
     {
         return rule_response(site, pack, rule, req, expanded);
     }
     if let Some(route) = pack.lookup(RouteKind::Exact, path) {
-        if let Some(query) = query.filter(|_| (300..400).contains(&route.status()))
+        if (300..400).contains(&route.status())
+            && let Some(query) = query(req.target)
             && let Some(resp) = redirect_passing_query(route, query, expanded)
         {
             return resp;
@@ -491,7 +491,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
         return serve_route(site, route, route.status(), Some(req)).unwrap_or_else(corrupt);
     }
     if !rules.list.is_empty()
-        && let Some(rule) = find_rule(rules, false, path, query, expanded)
+        && let Some(rule) = find_rule(rules, false, path, req.target, expanded)
     {
         return rule_response(site, pack, rule, req, expanded);
     }
@@ -513,13 +513,13 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
 }
 
 /// The first rule with `force` as given that matches `path`; its target
-/// is expanded into `expanded`, with the request's `query` passed on if
-/// the rule redirects.
+/// is expanded into `expanded`, with the query of the request's `target`
+/// passed on if the rule redirects.
 fn find_rule<'a>(
     rules: &'a Rules,
     forced: bool,
     path: &[u8],
-    query: Option<&[u8]>,
+    target: &[u8],
     expanded: &mut Vec<u8>,
 ) -> Option<&'a rules::Rule> {
     let mut caps = rules::Captures::default();
@@ -529,7 +529,9 @@ fn find_rule<'a>(
         .filter(|r| r.force == forced)
         .find(|r| r.matches(path, &mut caps))?;
     rule.expand(&caps, expanded);
-    if let Some(query) = query.filter(|_| (300..400).contains(&rule.status)) {
+    if (300..400).contains(&rule.status)
+        && let Some(query) = query(target)
+    {
         pass_query(expanded, query);
     }
     Some(rule)
