@@ -536,9 +536,21 @@ impl Plan {
     }
 }
 
-/// The number of threads of this process.
+/// The number of threads of this process, once the threads joined
+/// before (a preview build's) are gone: the kernel wakes `pthread_join`
+/// when an exiting thread releases its memory, a moment before it removes
+/// the thread from `/proc/self/task`, so a count read right after the join
+/// may still include it. Read again for up to a second while above one.
 fn thread_count() -> std::io::Result<usize> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count())
+    let count = || std::fs::read_dir("/proc/self/task").map(Iterator::count);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let n = count()?;
+        if n == 1 || std::time::Instant::now() >= deadline {
+            return Ok(n);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Builds the Landlock ruleset of `plan`, opening its folders (with the
