@@ -85,11 +85,17 @@ fn every_file_has_its_exact_route() {
     let (pack, report) = site.build(&BuildOptions::default()).unwrap();
     assert_eq!(report.files, FILES.len() as u64);
     for (path, content) in FILES {
-        assert_eq!(exact(&pack, &format!("/{path}")), ok(content), "{path}");
+        // The not-found page says 404 at its own URL too.
+        let status = if *path == "404.html" { 404 } else { 200 };
+        assert_eq!(
+            exact(&pack, &format!("/{path}")),
+            Some((status, content.to_string())),
+            "{path}"
+        );
         let r = pack
             .lookup(RouteKind::Exact, format!("/{path}").as_bytes())
             .unwrap();
-        assert!(r.has_validators());
+        assert_eq!(r.has_validators(), status == 200, "{path}");
     }
     assert_eq!(
         exact(&pack, "/caf\u{e9}.html"),
@@ -217,11 +223,13 @@ fn root_404_is_the_not_found_page() {
     assert_eq!(nf.status(), 404);
     assert!(!nf.has_validators());
     assert_eq!(identity_body(&nf), "not found page");
-    assert_eq!(
-        exact(&pack, "/404.html"),
-        ok("not found page"),
-        "still served by name"
-    );
+    for key in ["/404.html", "/404"] {
+        assert_eq!(
+            exact(&pack, key),
+            Some((404, "not found page".to_owned())),
+            "{key}: still served by name, as a 404 (never indexed as a page)"
+        );
+    }
 
     let (pack, _) = site2.build(&BuildOptions::default()).unwrap();
     let nf = pack.not_found().unwrap();
@@ -232,6 +240,11 @@ fn root_404_is_the_not_found_page() {
 
     let (pack, _) = site.build(&with_routes(|r| r.not_found = false)).unwrap();
     assert!(pack.not_found().is_none());
+    assert_eq!(
+        exact(&pack, "/404.html"),
+        ok("not found page"),
+        "an ordinary page with --no-404"
+    );
 }
 
 const REDIRECTS: &str = "\
@@ -360,6 +373,18 @@ fn redirect_errors_name_the_line_and_leave_no_pack() {
             "/bad https://example.org/ 200\n",
             "_redirects:1: a 200 rule must target a path",
         ),
+        (
+            "/a /b 301\n/api/* https://api.example.com/:splat 200\n",
+            "_redirects:2: a 200 rule must target a path in the site, not a URL: kiln serves files and cannot proxy",
+        ),
+        (
+            "/app/* /missing.html 200\n",
+            "_redirects:1: target /missing.html is not a file",
+        ),
+        (
+            "/x/:id https://example.org/ 404\n",
+            "_redirects:1: a 404 rule must target a path",
+        ),
     ] {
         let site = Site::new(&[("_redirects", text)]);
         let err = format!("{:#}", site.build(&BuildOptions::default()).unwrap_err());
@@ -445,4 +470,40 @@ fn rule_files_saved_by_windows_editors_parse() {
         .unwrap()
         .head;
     assert!(String::from_utf8_lossy(head).contains("\r\nX-Test: yes\r\n"));
+}
+
+#[test]
+fn rewrite_patterns_that_reach_no_file_warn_with_their_line() {
+    let site = Site::new(&[(
+        "_redirects",
+        "/app/* /index.html 200\n/p/:id /docs/:id 200\n/q/* /nothing/:splat 200\n/r/* /gone/:splat 301\n",
+    )]);
+    let (pack, report) = site.build(&BuildOptions::default()).unwrap();
+    assert_eq!(pack.rule_count(), 4);
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(
+        report.warnings[0].contains("_redirects:3: no file of this site starts with /nothing/"),
+        "{:?}",
+        report.warnings
+    );
+}
+
+/// A folder's generated listing (`--index-pages`) is no file of the
+/// author's: a `_redirects` rule for its `/dir/` replaces it unforced.
+#[test]
+fn a_rule_replaces_a_folder_listing() {
+    let site = Site::new(&[("_redirects", "/plain/ /about 302\n")]);
+    let opts = with_routes(|r| r.index_pages = true);
+    let (pack, report) = site.build(&opts).unwrap();
+    assert!(report.shadowed_rules.is_empty());
+    assert_eq!(location(&pack, "/plain/").as_deref(), Some("/about"));
+    let (pack, _) = Site::new(&[]).build(&opts).unwrap();
+    let (status, page) = exact(&pack, "/plain/").unwrap();
+    assert_eq!(status, 200);
+    assert!(page.contains("./readme.md"), "{page}");
+    assert_eq!(
+        exact(&pack, "/docs/"),
+        ok("docs index htm"),
+        "an index wins"
+    );
 }

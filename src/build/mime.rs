@@ -64,6 +64,10 @@ const OVERRIDES: &[(&str, &str)] = &[
 
 /// The full `Content-Type` value for a file path (`charset` included).
 pub fn content_type(path: &str) -> String {
+    if path.is_empty() || path.ends_with('/') {
+        // A folder's generated index page (`SourceFile::path`).
+        return with_charset("text/html");
+    }
     let name = path.rsplit('/').next().unwrap_or(path);
     let ext = name
         .rsplit_once('.')

@@ -18,6 +18,7 @@ pub mod assemble;
 pub mod compress;
 pub mod compressor;
 pub mod headers;
+pub mod listing;
 pub mod mime;
 pub mod netlify;
 pub mod routes;
@@ -127,6 +128,11 @@ pub struct BuildArgs {
     /// Do not redirect `/dir` to `/dir/`.
     #[arg(long)]
     pub no_dir_redirect: bool,
+    /// Serve at `/dir/` of every folder without an index file an HTML
+    /// listing of its files and subfolders (names, sizes, modification
+    /// times), made now like any page.
+    #[arg(long)]
+    pub index_pages: bool,
     /// Ignore the root `_headers` file (it is still not served).
     #[arg(long)]
     pub no_headers_file: bool,
@@ -438,6 +444,11 @@ fn fire(
         }
         _ => Vec::new(),
     };
+    let (source_files, source_bytes) = (files.len(), files.iter().map(|f| f.len).sum());
+    if opts.routes.index_pages {
+        files.extend(listing::index_pages(&files, &opts.routes));
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+    }
     let plan = plan_routes(&files, &redirect_rules, &redirects_name, &opts.routes)?;
     warnings.extend(plan.warnings.iter().cloned());
 
@@ -457,8 +468,8 @@ fn fire(
     )?;
     warnings.extend(assembled.base_damage);
     Ok(BuildReport {
-        files: files.len() as u64,
-        bytes_in: files.iter().map(|f| f.len).sum(),
+        files: source_files as u64,
+        bytes_in: source_bytes,
         rules: plan.rules.len() as u64,
         shadowed_rules: plan.shadowed,
         per_encoding: assembled.per_encoding,
@@ -627,6 +638,7 @@ impl BuildArgs {
                 wildcard: !self.no_wildcard,
                 not_found: !self.no_404,
                 dir_redirect: !self.no_dir_redirect,
+                index_pages: self.index_pages,
             },
             headers_file: !self.no_headers_file,
             redirects_file: !self.no_redirects_file,

@@ -6,10 +6,17 @@
 //! `/dir` → `/dir/` redirect; then `_redirects` exact rules: a rule whose
 //! `from` is served by a file, an index or a stripped suffix is shadowed
 //! (skipped) unless forced with `!`, in which case it replaces the route;
-//! a rule always replaces an automatic directory redirect; when two rules
+//! a rule always replaces an automatic directory redirect and a folder's
+//! generated index page (`--index-pages`, `listing`); when two rules
 //! share a `from`, the first one wins (Netlify's order). Rules with a splat
 //! or `:placeholder` go to the pack's rule list, in file order, for the
-//! server to evaluate at run time.
+//! server to evaluate at run time. A rewrite (200) or 404 rule must target
+//! a path of the site: one to a URL (a Netlify proxy) is refused, as is
+//! a fixed target no file serves; a pattern whose target no route starts
+//! like is a warning.
+//!
+//! The root `404.html` (with `not_found` on) answers 404 at its own URLs
+//! too (`/404.html`, `/404`), as it does for every miss.
 //!
 //! `_headers` blocks follow the file: see `RoutePlan::headers_paths`.
 //!
@@ -20,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::bail;
 
 use super::netlify::{RedirectRule, has_pattern};
-use super::source::SourceFile;
+use super::source::{Content, SourceFile};
 use super::urlpath::{percent_decode, percent_encode_path};
 use crate::pack::RouteKind;
 
@@ -44,7 +51,7 @@ pub const WILDCARD_PREFIX: &str = "_wildcard.";
 /// The root file served as the not-found page.
 pub const NOT_FOUND_FILE: &str = "404.html";
 
-/// Which routing rules apply; all on by default.
+/// Which routing rules apply; all on by default but `index_pages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RouteOptions {
     /// `/dir/` serves `dir/index.*`.
@@ -57,6 +64,8 @@ pub struct RouteOptions {
     pub not_found: bool,
     /// `/dir` redirects to `/dir/` when the latter has a route.
     pub dir_redirect: bool,
+    /// `/dir/` of a folder without an index lists it (`listing`).
+    pub index_pages: bool,
 }
 
 impl Default for RouteOptions {
@@ -67,6 +76,7 @@ impl Default for RouteOptions {
             wildcard: true,
             not_found: true,
             dir_redirect: true,
+            index_pages: false,
         }
     }
 }
@@ -91,6 +101,8 @@ pub enum Origin {
     Stripped,
     /// `/dir` → `/dir/`.
     DirRedirect,
+    /// `/dir/` served by the folder's generated index page.
+    Listing,
     /// A `_redirects` rule, at this line.
     Rule(usize),
     /// A `_wildcard.*` file.
@@ -201,9 +213,13 @@ pub fn plan_routes(
 
     for (i, f) in files.iter().enumerate() {
         let key = format!("/{}", f.path).into_bytes();
+        let origin = match f.content {
+            Content::Generated(_) => Origin::Listing,
+            _ => Origin::File,
+        };
         exact.insert(
             key.clone(),
-            route(RouteKind::Exact, key, 200, Target::File(i), Origin::File),
+            route(RouteKind::Exact, key, 200, Target::File(i), origin),
         );
     }
 
@@ -315,7 +331,17 @@ pub fn plan_routes(
 
     for rule in redirects {
         let line = rule.line;
+        if matches!(rule.status, 200 | 404) && rule.to.contains("://") {
+            bail!(
+                "{redirects_file}:{line}: a {} rule must target a path in the site, not a URL: kiln serves files and cannot proxy (redirect with 301/302, or proxy {} in front of kiln)",
+                rule.status,
+                String::from_utf8_lossy(&rule.from)
+            );
+        }
         if has_pattern(&rule.from) {
+            if matches!(rule.status, 200 | 404) {
+                check_rewrite_pattern(rule, &exact, redirects_file, &mut plan.warnings)?;
+            }
             plan.rules.push(rule.clone());
             continue;
         }
@@ -336,12 +362,6 @@ pub fn plan_routes(
         }
         let planned = match rule.status {
             200 | 404 => {
-                if rule.to.contains("://") {
-                    bail!(
-                        "{redirects_file}:{line}: a {} rule must target a path in the site, not a URL",
-                        rule.status
-                    );
-                }
                 let target_path = rule.to.split(['?', '#']).next().unwrap_or("");
                 let target_key = percent_decode(target_path);
                 let target = match exact.get(&target_key) {
@@ -383,11 +403,23 @@ pub fn plan_routes(
             plan.file_urls[*i].push(r.key.clone());
         }
     }
+    let not_found_file = by_path
+        .get(NOT_FOUND_FILE)
+        .copied()
+        .filter(|_| opts.not_found);
+    if let Some(i) = not_found_file {
+        // The not-found page at its own URLs (`/404.html`, `/404`) says
+        // 404 too: answered 200, a crawler would index it as a page and a
+        // monitor would count it as up.
+        for r in exact.values_mut() {
+            if r.target == Target::File(i) && matches!(r.origin, Origin::File | Origin::Stripped) {
+                r.status = 404;
+            }
+        }
+    }
     plan.routes.extend(exact.into_values());
     plan.routes.extend(wildcards.into_values());
-    if opts.not_found
-        && let Some(&i) = by_path.get(NOT_FOUND_FILE)
-    {
+    if let Some(i) = not_found_file {
         plan.routes.push(route(
             RouteKind::NotFound,
             Vec::new(),
@@ -397,4 +429,47 @@ pub fn plan_routes(
         ));
     }
     Ok(plan)
+}
+
+/// Checks what can be checked of a rewrite (200) or not-found (404) pattern
+/// rule at build time, as exact rules are checked: a target without
+/// placeholders must be a file the site serves (else an error: such a rule
+/// could only ever answer 404); a target with placeholders must at least
+/// start like a route of the site (else a warning: it depends on the
+/// request, but no request can reach a file).
+fn check_rewrite_pattern(
+    rule: &RedirectRule,
+    exact: &BTreeMap<Vec<u8>, PlannedRoute>,
+    redirects_file: &str,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let line = rule.line;
+    let target_path = rule.to.split(['?', '#']).next().unwrap_or("");
+    let serves_file = |r: &PlannedRoute| r.status == 200 && matches!(r.target, Target::File(_));
+    match target_path.split_once(':') {
+        None => {
+            if !exact
+                .get(&percent_decode(target_path))
+                .is_some_and(serves_file)
+            {
+                bail!(
+                    "{redirects_file}:{line}: target {} is not a file served by this site",
+                    rule.to
+                );
+            }
+        }
+        Some((fixed, _)) => {
+            let prefix = percent_decode(fixed);
+            let reachable = exact
+                .range(prefix.clone()..)
+                .take_while(|(key, _)| key.starts_with(&prefix))
+                .any(|(_, r)| serves_file(r));
+            if !reachable {
+                warnings.push(format!(
+                    "{redirects_file}:{line}: no file of this site starts with {fixed}, so the rule can only answer 404"
+                ));
+            }
+        }
+    }
+    Ok(())
 }

@@ -39,6 +39,24 @@ fn read_integer(block: &[u8], pos: &mut usize, prefix_bits: u32) -> Result<usize
     Err(Error::IntegerTooLong)
 }
 
+/// The length of the first field of `block` if it is a literal without
+/// indexing (the form `encode_field` writes for a field the static table
+/// does not hold whole), else `None`: lets a prepared block go out without
+/// its first field, as a redirect does whose `location` is written again
+/// with the request's query. Reads no more than that field; allocates
+/// nothing.
+pub fn first_literal_len(block: &[u8]) -> Option<usize> {
+    if block.first()? & 0xf0 != 0 {
+        return None;
+    }
+    let mut pos = 0;
+    if read_integer(block, &mut pos, 4).ok()? == 0 {
+        read_literal(block, &mut pos).ok()?;
+    }
+    read_literal(block, &mut pos).ok()?;
+    Some(pos)
+}
+
 /// A string literal as it stands in the block (§5.2), not decoded yet.
 #[derive(Clone, Debug)]
 struct Literal {

@@ -53,7 +53,7 @@ mod tests;
 
 use std::fmt;
 
-pub use decode::Decoder;
+pub use decode::{Decoder, first_literal_len};
 pub use encode::{
     FIRST_DYNAMIC_INDEX, encode_field, encode_field_indexing, encode_indexed, encode_status,
     encode_table_size_update, encoded_field_len, encoded_status_len,

@@ -713,3 +713,26 @@ fn encoder_output_leaves_the_table_empty() {
     decode(&mut decoder, &block).unwrap();
     assert_eq!(decoder.table().len(), 0);
 }
+
+/// `first_literal_len` spans exactly the first field the encoder wrote,
+/// whether its name is a static index or a literal, and refuses the other
+/// representations.
+#[test]
+fn first_literal_len_spans_the_first_field() {
+    for (name, value) in [
+        (&b"location"[..], &b"/new"[..]),
+        (b"x-custom", b"value"),
+        (b"location", &[b'a'; 300][..]),
+    ] {
+        let mut block = Vec::new();
+        encode_field(name, value, &mut block);
+        let first = block.len();
+        encode_field(b"cache-control", b"no-cache", &mut block);
+        assert_eq!(super::first_literal_len(&block), Some(first));
+        assert_eq!(super::first_literal_len(&block[..first - 1]), None);
+    }
+    let mut indexed = Vec::new();
+    encode_status(200, &mut indexed);
+    assert_eq!(super::first_literal_len(&indexed), None);
+    assert_eq!(super::first_literal_len(b""), None);
+}

@@ -105,17 +105,27 @@ pub struct SiteSource {
     pub path: PathBuf,
     /// How a pack is brought into memory.
     pub opts: LoadOptions,
+    /// A preview lists folders without an index (`--index-pages`).
+    pub index_pages: bool,
 }
 
 /// Opens what SITE names: a pack is mapped and verified; a directory or a
 /// tar archive is fired into a preview pack in memory first (fast
 /// compression settings), so `kiln serve ./public` works without a build
-/// step.
+/// step. `--index-pages` is for previews: a pack has its routes already.
 pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
     let path = site.path.as_path();
     match is_pack(path) {
+        Ok(true) if site.index_pages => bail!(
+            "{}: --index-pages applies to a preview of a directory or archive; build the pack with kiln build --index-pages",
+            path.display()
+        ),
         Ok(true) => open_pack(path, site.opts),
-        Ok(false) => crate::build::build_preview(path),
+        Ok(false) => {
+            let mut opts = crate::build::BuildOptions::preview(crate::build::compress::Level::Fast);
+            opts.routes.index_pages = site.index_pages;
+            crate::build::build_preview_with(path, &opts, None).map(|(pack, _)| pack)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such file or directory", path.display())
         }

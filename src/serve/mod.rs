@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// Compression levels of the preview (default fast).
     #[arg(long, value_enum, requires = "watch", env = "KILN_COMPRESSION")]
     pub compression: Option<crate::build::compress::Level>,
+    /// In a preview of a directory or archive, serve at `/dir/` of every
+    /// folder without an index file a listing of it (as `kiln build
+    /// --index-pages` does).
+    #[arg(long, conflicts_with = "dummy", env = "KILN_INDEX_PAGES")]
+    pub index_pages: bool,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
@@ -576,7 +581,12 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         let level = args
             .compression
             .unwrap_or(crate::build::compress::Level::Fast);
-        let (site, watching) = watch::start(&path, level, metrics.site(load::DEFAULT_SITE))?;
+        let (site, watching) = watch::start(
+            &path,
+            level,
+            args.index_pages,
+            metrics.site(load::DEFAULT_SITE),
+        )?;
         let routes = site.pack().map_or(0, |p| p.route_count());
         return Ok(Opened {
             sites: Sites::single(site),
@@ -587,6 +597,12 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         });
     }
     if path.is_dir() && load::is_folder_of_sites(&path) {
+        if args.index_pages {
+            bail!(
+                "{}: --index-pages applies to a preview of a directory or archive, not to a folder of sites' packs",
+                path.display()
+            );
+        }
         let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
         let what = format!("{} sites from {}", folder.site_count(), path.display());
         return Ok(Opened {
@@ -603,7 +619,11 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             path.display()
         );
     }
-    let source = load::SiteSource { path, opts };
+    let source = load::SiteSource {
+        path,
+        opts,
+        index_pages: args.index_pages,
+    };
     let pack = load::open_site(&source)?;
     let routes = pack.route_count();
     let stats = metrics.site(load::DEFAULT_SITE);

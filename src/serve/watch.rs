@@ -52,7 +52,7 @@ const EVENTS: u32 = libc::IN_CLOSE_WRITE
 pub struct Preview {
     /// The site's directory.
     dir: PathBuf,
-    /// Build settings: preview levels.
+    /// Build settings: preview levels, `--index-pages`.
     opts: BuildOptions,
     /// The inotify descriptor.
     inotify: OwnedFd,
@@ -60,12 +60,14 @@ pub struct Preview {
     served: Arc<Site>,
 }
 
-/// Watches `dir`, then fires its first preview at `level`, counted in
-/// `stats`: set up before the server announces itself, so that no change
-/// after start-up is missed.
+/// Watches `dir`, then fires its first preview at `level` (listing
+/// folders without an index with `index_pages`), counted in `stats`: set
+/// up before the server announces itself, so that no change after
+/// start-up is missed.
 pub fn start(
     dir: &Path,
     level: Level,
+    index_pages: bool,
     stats: Arc<SiteStats>,
 ) -> anyhow::Result<(Arc<Site>, Preview)> {
     if !dir.is_dir() {
@@ -82,7 +84,8 @@ pub fn start(
     // SAFETY: `fd` is fresh and ours.
     let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
-    let opts = BuildOptions::preview(level);
+    let mut opts = BuildOptions::preview(level);
+    opts.routes.index_pages = index_pages;
     let (pack, _) = build_preview_with(dir, &opts, None)?;
     stats.loads.fetch_add(1, Ordering::Relaxed);
     let served = Site::new(pack, 0, stats);

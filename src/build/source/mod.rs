@@ -33,13 +33,18 @@ pub enum Content {
     },
     /// A file of a directory source, read when the build needs it.
     Disk(PathBuf),
+    /// A page the build made (`--index-pages`), small and held whole.
+    Generated(Arc<[u8]>),
 }
 
 /// One file of the site.
 #[derive(Clone, Debug)]
 pub struct SourceFile {
     /// Relative '/'-separated UTF-8 path without `.`, `..` or empty
-    /// components; the route key is `/` + this.
+    /// components; the route key is `/` + this. A folder's generated index
+    /// page (`Content::Generated`) has the folder's path with a final `/`
+    /// (the root's is empty), so its key is the folder's `/dir/`, which no
+    /// file's can be.
     pub path: String,
     /// The content, or where to read it.
     pub content: Content,
@@ -68,6 +73,7 @@ impl SourceFile {
                     .with_context(|| format!("{}: cannot read", path.display()))?;
                 self.check_len(path, bytes.len() as u64)?;
             }
+            Content::Generated(page) => bytes.copy_from_slice(page),
         }
         Ok(bytes)
     }
@@ -84,6 +90,7 @@ impl SourceFile {
                     .with_context(|| format!("{}: cannot read", path.display()))?
                     .take(self.len + 1),
             ),
+            Content::Generated(page) => Box::new(std::io::Cursor::new(Arc::clone(page))),
         })
     }
 
@@ -95,16 +102,17 @@ impl SourceFile {
             Content::Staged { .. } if read != self.len => {
                 bail!("{}: the staging file ends early", self.path)
             }
-            Content::Staged { .. } => Ok(()),
+            Content::Staged { .. } | Content::Generated(_) => Ok(()),
         }
     }
 
     /// The name of the file in messages: its path on disk, or in the
-    /// archive.
+    /// archive, or the folder a generated page lists.
     pub fn shown(&self) -> String {
         match &self.content {
             Content::Disk(path) => path.display().to_string(),
             Content::Staged { .. } => self.path.clone(),
+            Content::Generated(_) => format!("the index page of /{}", self.path),
         }
     }
 

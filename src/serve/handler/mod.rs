@@ -104,7 +104,9 @@ pub enum Extra<'a> {
     Range { start: u64, end: u64, total: u64 },
     /// 416: `Content-Range: bytes */total`, `Content-Length: 0`.
     Unsatisfiable { total: u64 },
-    /// A rule redirect: `Location: <value>`, `Content-Length: 0`.
+    /// A redirect whose target is made per request (a rule's, or a stored
+    /// one with the request's query): `Location: <value>`,
+    /// `Content-Length: 0`.
     Location(&'a [u8]),
 }
 
@@ -475,15 +477,21 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
     }
     let path: &'a [u8] = path;
     if pack.has_forced_rules()
-        && let Some(rule) = find_rule(rules, true, path, expanded)
+        && let Some(rule) = find_rule(rules, true, path, req.target, expanded)
     {
         return rule_response(site, pack, rule, req, expanded);
     }
     if let Some(route) = pack.lookup(RouteKind::Exact, path) {
+        if (300..400).contains(&route.status())
+            && let Some(query) = query(req.target)
+            && let Some(resp) = redirect_passing_query(route, query, expanded)
+        {
+            return resp;
+        }
         return serve_route(site, route, route.status(), Some(req)).unwrap_or_else(corrupt);
     }
     if !rules.list.is_empty()
-        && let Some(rule) = find_rule(rules, false, path, expanded)
+        && let Some(rule) = find_rule(rules, false, path, req.target, expanded)
     {
         return rule_response(site, pack, rule, req, expanded);
     }
@@ -505,11 +513,13 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
 }
 
 /// The first rule with `force` as given that matches `path`; its target
-/// is expanded into `expanded`.
+/// is expanded into `expanded`, with the query of the request's `target`
+/// passed on if the rule redirects.
 fn find_rule<'a>(
     rules: &'a Rules,
     forced: bool,
     path: &[u8],
+    target: &[u8],
     expanded: &mut Vec<u8>,
 ) -> Option<&'a rules::Rule> {
     let mut caps = rules::Captures::default();
@@ -519,7 +529,71 @@ fn find_rule<'a>(
         .filter(|r| r.force == forced)
         .find(|r| r.matches(path, &mut caps))?;
     rule.expand(&caps, expanded);
+    if (300..400).contains(&rule.status)
+        && let Some(query) = query(target)
+    {
+        pass_query(expanded, query);
+    }
     Some(rule)
+}
+
+/// The query of a request target (after `?`, before any `#`), when it has
+/// a non-empty one.
+fn query(target: &[u8]) -> Option<&[u8]> {
+    let start = target.iter().position(|&c| c == b'?')? + 1;
+    let end = target[start..]
+        .iter()
+        .position(|&c| c == b'#')
+        .map_or(target.len(), |i| start + i);
+    Some(&target[start..end]).filter(|q| !q.is_empty())
+}
+
+/// Passes the request's `query` on to a redirect's `location`, as Netlify
+/// does, unless the target has a query of its own: `?query` goes before
+/// the fragment, if any. In place: no allocation while `location`'s
+/// capacity (the per-thread scratch's) holds it.
+fn pass_query(location: &mut Vec<u8>, query: &[u8]) {
+    let fragment = location
+        .iter()
+        .position(|&c| c == b'#')
+        .unwrap_or(location.len());
+    if location[..fragment].contains(&b'?') {
+        return;
+    }
+    location.push(b'?');
+    location.extend_from_slice(query);
+    location[fragment..].rotate_right(1 + query.len());
+}
+
+/// A stored redirect with the request's query passed on: its `Location`
+/// (the first line and field of the block, as `kiln build` writes a
+/// redirect's) written again into `location` with the query, then the rest
+/// of the block up to the representation, without the page. `None` when
+/// the block does not start with `Location`: the stored answer is sent.
+fn redirect_passing_query<'a>(
+    route: crate::pack::Route<'a>,
+    query: &[u8],
+    location: &'a mut Vec<u8>,
+) -> Option<Response<'a>> {
+    let variant = route.variant(Encoding::Identity)?;
+    let line_end = variant.head.windows(2).position(|w| w == b"\r\n")?;
+    let value = variant.head[..line_end].strip_prefix(b"Location: ")?;
+    let head = variant.head.get(line_end + 2..variant.repr_at)?;
+    let field_end = crate::hpack::first_literal_len(variant.hpack)?;
+    let hpack = variant.hpack.get(field_end..variant.hpack_repr_at)?;
+    location.clear();
+    location.extend_from_slice(value);
+    pass_query(location, query);
+    Some(Response {
+        status: route.status(),
+        head,
+        hpack,
+        overrides: variant.overrides,
+        extra: Extra::Location(location),
+        body: Body::Empty,
+        site: None,
+        encoding: None,
+    })
 }
 
 /// Applies a matched rule whose target is `expanded`.
@@ -685,6 +759,26 @@ mod tests {
             let mut encoded = Vec::new();
             crate::hpack::encode_lines(lines, &mut encoded);
             assert_eq!(encoded, block, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_query_is_passed_on_unless_the_target_has_one() {
+        assert_eq!(query(b"/a?x=1&y=2#f"), Some(&b"x=1&y=2"[..]));
+        assert_eq!(query(b"/a?"), None);
+        assert_eq!(query(b"/a"), None);
+        let mut location = Vec::with_capacity(64);
+        for (target, expected) in [
+            (&b"/new"[..], &b"/new?x=1"[..]),
+            (b"/new#top", b"/new?x=1#top"),
+            (b"https://b.example/?q=2", b"https://b.example/?q=2"),
+            (b"/new?q=2#top", b"/new?q=2#top"),
+            (b"/new#a?b", b"/new?x=1#a?b"),
+        ] {
+            location.clear();
+            location.extend_from_slice(target);
+            pass_query(&mut location, b"x=1");
+            assert_eq!(location, expected, "{}", String::from_utf8_lossy(target));
         }
     }
 
