@@ -336,6 +336,16 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     // compression step.
     let mut writer =
         PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    let strays: Vec<String> = writer
+        .removed_strays()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: removed, the temporary file of an interrupted build",
+                p.display()
+            )
+        })
+        .collect();
     let mut report = fire(
         source,
         &mut writer,
@@ -351,6 +361,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         .finish()
         .with_context(|| format!("{}: cannot write", out.display()))?;
     report.notes.extend(note);
+    report.notes.extend(strays);
     report.finish(&stats, started);
     Ok(report)
 }
