@@ -17,6 +17,8 @@ use anyhow::bail;
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
 use super::tls::PairPaths;
+use crate::build::compress::Level;
+use crate::build::{BuildOptions, BuildReport};
 use crate::pack::{Pack, verify};
 
 /// How packs are brought into memory when opened.
@@ -115,11 +117,24 @@ pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
     let path = site.path.as_path();
     match is_pack(path) {
         Ok(true) => open_pack(path, site.opts),
-        Ok(false) => crate::build::build_preview(path),
+        Ok(false) => {
+            let opts = BuildOptions::preview(Level::Fast);
+            let (pack, report) = crate::build::build_preview_with(path, &opts, None)?;
+            log_build_warnings(&report);
+            Ok(pack)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such file or directory", path.display())
         }
         Err(e) => bail!("{}: cannot open: {e}", path.display()),
+    }
+}
+
+/// Logs what a preview build skipped (links out of the site, special
+/// files), as `kiln build` prints it.
+pub fn log_build_warnings(report: &BuildReport) {
+    for warning in &report.warnings {
+        tracing::warn!("{warning}");
     }
 }
 

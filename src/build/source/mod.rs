@@ -19,6 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use crate::pack::RangeReader;
+use ignore::Why;
 
 /// Where a file's content is.
 #[derive(Clone, Debug)]
@@ -127,6 +128,13 @@ pub struct Source {
     pub files: Vec<SourceFile>,
     /// One line each, for the user (loops, skipped links, special files).
     pub warnings: Vec<String>,
+    /// What the ignore rules left out (a directory once, with a trailing
+    /// '/'; not what lies below it), and symbolic links out of a directory
+    /// source; sorted by path.
+    pub left_out: Vec<(String, Why)>,
+    /// The one top folder every entry of an archive was under, stripped
+    /// from their names (see `ReadOptions::strip_components`).
+    pub stripped: Option<String>,
 }
 
 /// Default `--max-source-bytes`: 16 GiB.
@@ -188,5 +196,7 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
         );
     };
     source.files.sort_by(|a, b| a.path.cmp(&b.path));
+    source.left_out.sort();
+    source.left_out.dedup();
     Ok(source)
 }
