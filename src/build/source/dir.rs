@@ -65,6 +65,7 @@ pub fn resolves_inside(link: &Path, root: FileId) -> std::io::Result<bool> {
                 at
             } else {
                 at.parent()
+                    .filter(|p| !p.as_os_str().is_empty())
                     .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
             };
             for _ in 0..MAX_DEPTH {

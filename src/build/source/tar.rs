@@ -200,7 +200,7 @@ fn read_entries(
     let mut buf = vec![0u8; 64 << 10];
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
-    let mut claimed: HashMap<String, Option<usize>> = HashMap::new();
+    let mut claimed: HashSet<String> = HashSet::new();
     let mut links = Vec::new();
     let entries = archive.entries().context("not a tar archive")?;
     for entry in entries {
@@ -228,8 +228,8 @@ fn read_entries(
             continue;
         }
         top.see(&path);
-        // Left out now if it is whether or not a top folder is stripped
-        // later (the rules are the same at every depth but for a few root
+        // Left out at once when it is left out whether or not a top
+        // folder is stripped later (the rules differ only for a few root
         // names); otherwise once that is decided.
         let ignored = is_ignored_path(&path)
             && (strip_given.is_some()
@@ -456,8 +456,8 @@ fn expand_dir_link(
 }
 
 /// Registers `path` as taken; a second entry for it is an error.
-fn claim(index: &mut HashMap<String, Option<usize>>, path: &str) -> Result<(), String> {
-    if index.insert(path.to_owned(), None).is_some() {
+fn claim(claimed: &mut HashSet<String>, path: &str) -> Result<(), String> {
+    if !claimed.insert(path.to_owned()) {
         return Err("duplicate entry (the archive holds this name twice)".into());
     }
     Ok(())
