@@ -145,7 +145,9 @@ impl Drop for PackTemp {
 }
 
 /// An unnamed file in `dir`; `None` when the filesystem (or the missing
-/// `/proc`, needed to link it at the end) does not allow one.
+/// `/proc`, needed to link it at the end) does not allow one. Debug builds
+/// take the named fallback when `KILN_DEBUG_NAMED_TEMP` is set, for the
+/// tests (tests/build_interrupted.rs).
 fn unnamed_file(dir: &Path) -> io::Result<Option<File>> {
     #[cfg(debug_assertions)]
     if std::env::var_os("KILN_DEBUG_NAMED_TEMP").is_some() {
