@@ -494,3 +494,79 @@ fn the_source_archive_is_never_the_output() {
         "the archive was replaced"
     );
 }
+
+#[test]
+fn what_is_left_out_and_which_suffix_serves_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    for path in [
+        "#draft.html",
+        "debug.log",
+        "yarn.lock",
+        ".git/config",
+        "f.html",
+        "f.txt",
+        "g.htm",
+        "g.xhtml",
+        "g.txt",
+    ] {
+        let p = src.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, path).unwrap();
+    }
+    let pack = dir.path().join("site.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&pack)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "left out             4  1 hidden (.name), 1 '#' in the name, \
+             2 log, lock or temporary (*.log *.lock *.tmp *.temp); -v lists them\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "suffixes             2  URLs with several files, the first of \
+             .html .htm .xhtml .xht .txt serves: /f is f.html; -v lists them\n"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("left out    debug.log"), "{out}");
+
+    let o = kiln(&["build", p(&src), "-o", p(&pack), "-v"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "left out    #draft.html  ('#' in the name)",
+        "left out    .git/  (hidden (.name))",
+        "left out    debug.log  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
+        "left out    yarn.lock  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
+        "suffix      /f is f.html, not f.txt",
+        "suffix      /g is g.htm, not g.xhtml, g.txt",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line}: {out}");
+    }
+    // What the summary says is what is served.
+    let o = kiln(&["inspect", p(&pack), "--json"]);
+    let routes = stdout(&o);
+    assert!(
+        !routes.contains("debug.log") && !routes.contains("draft"),
+        "{routes}"
+    );
+    let served = |key: &str| {
+        let pack = kiln::pack::Pack::open(&pack).unwrap();
+        let route = pack
+            .lookup(kiln::pack::RouteKind::Exact, key.as_bytes())
+            .unwrap();
+        route
+            .variant(kiln::pack::Encoding::Identity)
+            .unwrap()
+            .body
+            .to_vec()
+    };
+    assert_eq!(served("/f"), b"f.html");
+    assert_eq!(served("/g"), b"g.htm");
+    assert_eq!(served("/f.txt"), b"f.txt");
+}

@@ -1,11 +1,12 @@
 //! Reading a source directory: ignore rules, `.well-known`, symbolic links
-//! (followed, also outside the tree; loops skipped with a warning), names
-//! that are not UTF-8.
+//! (followed inside the tree; out of it, and loops, skipped with a warning),
+//! names that are not UTF-8.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
+use kiln::build::source::ignore::Why;
 use kiln::build::source::{ReadOptions, read_source};
 use kiln::build::{BuildOptions, build_pack, build_preview};
 use kiln::pack::{Encoding, RouteKind};
@@ -68,14 +69,24 @@ fn ignore_rules_and_well_known() {
 }
 
 #[test]
-fn symlinks_are_followed_and_loops_skipped() {
+fn links_inside_are_followed_links_out_of_the_source_and_loops_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");
     write(&root, "index.html", "home");
     write(&root, "sub/page.html", "page");
     write(dir.path(), "outside/shared.css", "shared");
+    write(dir.path(), "secret.txt", "secret");
     symlink("index.html", root.join("alias.html")).unwrap();
+    symlink(root.join("sub/page.html"), root.join("absolute.html")).unwrap();
+    symlink("sub", root.join("again")).unwrap();
+    symlink("../alias.html", root.join("sub/chain.html")).unwrap();
     symlink(dir.path().join("outside"), root.join("ext")).unwrap();
+    symlink("../secret.txt", root.join("secret.txt")).unwrap();
+    symlink("/etc/passwd", root.join("passwd.txt")).unwrap();
+    // Inside, to a link that leads out: out.
+    symlink("../passwd.txt", root.join("sub/passwd.txt")).unwrap();
+    // Out, and back in through the parent: in.
+    symlink("../site/index.html", root.join("round-trip.html")).unwrap();
     symlink("..", root.join("sub/loop")).unwrap();
     symlink("missing.html", root.join("dangling.html")).unwrap();
     let source = read_source(&root, &ReadOptions::default()).unwrap();
@@ -83,18 +94,73 @@ fn symlinks_are_followed_and_loops_skipped() {
     assert_eq!(
         paths,
         [
+            "absolute.html",
+            "again/chain.html",
+            "again/page.html",
             "alias.html",
-            "ext/shared.css",
             "index.html",
+            "round-trip.html",
+            "sub/chain.html",
             "sub/page.html"
         ]
     );
+    let out: Vec<(&str, Why)> = source
+        .left_out
+        .iter()
+        .map(|(p, w)| (p.as_str(), *w))
+        .collect();
+    assert_eq!(
+        out,
+        [
+            ("again/passwd.txt", Why::OutsideLink),
+            ("ext", Why::OutsideLink),
+            ("passwd.txt", Why::OutsideLink),
+            ("secret.txt", Why::OutsideLink),
+            ("sub/passwd.txt", Why::OutsideLink)
+        ]
+    );
     let warnings = source.warnings.join("\n");
+    for (link, target) in [
+        ("site/ext", dir.path().join("outside").display().to_string()),
+        ("site/secret.txt", "../secret.txt".to_owned()),
+        ("site/passwd.txt", "/etc/passwd".to_owned()),
+        ("site/sub/passwd.txt", "../passwd.txt".to_owned()),
+    ] {
+        assert!(
+            warnings.contains(&format!(
+                "{link}: symbolic link to {target} skipped, it leads out of the source"
+            )),
+            "{link}: {warnings}"
+        );
+    }
     assert!(
         warnings.contains("sub/loop") && warnings.contains("loop"),
         "{warnings}"
     );
     assert!(warnings.contains("dangling.html"), "{warnings}");
+
+    // The pack holds what the walk kept, and nothing of what it skipped.
+    let out = dir.path().join("s.pack");
+    let report = build_pack(&root, &out, &BuildOptions::default()).unwrap();
+    assert_eq!(report.files, 8);
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    for key in [
+        "/passwd.txt",
+        "/secret.txt",
+        "/ext/shared.css",
+        "/sub/passwd.txt",
+    ] {
+        assert!(
+            pack.lookup(RouteKind::Exact, key.as_bytes()).is_none(),
+            "{key}"
+        );
+    }
+    let served = |key: &str| {
+        let route = pack.lookup(RouteKind::Exact, key.as_bytes()).unwrap();
+        route.variant(Encoding::Identity).unwrap().body.to_vec()
+    };
+    assert_eq!(served("/sub/chain.html"), b"home");
+    assert_eq!(served("/again/page.html"), b"page");
 }
 
 #[test]

@@ -285,6 +285,15 @@ fn long_name() -> String {
     format!("{}/page.html", "deep".repeat(40))
 }
 
+/// Builds an archive as it is, its one top folder kept.
+fn build_unstripped(bytes: &[u8]) -> Built {
+    let opts = BuildOptions {
+        strip_components: Some(0),
+        ..BuildOptions::default()
+    };
+    build_bytes_with(bytes, "site.tar", &opts).unwrap()
+}
+
 #[test]
 fn gnu_long_names_are_supported() {
     let mut b = tar::Builder::new(Vec::new());
@@ -293,7 +302,7 @@ fn gnu_long_names_are_supported() {
     h.set_mode(0o644);
     b.append_data(&mut h, long_name(), &b"hello"[..]).unwrap();
     let bytes = b.into_inner().unwrap();
-    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let built = build_unstripped(&bytes);
     assert_eq!(
         body(&open(&built.pack), &format!("/{}", long_name())).unwrap(),
         b"hello"
@@ -312,7 +321,7 @@ fn pax_long_names_are_supported() {
     h.set_cksum();
     b.append(&h, &b"hello"[..]).unwrap();
     let bytes = b.into_inner().unwrap();
-    let built = build_bytes(&bytes, "site.tar").unwrap();
+    let built = build_unstripped(&bytes);
     let pack = open(&built.pack);
     assert_eq!(body(&pack, &format!("/{}", long_name())).unwrap(), b"hello");
     assert_eq!(body(&pack, "/short"), None);
@@ -566,7 +575,7 @@ fn strip_components_unwraps_a_top_level_folder() {
         b"home"
     );
     let opts = BuildOptions {
-        strip_components: 1,
+        strip_components: Some(1),
         ..BuildOptions::default()
     };
     let built = build_bytes_with(&bytes, "site.tar", &opts).unwrap();
@@ -593,4 +602,205 @@ fn strip_components_unwraps_a_top_level_folder() {
         format!("{err:#}").contains("give the subdirectory as the source"),
         "{err:#}"
     );
+}
+
+fn headers_of(pack: &Pack, key: &str) -> String {
+    let route = pack.lookup(RouteKind::Exact, key.as_bytes()).unwrap();
+    String::from_utf8_lossy(route.variant(Encoding::Identity).unwrap().head).into_owned()
+}
+
+/// What `tar czf site.tgz site` makes: every entry under `site/`, no entry
+/// for the archive's root; and a file macOS tar adds beside it.
+fn archive_of_a_folder() -> Vec<u8> {
+    archive(&[
+        header(b"site/", b'5', 0, b"").to_vec(),
+        file_entry(b"._site", b"AppleDouble"),
+        file_entry(b"site/index.html", b"home"),
+        file_entry(b"site/about.html", b"about"),
+        file_entry(b"site/_headers", b"/*\n  X-Site: yes\n"),
+        file_entry(b"site/_redirects", b"/old /about 301\n"),
+        file_entry(b"site/docs/_headers", b"/*\n  X-Docs: yes\n"),
+        file_entry(b"site/docs/_redirects", b"/a /b 301\n"),
+        file_entry(b"site/docs/page.html", b"docs"),
+        file_entry(b"site/.well-known/security.txt", b"contact"),
+        file_entry(b"site/.git/config", b"git"),
+        link_entry(b"site/home.html", b'2', b"index.html"),
+        link_entry(b"site/up.html", b'2', b"../other.html"),
+    ])
+}
+
+#[test]
+fn one_top_folder_is_left_out_and_the_summary_says_so() {
+    let built = build_bytes(&archive_of_a_folder(), "site.tar").unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, "/").unwrap(), b"home");
+    assert_eq!(body(&pack, "/home.html").unwrap(), b"home");
+    assert_eq!(body(&pack, "/docs/page").unwrap(), b"docs");
+    assert_eq!(
+        body(&pack, "/.well-known/security.txt").unwrap(),
+        b"contact"
+    );
+    assert!(headers_of(&pack, "/").contains("X-Site: yes\r\n"));
+    assert!(!headers_of(&pack, "/docs/page.html").contains("X-Docs"));
+    assert_eq!(
+        pack.lookup(RouteKind::Exact, b"/old").unwrap().status(),
+        301
+    );
+    for key in [
+        "/_headers",
+        "/_redirects",
+        "/docs/_headers",
+        "/docs/_redirects",
+        "/site/index.html",
+        "/up.html",
+        "/._site",
+        "/.git/config",
+    ] {
+        assert!(
+            pack.lookup(RouteKind::Exact, key.as_bytes()).is_none(),
+            "{key}"
+        );
+    }
+    assert_eq!(built.report.stripped.as_deref(), Some("site"));
+    let summary = built.report.to_string();
+    assert!(
+        summary.contains(
+            "archive     every entry under site/: served from inside it \
+             (--strip-components 0 keeps it)"
+        ),
+        "{summary}"
+    );
+    let warnings = built.report.warnings.join("\n");
+    assert!(
+        warnings.contains("\"up.html\": link skipped, target \"other.html\" is outside site/"),
+        "{warnings}"
+    );
+
+    // Kept when asked: 0 components stripped. Rules files below the root
+    // are still never published.
+    let kept = build_unstripped(&archive_of_a_folder());
+    let pack = open(&kept.pack);
+    assert_eq!(body(&pack, "/site/index.html").unwrap(), b"home");
+    assert!(pack.lookup(RouteKind::Exact, b"/").is_none());
+    for key in ["/site/_headers", "/site/_redirects", "/site/docs/_headers"] {
+        assert!(
+            pack.lookup(RouteKind::Exact, key.as_bytes()).is_none(),
+            "{key}"
+        );
+    }
+    assert_eq!(kept.report.stripped, None);
+    assert!(!kept.report.to_string().contains("every entry under"));
+}
+
+#[test]
+fn an_archive_that_names_its_root_or_holds_several_folders_is_read_as_it_is() {
+    // `tar cf site.tar -C site .` of a site whose pages are all in docs/:
+    // the same pack as the directory, as the `./` entry says.
+    let named_root = archive(&[
+        header(b"./", b'5', 0, b"").to_vec(),
+        file_entry(b"./docs/index.html", b"docs"),
+    ]);
+    let several = archive(&[
+        file_entry(b"a/index.html", b"a"),
+        file_entry(b"b/index.html", b"b"),
+    ]);
+    let at_root = archive(&[
+        file_entry(b"site/index.html", b"home"),
+        file_entry(b"robots.txt", b"robots"),
+    ]);
+    for (bytes, key) in [
+        (named_root, "/docs/"),
+        (several, "/b/"),
+        (at_root, "/site/"),
+    ] {
+        let built = build_bytes(&bytes, "site.tar").unwrap();
+        assert!(body(&open(&built.pack), key).is_some(), "{key}");
+        assert_eq!(built.report.stripped, None, "{key}");
+    }
+}
+
+#[test]
+fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    for path in [
+        "index.html",
+        ".env",
+        ".git/config",
+        ".git/HEAD",
+        "#draft.html",
+        "notes#1.txt",
+        "page.html~",
+        "debug.log",
+        "logs/app.log",
+        "yarn.lock",
+        "x.tmp",
+        "x.temp",
+        "Thumbs.db",
+        "docs/_headers",
+        "docs/_redirects",
+        ".well-known/security.txt",
+        ".well-known/.DS_Store",
+    ] {
+        let p = site.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "x").unwrap();
+    }
+    std::os::unix::fs::symlink("/etc/passwd", site.join("passwd.txt")).unwrap();
+    let from_dir = build_pack(&site, &dir.path().join("d.pack"), &BuildOptions::default()).unwrap();
+    let tar_path = dir.path().join("site.tar");
+    let mut builder = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
+    builder.follow_symlinks(false);
+    builder.append_dir_all("site", &site).unwrap();
+    builder.into_inner().unwrap();
+    let from_tar = build_pack(
+        &tar_path,
+        &dir.path().join("t.pack"),
+        &BuildOptions::default(),
+    )
+    .unwrap();
+    let listed = |r: &BuildReport| -> Vec<(String, String)> {
+        r.left_out
+            .iter()
+            .map(|(p, w)| (p.clone(), w.to_string()))
+            .collect()
+    };
+    let expected: Vec<(String, String)> = [
+        ("#draft.html", "'#' in the name"),
+        (".env", "hidden (.name)"),
+        (".git/", "hidden (.name)"),
+        (".well-known/.DS_Store", "hidden (.name)"),
+        ("Thumbs.db", "Thumbs.db"),
+        (
+            "debug.log",
+            "log, lock or temporary (*.log *.lock *.tmp *.temp)",
+        ),
+        ("docs/_headers", "_headers or _redirects below the root"),
+        ("docs/_redirects", "_headers or _redirects below the root"),
+        (
+            "logs/app.log",
+            "log, lock or temporary (*.log *.lock *.tmp *.temp)",
+        ),
+        ("notes#1.txt", "'#' in the name"),
+        ("page.html~", "backup (name~)"),
+        ("passwd.txt", "symbolic link out of the source"),
+        (
+            "x.temp",
+            "log, lock or temporary (*.log *.lock *.tmp *.temp)",
+        ),
+        (
+            "x.tmp",
+            "log, lock or temporary (*.log *.lock *.tmp *.temp)",
+        ),
+        (
+            "yarn.lock",
+            "log, lock or temporary (*.log *.lock *.tmp *.temp)",
+        ),
+    ]
+    .iter()
+    .map(|(p, w)| (p.to_string(), w.to_string()))
+    .collect();
+    assert_eq!(listed(&from_dir), expected);
+    assert_eq!(listed(&from_tar), expected);
+    assert_eq!((from_dir.files, from_tar.files), (2, 2));
 }

@@ -1,8 +1,9 @@
 //! The live preview, `kiln serve DIR --watch`: a file written, added or
 //! removed under DIR (new directories included) is served after an
 //! in-memory rebuild, logged with what changed; a broken `_redirects` or
-//! `_headers` is reported and the last good site keeps serving; what is not
-//! a directory is refused.
+//! `_headers` is reported and the last good site keeps serving; symbolic
+//! links out of DIR are not served, at start or after a rebuild; what is
+//! not a directory is refused.
 
 mod common;
 
@@ -133,6 +134,40 @@ fn a_broken_rules_file_keeps_the_last_good_site() {
         server.get("/", "").header("X-Fixed").as_deref(),
         Some("yes")
     );
+}
+
+#[test]
+fn links_out_of_the_site_are_not_served_links_inside_are() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    write(dir.path(), "secret.txt", "secret");
+    write(dir.path(), "outside/shared.css", "shared");
+    symlink("about.html", root.join("alias.html")).unwrap();
+    symlink("../secret.txt", root.join("secret.txt")).unwrap();
+    symlink(dir.path().join("outside"), root.join("ext")).unwrap();
+    let server = start(&root, &[]);
+    assert_eq!(body(&server, "/alias.html"), (200, "<p>about</p>".into()));
+    for path in ["/secret.txt", "/secret", "/ext/shared.css"] {
+        assert_eq!(body(&server, path).0, 404, "{path}");
+    }
+    let log = server.stderr_text();
+    assert!(
+        log.contains(
+            "secret.txt: symbolic link to ../secret.txt skipped, it leads out of the source"
+        ),
+        "{log}"
+    );
+
+    // Links made while it runs: resolved by the rebuild, in the sandbox.
+    symlink("/etc/passwd", root.join("passwd.txt")).unwrap();
+    symlink("index.html", root.join("home.html")).unwrap();
+    wait_until("the new link inside", &server, || {
+        body(&server, "/home.html").0 == 200
+    });
+    assert_eq!(body(&server, "/passwd.txt").0, 404);
+    assert_eq!(body(&server, "/secret.txt").0, 404);
 }
 
 #[test]

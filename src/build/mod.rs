@@ -38,8 +38,9 @@ use self::assemble::{AssembleInput, EncodingTotals, assemble};
 use self::compress::{CompressOptions, GzipMode, Level};
 use self::headers::CachePolicy;
 use self::netlify::{HeaderRule, RedirectRule, parse_headers, parse_redirects};
-use self::routes::{RouteOptions, plan_routes};
+use self::routes::{RouteOptions, STRIP_SUFFIXES, SuffixChoice, plan_routes};
 use self::source::SourceFile;
+use self::source::ignore::Why;
 use crate::pack::format::{ENCODINGS, Section};
 use crate::pack::{Encoding, Pack, PackStats, PackWriter};
 
@@ -145,13 +146,19 @@ pub struct BuildArgs {
     #[arg(long, value_name = "BYTES", default_value_t = source::DEFAULT_MAX_SOURCE_BYTES)]
     pub max_source_bytes: u64,
     /// Drop this many leading components from archive entry names, like
-    /// tar: `--strip-components 1` serves `public/index.html` of an archive
-    /// made with `tar czf site.tgz public/` at `/`.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub strip_components: usize,
+    /// tar. Without it, an archive whose every entry lies under one folder
+    /// (`tar czf site.tgz public/`) is served from inside that folder (the
+    /// summary says so); 0 keeps the folder.
+    #[arg(long, value_name = "N")]
+    pub strip_components: Option<usize>,
     /// No progress bar and no summary (warnings and errors still go to stderr).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
+    /// After the summary, list every file and folder the ignore rules left
+    /// out, and why, and every URL several files could serve (`/f`: f.html,
+    /// not f.txt).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// All the switches of a build.
@@ -171,8 +178,9 @@ pub struct BuildOptions {
     pub progress: bool,
     /// The most an archive may expand to (`--max-source-bytes`).
     pub max_source_bytes: u64,
-    /// Leading components dropped from archive names (`--strip-components`).
-    pub strip_components: usize,
+    /// Leading components dropped from archive names (`--strip-components`;
+    /// `None`: an archive's one top folder, if it has one).
+    pub strip_components: Option<usize>,
     /// File data held in memory at once (a batch of sources and their
     /// encoded variants): bounds the memory a build needs, whatever the
     /// size of the site; a file that alone needs more is streamed.
@@ -203,7 +211,7 @@ impl Default for BuildOptions {
             redirects_file: true,
             progress: false,
             max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
-            strip_components: 0,
+            strip_components: None,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             base: Base::Output,
         }
@@ -235,6 +243,13 @@ pub struct BuildReport {
     pub rules: u64,
     /// `_redirects` lines skipped because a file is served at their `from`.
     pub shadowed_rules: Vec<usize>,
+    /// What the source held that is not in the pack, and why (a folder
+    /// once, with a trailing '/'), sorted by path.
+    pub left_out: Vec<(String, Why)>,
+    /// The top folder of an archive its names were read without.
+    pub stripped: Option<String>,
+    /// Stripped URLs several files could serve, and which one does.
+    pub suffix_choices: Vec<SuffixChoice>,
     /// Distinct bodies per encoding, indexed by `Encoding as usize`.
     pub per_encoding: [EncodingTotals; 4],
     /// Bytes not stored thanks to de-duplication.
@@ -267,11 +282,43 @@ impl fmt::Display for BuildReport {
             "files       {:>10}  {:>14} bytes",
             self.files, self.bytes_in
         )?;
+        if let Some(folder) = &self.stripped {
+            writeln!(
+                f,
+                "archive     every entry under {folder}/: served from inside it \
+                 (--strip-components 0 keeps it)"
+            )?;
+        }
+        if !self.left_out.is_empty() {
+            let counts: Vec<String> = Why::ALL
+                .iter()
+                .filter_map(|why| {
+                    let n = self.left_out.iter().filter(|(_, w)| w == why).count();
+                    (n > 0).then(|| format!("{n} {why}"))
+                })
+                .collect();
+            writeln!(
+                f,
+                "left out    {:>10}  {}; -v lists them",
+                self.left_out.len(),
+                counts.join(", ")
+            )?;
+        }
         writeln!(
             f,
             "routes      {:>10}  ({} run-time rules)",
             self.routes, self.rules
         )?;
+        if let Some(first) = self.suffix_choices.first() {
+            writeln!(
+                f,
+                "suffixes    {:>10}  URLs with several files, the first of {} serves: {} is {}; -v lists them",
+                self.suffix_choices.len(),
+                STRIP_SUFFIXES.join(" "),
+                first.key,
+                first.served
+            )?;
+        }
         for e in ENCODINGS {
             let t = self.per_encoding[e as usize];
             writeln!(
@@ -342,6 +389,16 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     // compression step.
     let mut writer =
         PackWriter::create(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    let strays: Vec<String> = writer
+        .removed_strays()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: removed, the temporary file of an interrupted build",
+                p.display()
+            )
+        })
+        .collect();
     let mut report = fire(
         source,
         &mut writer,
@@ -357,6 +414,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         .finish()
         .with_context(|| format!("{}: cannot write", out.display()))?;
     report.notes.extend(note);
+    report.notes.extend(strays);
     report.finish(&stats, started);
     Ok(report)
 }
@@ -421,6 +479,7 @@ fn fire(
     )?;
     let mut warnings = read.warnings;
     let mut files = read.files;
+    let (left_out, stripped) = (read.left_out, read.stripped);
     let mut take = |name: &str| {
         let i = files.iter().position(|f| f.path == name)?;
         Some(files.remove(i))
@@ -472,6 +531,9 @@ fn fire(
         bytes_in: source_bytes,
         rules: plan.rules.len() as u64,
         shadowed_rules: plan.shadowed,
+        left_out,
+        stripped,
+        suffix_choices: plan.suffix_choices,
         per_encoding: assembled.per_encoding,
         dedup_saved: assembled.dedup_saved,
         compressed: assembled.compressed,
@@ -484,6 +546,24 @@ fn fire(
 }
 
 impl BuildReport {
+    /// `-v`'s list: one line for each name left out and each URL several
+    /// files could serve.
+    pub fn details(&self) -> String {
+        let mut out = String::new();
+        for (path, why) in &self.left_out {
+            out.push_str(&format!("left out    {path}  ({why})\n"));
+        }
+        for choice in &self.suffix_choices {
+            out.push_str(&format!(
+                "suffix      {} is {}, not {}\n",
+                choice.key,
+                choice.served,
+                choice.others.join(", ")
+            ));
+        }
+        out
+    }
+
     /// Completes the report with what the finished pack holds.
     fn finish(&mut self, stats: &PackStats, started: Instant) {
         self.routes = stats.routes;
@@ -669,8 +749,13 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
         let _ = writeln!(stderr, "kiln: warning: {w}");
     }
     if !args.quiet {
+        let details = if args.verbose {
+            report.details()
+        } else {
+            String::new()
+        };
         let summary = format!(
-            "{}: built from {}\n{report}\n",
+            "{}: built from {}\n{report}\n{details}",
             args.output.display(),
             args.source.display()
         );

@@ -133,6 +133,17 @@ impl PlannedRoute {
     }
 }
 
+/// A stripped URL that more than one file could serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuffixChoice {
+    /// The URL, e.g. `/f`.
+    pub key: String,
+    /// The file it serves, e.g. `f.html`.
+    pub served: String,
+    /// The files it could have served, in suffix order, e.g. `f.txt`.
+    pub others: Vec<String>,
+}
+
 /// The routing decisions for a site.
 #[derive(Debug, Default)]
 pub struct RoutePlan {
@@ -145,6 +156,10 @@ pub struct RoutePlan {
     pub shadowed: Vec<usize>,
     /// One line each (duplicate wildcards, rules skipped as repeated).
     pub warnings: Vec<String>,
+    /// Stripped URLs that several files could serve (`/f` for `f.html`
+    /// and `f.txt`): the URL, the file that serves it (the first suffix of
+    /// `STRIP_SUFFIXES`), and the others, which keep only their own URL.
+    pub suffix_choices: Vec<SuffixChoice>,
     /// By file index: the URLs of the file, its own path first, then the
     /// `/dir/` and stripped keys that serve it.
     pub file_urls: Vec<Vec<Vec<u8>>>,
@@ -253,18 +268,41 @@ pub fn plan_routes(
                     continue;
                 }
                 let key = format!("/{}", &f.path[..f.path.len() - suffix.len()]).into_bytes();
-                exact.entry(key.clone()).or_insert_with(|| {
-                    route(
-                        RouteKind::Exact,
-                        key,
-                        200,
-                        Target::File(i),
-                        Origin::Stripped,
-                    )
-                });
+                match exact.get(&key) {
+                    Some(PlannedRoute {
+                        origin: Origin::Stripped,
+                        target: Target::File(served),
+                        ..
+                    }) => {
+                        let key = String::from_utf8_lossy(&key).into_owned();
+                        match plan.suffix_choices.iter_mut().find(|c| c.key == key) {
+                            Some(choice) => choice.others.push(f.path.clone()),
+                            None => plan.suffix_choices.push(SuffixChoice {
+                                key,
+                                served: files[*served].path.clone(),
+                                others: vec![f.path.clone()],
+                            }),
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        exact.insert(
+                            key.clone(),
+                            route(
+                                RouteKind::Exact,
+                                key,
+                                200,
+                                Target::File(i),
+                                Origin::Stripped,
+                            ),
+                        );
+                    }
+                }
             }
         }
     }
+
+    plan.suffix_choices.sort_by(|a, b| a.key.cmp(&b.key));
 
     let mut wildcards: BTreeMap<Vec<u8>, PlannedRoute> = BTreeMap::new();
     if opts.wildcard {

@@ -1,7 +1,8 @@
 //! Writes a pack: bodies are streamed to a temporary file beside the target as
-//! they arrive, the tables follow, the header is written last, and the file is
-//! renamed over the target only once complete and synced. A failed or
-//! interrupted build never leaves a half-written pack at the target path.
+//! they arrive (unnamed while it is written: `super::temp`), the tables follow,
+//! the header is written last, and the file is renamed over the target only
+//! once complete and synced. A failed or interrupted build never leaves a
+//! half-written pack at the target path, nor a temporary file beside it.
 //!
 //! A body is given whole (`add_body`), from a reader (`add_body_from`), or
 //! written piece by piece by an encoder (`body_writer`), so no body has to
@@ -15,14 +16,14 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tempfile::NamedTempFile;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::format::*;
+use super::temp::PackTemp;
 use crate::hpack;
 
 /// A prepared response header block, as the server sends it after its own
@@ -215,14 +216,9 @@ const WRITEBACK_STEP: u64 = 8 << 20;
 
 /// Where a pack is written.
 enum Output {
-    /// A temporary file beside `target`, renamed over it by `finish`;
-    /// deleted on drop unless `finish` persists it.
-    Named {
-        /// Where the finished pack goes.
-        target: PathBuf,
-        /// The file being written.
-        tmp: NamedTempFile,
-    },
+    /// A temporary file beside the target, renamed over it by `finish`;
+    /// gone on drop unless `finish` persists it.
+    Disk(PackTemp),
     /// An anonymous in-memory file (memfd), handed out by
     /// `finish_in_memory`.
     Memory,
@@ -282,6 +278,8 @@ pub struct PackWriter {
     provenance: Vec<ProvenanceIn>,
     not_found: Option<u32>,
     stats: PackStats,
+    /// See `removed_strays`.
+    removed_strays: Vec<PathBuf>,
 }
 
 fn io_err(msg: String) -> io::Error {
@@ -290,30 +288,20 @@ fn io_err(msg: String) -> io::Error {
 
 impl PackWriter {
     /// Starts a pack that will replace `target` when `finish` succeeds.
+    /// Stray temporary files of earlier builds of `target` are removed
+    /// first (`removed_strays` lists them).
     pub fn create(target: &Path) -> io::Result<PackWriter> {
-        let dir = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "pack".into());
-        // A pack is public content: a server running as another user must
-        // be able to read it from the moment it is renamed into place.
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .permissions(std::fs::Permissions::from_mode(0o644))
-            .tempfile_in(&dir)?;
-        let file = tmp.reopen()?;
-        PackWriter::start(
-            Output::Named {
-                target: target.to_path_buf(),
-                tmp,
-            },
-            file,
-        )
+        let (temp, removed) = PackTemp::create(target)?;
+        let file = temp.file().try_clone()?;
+        let mut writer = PackWriter::start(Output::Disk(temp), file)?;
+        writer.removed_strays = removed;
+        Ok(writer)
+    }
+
+    /// The stray temporary files of interrupted builds that `create`
+    /// removed.
+    pub fn removed_strays(&self) -> &[PathBuf] {
+        &self.removed_strays
     }
 
     /// Starts a pack in an anonymous in-memory file (Linux memfd): a
@@ -345,6 +333,7 @@ impl PackWriter {
             provenance: Vec::new(),
             not_found: None,
             stats: PackStats::default(),
+            removed_strays: Vec::new(),
         })
     }
 
@@ -371,8 +360,7 @@ impl PackWriter {
     /// came since to disk, without waiting: the disk works while the build
     /// computes, instead of all at the final sync.
     fn start_writeback(&mut self) -> io::Result<()> {
-        if !matches!(self.output, Output::Named { .. })
-            || self.pos < self.written_back + WRITEBACK_STEP
+        if !matches!(self.output, Output::Disk(_)) || self.pos < self.written_back + WRITEBACK_STEP
         {
             return Ok(());
         }
@@ -578,21 +566,14 @@ impl PackWriter {
     /// Writes the tables and header, syncs, and renames over the target.
     pub fn finish(mut self) -> io::Result<PackStats> {
         let file = self.write_tables()?;
-        let Output::Named { target, tmp } = self.output else {
+        let Output::Disk(temp) = self.output else {
             return Err(io_err(
                 "an in-memory pack ends with finish_in_memory".into(),
             ));
         };
         file.sync_all()?;
         drop(file);
-        tmp.persist(&target)
-            .map_err(|e| io::Error::new(e.error.kind(), e.error))?;
-        if let Some(dir) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // Make the rename itself durable; not all filesystems allow it.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        temp.persist()?;
         Ok(self.stats)
     }
 

@@ -17,6 +17,8 @@ use anyhow::bail;
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
 use super::tls::PairPaths;
+use crate::build::compress::Level;
+use crate::build::{BuildOptions, BuildReport};
 use crate::pack::{Pack, verify};
 
 /// How packs are brought into memory when opened.
@@ -122,14 +124,24 @@ pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
         ),
         Ok(true) => open_pack(path, site.opts),
         Ok(false) => {
-            let mut opts = crate::build::BuildOptions::preview(crate::build::compress::Level::Fast);
+            let mut opts = BuildOptions::preview(Level::Fast);
             opts.routes.index_pages = site.index_pages;
-            crate::build::build_preview_with(path, &opts, None).map(|(pack, _)| pack)
+            let (pack, report) = crate::build::build_preview_with(path, &opts, None)?;
+            log_build_warnings(&report);
+            Ok(pack)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{}: no such file or directory", path.display())
         }
         Err(e) => bail!("{}: cannot open: {e}", path.display()),
+    }
+}
+
+/// Logs what a preview build skipped (links out of the site, special
+/// files), as `kiln build` prints it.
+pub fn log_build_warnings(report: &BuildReport) {
+    for warning in &report.warnings {
+        tracing::warn!("{warning}");
     }
 }
 

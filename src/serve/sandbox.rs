@@ -156,6 +156,10 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_lseek),
         // A directory site's listings, at each reload.
         sys!(SYS_getdents64),
+        // A directory site's symbolic links, resolved at each reload to
+        // skip those that lead out of it (glibc and musl: readlink, not
+        // readlinkat).
+        sys!(SYS_readlink),
         // A preview pack (a directory or archive site, at each reload and
         // each `--watch` rebuild) is written in an anonymous in-memory
         // file: made, sized, written and read back at offsets.

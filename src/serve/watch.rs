@@ -1,6 +1,7 @@
 //! `kiln serve DIR --watch`: the live preview. Every directory under DIR is
-//! watched with inotify (directories reached through symbolic links too,
-//! as the build follows them; ignored names such as `.git` are not); once
+//! watched with inotify (directories reached through symbolic links that
+//! stay inside DIR too, as the build follows them; ignored names such as
+//! `.git` are not); once
 //! changes stop for `QUIET` (or have gone on for `MAX_WAIT`), the preview
 //! pack is fired again in memory, reusing every encoded body of the one
 //! being served that is still the same, and published: responses in flight
@@ -23,9 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use super::handler::{Site, Sites};
+use super::load::log_build_warnings;
 use super::metrics::SiteStats;
 use super::stack::CurrentSites;
 use crate::build::compress::Level;
+use crate::build::source::dir::resolves_inside;
 use crate::build::source::ignore::is_ignored_entry;
 use crate::build::{BuildOptions, BuildReport, build_preview_with};
 use crate::diff::Diff;
@@ -86,7 +89,8 @@ pub fn start(
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
     let mut opts = BuildOptions::preview(level);
     opts.routes.index_pages = index_pages;
-    let (pack, _) = build_preview_with(dir, &opts, None)?;
+    let (pack, report) = build_preview_with(dir, &opts, None)?;
+    log_build_warnings(&report);
     stats.loads.fetch_add(1, Ordering::Relaxed);
     let served = Site::new(pack, 0, stats);
     let preview = Preview {
@@ -188,6 +192,7 @@ impl Preview {
                 return;
             }
         };
+        log_build_warnings(&report);
         let line = match self.served.pack() {
             Some(old) => {
                 let diff = Diff::new(old, &pack);
@@ -236,9 +241,11 @@ fn relevant_events(buf: &[u8]) -> bool {
 }
 
 /// Adds a watch for every directory under `root` the build would read
-/// (following symbolic links, skipping ignored names and loops); a
-/// directory watched already keeps its watch.
+/// (following symbolic links that stay inside it, skipping ignored names
+/// and loops); a directory watched already keeps its watch.
 fn watch_tree(inotify: &OwnedFd, root: &Path) -> io::Result<()> {
+    let root_meta = std::fs::metadata(root)?;
+    let root_id = (root_meta.dev(), root_meta.ino());
     let mut seen = HashSet::new();
     let mut stack = vec![(root.to_path_buf(), true)];
     while let Some((dir, at_root)) = stack.pop() {
@@ -258,7 +265,9 @@ fn watch_tree(inotify: &OwnedFd, root: &Path) -> io::Result<()> {
             let name = entry.file_name();
             let ignored = name.to_str().is_none_or(|n| is_ignored_entry(at_root, n));
             let child = entry.path();
-            if !ignored && child.is_dir() {
+            let leads_out = entry.file_type()?.is_symlink()
+                && !resolves_inside(&child, root_id).unwrap_or(false);
+            if !ignored && !leads_out && child.is_dir() {
                 stack.push((child, false));
             }
         }

@@ -1,8 +1,13 @@
 //! Walks a source directory in sorted order, subdirectories in parallel.
-//! Symbolic links are followed, also when they point outside the tree (as
-//! kawipiko does); a link back to a directory already on the current chain
-//! is a loop, skipped with a warning. The output pack itself is never read,
-//! wherever it lies. Files are only listed here, with their size and mtime,
+//! Symbolic links are followed when they resolve inside the tree (a file
+//! or directory under the root); one that resolves outside it is skipped
+//! with a warning and counted, as an archive's is: `ln -s /etc/passwd
+//! site/passwd.txt` must not publish the password file, and a directory
+//! and a tar of it make the same pack. A skip rather than an error, so that
+//! a tree holding such links (a `node_modules`-style folder linked to a
+//! store elsewhere) still builds and previews, without them. A link back
+//! to a directory already on the current chain is a loop, skipped with a
+//! warning. The output pack itself is never read, wherever it lies. Files are only listed here, with their size and mtime,
 //! and read later by the build in bounded batches, so the size of a
 //! directory source is not capped.
 
@@ -14,11 +19,17 @@ use std::time::UNIX_EPOCH;
 use anyhow::{Context, bail};
 use rayon::prelude::*;
 
-use super::ignore::is_ignored_entry;
+use super::ignore::{Why, why_ignored_entry};
 use super::{Content, ReadOptions, Source, SourceFile};
 
+/// Links followed in a chain before giving up.
+const MAX_LINK_HOPS: usize = 40;
+/// Directories climbed from a link's target before giving up on finding
+/// the root above it.
+const MAX_DEPTH: usize = 256;
+
 /// (device, inode): a file's identity.
-type FileId = (u64, u64);
+pub type FileId = (u64, u64);
 
 /// What a directory holds, in name order: runs of files (and warnings), and
 /// subdirectories, walked in parallel.
@@ -40,10 +51,52 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
     walk(root, "", &[(meta.dev(), meta.ino())], exclude)
 }
 
+/// Whether the symbolic link at `link` resolves to something under the
+/// directory `root` (a file or directory below it, or the root itself).
+/// Resolved by identity, following the chain of links with `readlink`
+/// and then climbing `..` from the target's directory until the root or
+/// the filesystem's root: no path is made absolute, so the walk needs no
+/// current directory (a preview rebuilds inside the sandbox).
+pub fn resolves_inside(link: &Path, root: FileId) -> std::io::Result<bool> {
+    let mut at = link.to_path_buf();
+    for _ in 0..MAX_LINK_HOPS {
+        if !fs::symlink_metadata(&at)?.file_type().is_symlink() {
+            let mut dir = if fs::metadata(&at)?.is_dir() {
+                at
+            } else {
+                at.parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            };
+            for _ in 0..MAX_DEPTH {
+                let here = fs::metadata(&dir)?;
+                let id = (here.dev(), here.ino());
+                if id == root {
+                    return Ok(true);
+                }
+                let up = dir.join("..");
+                let parent = fs::metadata(&up)?;
+                if (parent.dev(), parent.ino()) == id {
+                    return Ok(false);
+                }
+                dir = up;
+            }
+            return Ok(false);
+        }
+        let target = fs::read_link(&at)?;
+        at = match at.parent() {
+            Some(dir) => dir.join(target),
+            None => target,
+        };
+    }
+    Ok(false)
+}
+
 /// Lists `dir`, the '/'-separated path `rel` below the root ("" for the
 /// root), whose chain of directories from the root (itself included) is
 /// `chain`: its files, then those of its subdirectories, in name order,
 /// subdirectories walked in parallel. `exclude` is the output pack.
+/// What is left out goes to `left_out`.
 fn walk(
     dir: &Path,
     rel: &str,
@@ -65,18 +118,46 @@ fn walk(
     let mut parts = Vec::new();
     let mut here = Source::default();
     for (name, entry) in names {
-        if is_ignored_entry(rel.is_empty(), &name) {
-            continue;
-        }
-        let path = dir.join(&name);
         let child_rel = if rel.is_empty() {
             name.clone()
         } else {
             format!("{rel}/{name}")
         };
+        let file_type = entry.file_type();
+        if let Some(why) = why_ignored_entry(rel.is_empty(), &name) {
+            let slash = if file_type.as_ref().is_ok_and(|t| t.is_dir()) {
+                "/"
+            } else {
+                ""
+            };
+            here.left_out.push((format!("{child_rel}{slash}"), why));
+            continue;
+        }
+        let path = dir.join(&name);
+        let link = file_type.as_ref().map_or(true, |t| t.is_symlink());
+        if link && fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            let target =
+                || fs::read_link(&path).map_or_else(|e| e.to_string(), |t| t.display().to_string());
+            let outside = match resolves_inside(&path, chain[0]) {
+                Ok(inside) => (!inside).then(|| "it leads out of the source".to_owned()),
+                // A broken link is reported below, as one whose target is
+                // missing; any other doubt skips it.
+                Err(_) if fs::metadata(&path).is_err() => None,
+                Err(e) => Some(format!("cannot tell where it leads ({e})")),
+            };
+            if let Some(why) = outside {
+                here.warnings.push(format!(
+                    "{}: symbolic link to {} skipped, {why}",
+                    path.display(),
+                    target()
+                ));
+                here.left_out.push((child_rel, Why::OutsideLink));
+                continue;
+            }
+        }
         // Through the directory's descriptor (no walk of the whole path),
         // unless the entry is a link, which is followed.
-        let found = match entry.file_type() {
+        let found = match file_type {
             Ok(t) if !t.is_symlink() => entry.metadata(),
             _ => fs::metadata(&path),
         };
@@ -138,6 +219,7 @@ fn walk(
     for part in walked {
         source.files.extend(part.files);
         source.warnings.extend(part.warnings);
+        source.left_out.extend(part.left_out);
     }
     Ok(source)
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use crate::pack::RangeReader;
+use ignore::Why;
 
 /// Where a file's content is.
 #[derive(Clone, Debug)]
@@ -135,6 +136,13 @@ pub struct Source {
     pub files: Vec<SourceFile>,
     /// One line each, for the user (loops, skipped links, special files).
     pub warnings: Vec<String>,
+    /// What the ignore rules left out (a directory once, with a trailing
+    /// '/'; not what lies below it), and symbolic links out of a directory
+    /// source; sorted by path.
+    pub left_out: Vec<(String, Why)>,
+    /// The one top folder every entry of an archive was under, stripped
+    /// from their names (see `ReadOptions::strip_components`).
+    pub stripped: Option<String>,
 }
 
 /// Default `--max-source-bytes`: 16 GiB.
@@ -155,7 +163,8 @@ pub struct ReadOptions {
     /// Leading name components dropped from archive entries, like tar's
     /// `--strip-components` (`tar czf site.tgz public/` puts every page
     /// under `public/`); entries with no component left are skipped.
-    pub strip_components: usize,
+    /// `None`: the archive's one top folder, if it has one (see `tar`).
+    pub strip_components: Option<usize>,
     /// Where an archive's entries are staged: beside the pack, on the disk
     /// that is to hold it anyway (a temporary directory may be in memory);
     /// `None`: in an anonymous in-memory file, as for a preview, whose pack
@@ -168,7 +177,7 @@ impl Default for ReadOptions {
         ReadOptions {
             max_bytes: DEFAULT_MAX_SOURCE_BYTES,
             exclude: None,
-            strip_components: 0,
+            strip_components: None,
             staging_dir: Some(std::env::temp_dir()),
         }
     }
@@ -180,7 +189,7 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let meta = std::fs::metadata(path)
         .with_context(|| format!("{}: cannot read source", path.display()))?;
     let mut source = if meta.is_dir() {
-        if opts.strip_components > 0 {
+        if opts.strip_components.is_some_and(|n| n > 0) {
             bail!(
                 "{}: --strip-components applies to archives; give the subdirectory as the source",
                 path.display()
@@ -196,5 +205,7 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
         );
     };
     source.files.sort_by(|a, b| a.path.cmp(&b.path));
+    source.left_out.sort();
+    source.left_out.dedup();
     Ok(source)
 }

@@ -20,7 +20,12 @@
 //! - an empty file is not an archive (an empty site is an empty directory
 //!   or a tar with no entries);
 //! - devices, fifos and other special entries are skipped with a warning;
-//! - PAX and GNU long names are supported (through the `tar` crate).
+//! - PAX and GNU long names are supported (through the `tar` crate);
+//! - an archive whose every entry lies under one top folder, and that has
+//!   no entry for its own root, is read without that folder (`tar czf
+//!   site.tgz site` makes such an archive, `tar czf site.tgz -C site .`
+//!   does not), unless `--strip-components` says how many components to
+//!   drop (0: none); the build's summary says when it happened.
 //!
 //! The archive is read once, as a stream: each entry's bytes are copied to
 //! an unnamed staging file (in `ReadOptions::staging_dir`) as they come,
@@ -39,8 +44,9 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use tar::EntryType;
 
-use super::ignore::is_ignored_path;
+use super::ignore::{Why, ignored_part, is_ignored_path};
 use super::{Content, ReadOptions, Source, SourceFile};
+
 /// Longest accepted entry name, in bytes.
 const MAX_NAME_BYTES: usize = 4096;
 /// Longest accepted name component, in bytes.
@@ -91,7 +97,8 @@ fn too_big(max: u64) -> String {
 
 /// Reads the archive at `archive`, staging its entries in
 /// `opts.staging_dir`; `opts.max_bytes` caps what it may expand to,
-/// `opts.strip_components` leading components are dropped from every name.
+/// `opts.strip_components` leading components are dropped from every name
+/// (`None`: the one top folder of every entry, if there is one).
 pub fn read_tar_source(archive: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let file =
         File::open(archive).with_context(|| format!("{}: cannot open", archive.display()))?;
@@ -141,22 +148,59 @@ pub fn read_tar_source(archive: &Path, opts: &ReadOptions) -> anyhow::Result<Sou
     .map_err(|e| anyhow!("{}: {e:#}", archive.display()))
 }
 
+/// The first component of the names of an archive's entries, so far.
+#[derive(Debug, PartialEq, Eq)]
+enum Top {
+    /// No entry yet.
+    Nothing,
+    /// Every entry so far lies under this folder.
+    Folder(String),
+    /// Entries under several folders, or at the root.
+    Several,
+}
+
+impl Top {
+    /// Takes the entry `path` into account; a file of an ignored name at
+    /// the root (the `._site` macOS tar adds) does not count.
+    fn see(&mut self, path: &str) {
+        let folder = match path.split_once('/') {
+            Some((folder, _)) => folder,
+            None if is_ignored_path(path) => return,
+            None => {
+                *self = Top::Several;
+                return;
+            }
+        };
+        match self {
+            Top::Nothing => *self = Top::Folder(folder.to_owned()),
+            Top::Folder(f) if f == folder => {}
+            _ => *self = Top::Several,
+        }
+    }
+}
+
 /// Reads every entry of a decompressed tar stream, copying the bytes of
 /// each file to `staging`; `read` counts the bytes taken from the stream,
-/// and with link copies they stay within `max_bytes`.
+/// and with link copies they stay within `max_bytes`. `strip` leading
+/// components are dropped from every name; `None`: the archive's one top
+/// folder, if it has one and no entry for its root.
 fn read_entries(
     input: Capped<Box<dyn Read>>,
     read: &Cell<u64>,
     staging: &Arc<File>,
     max_bytes: u64,
-    strip: usize,
+    strip_given: Option<usize>,
 ) -> anyhow::Result<Source> {
+    let strip = strip_given.unwrap_or(0);
+    let mut top = Top::Nothing;
+    let mut names_root = false;
+    let mut ignored_early = Vec::new();
     let mut staged = BufWriter::with_capacity(1 << 20, &**staging);
     let mut staged_len = 0u64;
     let mut buf = vec![0u8; 64 << 10];
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
-    let mut index: HashMap<String, Option<usize>> = HashMap::new();
+    let mut claimed: HashSet<String> = HashSet::new();
     let mut links = Vec::new();
     let entries = archive.entries().context("not a tar archive")?;
     for entry in entries {
@@ -174,17 +218,31 @@ fn read_entries(
             continue;
         }
         let Some(full_path) = normalise(name).map_err(|p| fail(&p))? else {
+            names_root = true;
             continue;
         };
         let Some(path) = strip_components(&full_path, strip) else {
             continue;
         };
-        if kind.is_dir() || is_ignored_path(&path) {
+        if kind.is_dir() {
+            continue;
+        }
+        top.see(&path);
+        // Left out at once when it is left out whether or not a top
+        // folder is stripped later (the rules differ only for a few root
+        // names); otherwise once that is decided.
+        let ignored = is_ignored_path(&path)
+            && (strip_given.is_some()
+                || path
+                    .split_once('/')
+                    .is_none_or(|(_, rest)| is_ignored_path(rest)));
+        if ignored {
+            ignored_early.push(path);
             continue;
         }
         let mtime = entry.header().mtime().map_or(0, |t| t as i64);
         if kind.is_file() || kind == EntryType::Continuous {
-            claim(&mut index, &path).map_err(|p| fail(&p))?;
+            claim(&mut claimed, &path).map_err(|p| fail(&p))?;
             let size = entry.size();
             if read.get().saturating_add(size) > max_bytes {
                 return Err(fail(&too_big(max_bytes)));
@@ -196,7 +254,6 @@ fn read_entries(
                     "truncated archive: header says {size} bytes, only {copied} follow"
                 )));
             }
-            index.insert(path.clone(), Some(source.files.len()));
             source.files.push(SourceFile {
                 path,
                 len: size,
@@ -208,7 +265,7 @@ fn read_entries(
             });
             staged_len += size;
         } else if kind.is_symlink() || kind.is_hard_link() {
-            claim(&mut index, &path).map_err(|p| fail(&p))?;
+            claim(&mut claimed, &path).map_err(|p| fail(&p))?;
             let target = match entry.link_name_bytes() {
                 None => Err("link without a target".to_owned()),
                 Some(t) => match std::str::from_utf8(&t) {
@@ -238,6 +295,46 @@ fn read_entries(
             ));
         }
     }
+    if strip_given.is_none()
+        && !names_root
+        && let Top::Folder(folder) = top
+    {
+        strip_top_folder(&mut source, &mut links, &folder);
+        let prefix = format!("{folder}/");
+        for path in &mut ignored_early {
+            if let Some(rest) = path.strip_prefix(&prefix) {
+                *path = rest.to_owned();
+            }
+        }
+        source.stripped = Some(folder);
+    }
+    for path in ignored_early {
+        source.left_out.extend(ignored_part(&path));
+    }
+    // What the ignore rules leave out of the names as they now are.
+    let mut left_out = Vec::new();
+    source.files.retain(|f| match ignored_part(&f.path) {
+        Some(part) => {
+            left_out.push(part);
+            false
+        }
+        None => true,
+    });
+    links.retain(|l| match ignored_part(&l.path) {
+        Some(part) => {
+            left_out.push(part);
+            false
+        }
+        None => true,
+    });
+    source.left_out.extend(left_out);
+    let mut index: HashMap<String, Option<usize>> = source
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.path.clone(), Some(i)))
+        .collect();
+    index.extend(links.iter().map(|l| (l.path.clone(), None)));
     let by_path: HashMap<&str, &Result<String, String>> =
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
     let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
@@ -277,9 +374,14 @@ fn read_entries(
                     });
                 }
             }
-            Err(why) => source
-                .warnings
-                .push(format!("entry {:?}: link skipped, {why}", link.path)),
+            Err(why) => {
+                if why.contains("outside") {
+                    source.left_out.push((link.path.clone(), Why::OutsideLink));
+                }
+                source
+                    .warnings
+                    .push(format!("entry {:?}: link skipped, {why}", link.path));
+            }
         }
     }
     source.files.extend(resolved);
@@ -287,6 +389,25 @@ fn read_entries(
         .flush()
         .context("cannot write the staging file of its entries")?;
     Ok(source)
+}
+
+/// Drops `folder/` from the names of every file and link, and from link
+/// targets (a target outside it is then outside the site).
+fn strip_top_folder(source: &mut Source, links: &mut [Link], folder: &str) {
+    let prefix = format!("{folder}/");
+    let strip = |path: &str| path.strip_prefix(&prefix).map(str::to_owned);
+    for file in &mut source.files {
+        file.path = strip(&file.path).unwrap_or_default();
+    }
+    for link in links {
+        link.path = strip(&link.path).unwrap_or_default();
+        if let Ok(target) = &link.target {
+            link.target = strip(target).ok_or_else(|| {
+                format!("target {target:?} is outside {prefix}, the folder left out")
+            });
+        }
+    }
+    source.files.retain(|f| !f.path.is_empty());
 }
 
 /// Copies what `entry` yields to the staging file; the number of bytes, or
@@ -335,8 +456,8 @@ fn expand_dir_link(
 }
 
 /// Registers `path` as taken; a second entry for it is an error.
-fn claim(index: &mut HashMap<String, Option<usize>>, path: &str) -> Result<(), String> {
-    if index.insert(path.to_owned(), None).is_some() {
+fn claim(claimed: &mut HashSet<String>, path: &str) -> Result<(), String> {
+    if !claimed.insert(path.to_owned()) {
         return Err("duplicate entry (the archive holds this name twice)".into());
     }
     Ok(())
