@@ -89,6 +89,12 @@ fn links_inside_are_followed_links_out_of_the_source_and_loops_skipped() {
     symlink("../site/index.html", root.join("round-trip.html")).unwrap();
     symlink("..", root.join("sub/loop")).unwrap();
     symlink("missing.html", root.join("dangling.html")).unwrap();
+    // Inside, but to what the build leaves out: out too.
+    write(&root, ".git/config", "repository secrets");
+    write(&root, "server.log", "log");
+    symlink(".git", root.join("repo")).unwrap();
+    symlink("../.git/config", root.join("sub/config.txt")).unwrap();
+    symlink("server.log", root.join("log.txt")).unwrap();
     let source = read_source(&root, &ReadOptions::default()).unwrap();
     let paths: Vec<&str> = source.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
@@ -112,10 +118,16 @@ fn links_inside_are_followed_links_out_of_the_source_and_loops_skipped() {
     assert_eq!(
         out,
         [
+            (".git/", Why::Hidden),
+            ("again/config.txt", Why::LeftOutLink),
             ("again/passwd.txt", Why::OutsideLink),
             ("ext", Why::OutsideLink),
+            ("log.txt", Why::LeftOutLink),
             ("passwd.txt", Why::OutsideLink),
+            ("repo", Why::LeftOutLink),
             ("secret.txt", Why::OutsideLink),
+            ("server.log", Why::Scratch),
+            ("sub/config.txt", Why::LeftOutLink),
             ("sub/passwd.txt", Why::OutsideLink)
         ]
     );

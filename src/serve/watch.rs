@@ -28,7 +28,7 @@ use super::load::log_build_warnings;
 use super::metrics::SiteStats;
 use super::stack::CurrentSites;
 use crate::build::compress::Level;
-use crate::build::source::dir::resolves_inside;
+use crate::build::source::dir::{LinkTarget, resolve_link};
 use crate::build::source::ignore::is_ignored_entry;
 use crate::build::{BuildOptions, BuildReport, build_preview_with};
 use crate::diff::Diff;
@@ -266,7 +266,7 @@ fn watch_tree(inotify: &OwnedFd, root: &Path) -> io::Result<()> {
             let ignored = name.to_str().is_none_or(|n| is_ignored_entry(at_root, n));
             let child = entry.path();
             let leads_out = entry.file_type()?.is_symlink()
-                && !resolves_inside(&child, root_id).unwrap_or(false);
+                && resolve_link(&child, root_id).ok() != Some(LinkTarget::Inside);
             if !ignored && !leads_out && child.is_dir() {
                 stack.push((child, false));
             }

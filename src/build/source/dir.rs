@@ -2,7 +2,8 @@
 //! Symbolic links are followed when they resolve inside the tree (a file
 //! or directory under the root); one that resolves outside it is skipped
 //! with a warning and counted, as an archive's is: `ln -s /etc/passwd
-//! site/passwd.txt` must not publish the password file, and a directory
+//! site/passwd.txt` must not publish the password file (nor `ln -s .git
+//! repo` the repository the ignore rules keep out), and a directory
 //! and a tar of it make the same pack. A skip rather than an error, so that
 //! a tree holding such links (a `node_modules`-style folder linked to a
 //! store elsewhere) still builds and previews, without them. A link back
@@ -51,37 +52,67 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
     walk(root, "", &[(meta.dev(), meta.ino())], exclude)
 }
 
-/// Whether the symbolic link at `link` resolves to something under the
-/// directory `root` (a file or directory below it, or the root itself).
+/// Where a symbolic link of the source leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkTarget {
+    /// To a file or directory under the root (or the root itself): followed.
+    Inside,
+    /// Out of the source: skipped.
+    Outside,
+    /// Under the root, but to (or through) a name the build leaves out,
+    /// such as `.git`: skipped too, or `ln -s .git repo` would publish
+    /// what the ignore rules keep out.
+    LeftOut,
+}
+
+/// Where the symbolic link at `link` leads with respect to the directory
+/// `root`.
+///
 /// Resolved by identity, following the chain of links with `readlink`
 /// and then climbing `..` from the target's directory until the root or
 /// the filesystem's root: no path is made absolute, so the walk needs no
-/// current directory (a preview rebuilds inside the sandbox).
-pub fn resolves_inside(link: &Path, root: FileId) -> std::io::Result<bool> {
+/// current directory (a preview rebuilds inside the sandbox). On the way
+/// up, each directory's name is looked up in its parent (links are rare,
+/// so the listing this costs is too) and checked against the ignore rules.
+pub fn resolve_link(link: &Path, root: FileId) -> std::io::Result<LinkTarget> {
     let mut at = link.to_path_buf();
     for _ in 0..MAX_LINK_HOPS {
         if !fs::symlink_metadata(&at)?.file_type().is_symlink() {
-            let mut dir = if fs::metadata(&at)?.is_dir() {
-                at
+            let (mut dir, mut name_below) = if fs::metadata(&at)?.is_dir() {
+                (at, None)
             } else {
-                at.parent()
+                let name = at.file_name().map(|n| n.to_os_string());
+                let dir = at
+                    .parent()
                     .filter(|p| !p.as_os_str().is_empty())
-                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+                (dir, name)
             };
+            let mut left_out = false;
             for _ in 0..MAX_DEPTH {
                 let here = fs::metadata(&dir)?;
                 let id = (here.dev(), here.ino());
-                if id == root {
-                    return Ok(true);
+                let at_root = id == root;
+                left_out |= name_below.as_ref().is_some_and(|n| {
+                    n.to_str()
+                        .is_none_or(|n| why_ignored_entry(at_root, n).is_some())
+                });
+                if at_root {
+                    return Ok(if left_out {
+                        LinkTarget::LeftOut
+                    } else {
+                        LinkTarget::Inside
+                    });
                 }
                 let up = dir.join("..");
                 let parent = fs::metadata(&up)?;
                 if (parent.dev(), parent.ino()) == id {
-                    return Ok(false);
+                    return Ok(LinkTarget::Outside);
                 }
+                name_below = name_in(&up, id)?;
                 dir = up;
             }
-            return Ok(false);
+            return Ok(LinkTarget::Outside);
         }
         let target = fs::read_link(&at)?;
         at = match at.parent() {
@@ -89,7 +120,20 @@ pub fn resolves_inside(link: &Path, root: FileId) -> std::io::Result<bool> {
             None => target,
         };
     }
-    Ok(false)
+    Ok(LinkTarget::Outside)
+}
+
+/// The name of the entry of directory `dir` whose identity is `id`, if it
+/// is listed there (a mount point's listed inode is not its root's).
+fn name_in(dir: &Path, id: FileId) -> std::io::Result<Option<std::ffi::OsString>> {
+    use std::os::unix::fs::DirEntryExt;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.ino() == id.1 {
+            return Ok(Some(entry.file_name()));
+        }
+    }
+    Ok(None)
 }
 
 /// Lists `dir`, the '/'-separated path `rel` below the root ("" for the
@@ -138,20 +182,30 @@ fn walk(
         if link && fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
             let target =
                 || fs::read_link(&path).map_or_else(|e| e.to_string(), |t| t.display().to_string());
-            let outside = match resolves_inside(&path, chain[0]) {
-                Ok(inside) => (!inside).then(|| "it leads out of the source".to_owned()),
+            let skipped = match resolve_link(&path, chain[0]) {
+                Ok(LinkTarget::Inside) => None,
+                Ok(LinkTarget::Outside) => {
+                    Some(("it leads out of the source".to_owned(), Why::OutsideLink))
+                }
+                Ok(LinkTarget::LeftOut) => Some((
+                    "it leads to a name the build leaves out".to_owned(),
+                    Why::LeftOutLink,
+                )),
                 // A broken link is reported below, as one whose target is
                 // missing; any other doubt skips it.
                 Err(_) if fs::metadata(&path).is_err() => None,
-                Err(e) => Some(format!("cannot tell where it leads ({e})")),
+                Err(e) => Some((
+                    format!("cannot tell where it leads ({e})"),
+                    Why::OutsideLink,
+                )),
             };
-            if let Some(why) = outside {
+            if let Some((why, reason)) = skipped {
                 here.warnings.push(format!(
                     "{}: symbolic link to {} skipped, {why}",
                     path.display(),
                     target()
                 ));
-                here.left_out.push((child_rel, Why::OutsideLink));
+                here.left_out.push((child_rel, reason));
                 continue;
             }
         }

@@ -32,11 +32,13 @@ pub enum Why {
     NestedRules,
     /// A symbolic link of a directory source that resolves outside it.
     OutsideLink,
+    /// A symbolic link to (or through) a name left out, such as `.git`.
+    LeftOutLink,
 }
 
 impl Why {
     /// Every reason, in the summary's order.
-    pub const ALL: [Why; 7] = [
+    pub const ALL: [Why; 8] = [
         Why::Hidden,
         Why::Hash,
         Why::Backup,
@@ -44,6 +46,7 @@ impl Why {
         Why::Thumbnails,
         Why::NestedRules,
         Why::OutsideLink,
+        Why::LeftOutLink,
     ];
 }
 
@@ -57,6 +60,7 @@ impl fmt::Display for Why {
             Why::Thumbnails => "Thumbs.db",
             Why::NestedRules => "_headers or _redirects below the root",
             Why::OutsideLink => "symbolic link out of the source",
+            Why::LeftOutLink => "symbolic link to a name left out",
         })
     }
 }
