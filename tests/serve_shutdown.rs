@@ -110,3 +110,41 @@ fn sigterm_stops_a_server_whose_logs_cannot_be_written() {
         assert!(status.success(), "stderr to {what}: {status:?}");
     }
 }
+
+/// Whether this test process may set up an io_uring at all.
+fn kernel_has_io_uring() -> bool {
+    io_uring::IoUring::new(8).is_ok()
+}
+
+#[test]
+fn a_stopped_server_releases_its_port_before_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut back_ends = vec!["epoll"];
+    if kernel_has_io_uring() {
+        back_ends.push("uring");
+    }
+    for io in back_ends {
+        let args = [pack.to_str().unwrap(), "--threads", "2", "--io", io];
+        let mut server = Server::start(&args);
+        let address = format!("127.0.0.1:{}", server.port);
+        // Started again at once on the same port, as a supervisor does:
+        // every start must bind (the launcher fails on a server that
+        // exits without its start-up line).
+        for round in 0..10 {
+            assert_eq!(server.get("/hello.txt", "").body, HELLO, "{io} {round}");
+            server.signal(libc::SIGTERM);
+            let status = server
+                .wait_exit(Duration::from_secs(15))
+                .unwrap_or_else(|| panic!("{io} {round}: SIGTERM did not stop the server"));
+            assert!(status.success(), "{io} {round}: {status:?}");
+            server = Server::launch(
+                &args,
+                Launch {
+                    listen: vec![address.clone()],
+                    ..Launch::default()
+                },
+            );
+        }
+    }
+}
