@@ -537,8 +537,21 @@ impl Plan {
 }
 
 /// The number of threads of this process.
+///
+/// A thread just joined (the preview build's) may still be listed: join
+/// returns when the kernel wakes the joiner during the thread's exit, and
+/// the task leaves the list a moment later. So more than one thread is
+/// counted again for up to a second before the count is believed.
 fn thread_count() -> std::io::Result<usize> {
-    Ok(std::fs::read_dir("/proc/self/task")?.count())
+    let count = || Ok::<_, std::io::Error>(std::fs::read_dir("/proc/self/task")?.count());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let n = count()?;
+        if n == 1 || std::time::Instant::now() >= deadline {
+            return Ok(n);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Builds the Landlock ruleset of `plan`, opening its folders (with the
