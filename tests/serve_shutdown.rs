@@ -83,7 +83,7 @@ fn sigterm_stops_a_server_whose_logs_cannot_be_written() {
     for (what, stderr) in unwritable_outputs() {
         let dir = tempfile::tempdir().unwrap();
         let pack = sample_pack(dir.path());
-        // The access log goes to stdout, closed after the start-up line.
+        // The access log goes to stdout, closed at start.
         let mut server = Server::launch(
             &[
                 pack.to_str().unwrap(),

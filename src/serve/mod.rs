@@ -103,6 +103,15 @@ pub struct ServeArgs {
     /// listen addresses (for development; prints its SHA-256 fingerprint).
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], env = "KILN_TLS_SELF_SIGNED")]
     pub tls_self_signed: bool,
+    /// Write the self-signed certificate to FILE (PEM) at start, for a
+    /// client to trust: `curl --cacert FILE https://localhost:PORT/`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_self_signed",
+        env = "KILN_TLS_SELF_SIGNED_OUT"
+    )]
+    pub tls_self_signed_out: Option<PathBuf>,
     /// Answer every request on the cleartext listeners with a 308 to the
     /// same host and path on HTTPS (the first --listen-tls port), except
     /// ACME challenges under /.well-known/acme-challenge/, still served.
@@ -440,25 +449,49 @@ fn given_certificates(
     Ok(Some(tls::Source::Files(pairs)))
 }
 
+/// Writes a line for the person who started kiln to stderr, where every
+/// human message goes: stdout is left to the access log (`--access-log
+/// -`), so that it can be piped into a parser. A closed or full stderr
+/// must not stop the server: the line is informative.
+fn say(line: &str) {
+    let mut stderr = std::io::stderr();
+    let _ = writeln!(stderr, "{line}").and_then(|()| stderr.flush());
+}
+
 fn now_unix() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Loads the certificates of `source`; the error is one line naming the
-/// file and the problem.
-pub fn load_tls(source: &tls::Source) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
+/// Loads the certificates of `source`, and writes a self-signed one to
+/// `self_signed_out` if given; the error is one line naming the file and
+/// the problem.
+pub fn load_tls(
+    source: &tls::Source,
+    self_signed_out: Option<&Path>,
+) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
     let resolver = Arc::new(tls::certs::load(source, now_unix()).map_err(anyhow::Error::msg)?);
     if let tls::Source::SelfSigned(names) = source {
+        if let Some(out) = self_signed_out {
+            std::fs::write(out, tls::certs::first_certificate_pem(&resolver)).with_context(
+                || {
+                    format!(
+                        "{}: cannot write the self-signed certificate",
+                        out.display()
+                    )
+                },
+            )?;
+            say(&format!(
+                "kiln: self-signed certificate written to {} (curl --cacert {0})",
+                out.display()
+            ));
+        }
         let fingerprint = tls::certs::first_fingerprint(&resolver);
-        let mut stdout = std::io::stdout();
-        let _ = writeln!(
-            stdout,
+        say(&format!(
             "kiln: self-signed certificate for {} (SHA-256 {fingerprint})",
             names.join(", ")
-        )
-        .and_then(|()| stdout.flush());
+        ));
     }
     let config = tls_config(Arc::clone(&resolver))?;
     Ok((resolver, config))
@@ -732,7 +765,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let (tls_reload, tls_config) = match &tls_source {
         Some(source) => {
-            let (resolver, config) = load_tls(source)?;
+            let (resolver, config) = load_tls(source, args.tls_self_signed_out.as_deref())?;
             // The hand-off of keys to the kernel is built and tested against
             // known vectors (tls::ktls) but not switched on: no machine here
             // has kTLS to prove it on, so records stay in userspace.
@@ -879,9 +912,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::clone(&shared),
         wakers,
     )?;
-    // A closed stdout must not stop the server: the line is informative.
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());
+    say(&announcement);
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}

@@ -135,7 +135,7 @@ const GLIBC_SIGSETXID: u32 = 33;
 #[cfg(target_arch = "x86_64")]
 fn common_syscalls() -> Vec<Syscall> {
     vec![
-        // Logs to stderr, the start-up line and `--access-log -` to stdout,
+        // Logs and the start-up line to stderr, `--access-log -` to stdout,
         // the access-log file, eventfd wake-ups; reads of the signalfd,
         // inotify, eventfds, and of files at reloads.
         sys!(SYS_write),
