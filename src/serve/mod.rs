@@ -166,6 +166,20 @@ pub struct ServeArgs {
     /// terminates TLS).
     #[arg(long, env = "KILN_HSTS")]
     pub hsts: bool,
+    /// HSTS's max-age: how long a browser keeps to HTTPS (default two
+    /// years; a short one while trying HTTPS out).
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = server_headers::DEFAULT_HSTS_MAX_AGE,
+        requires = "hsts",
+        env = "KILN_HSTS_MAX_AGE"
+    )]
+    pub hsts_max_age: u64,
+    /// Leave `includeSubDomains` out of HSTS (a subdomain still served
+    /// over HTTP elsewhere).
+    #[arg(long, requires = "hsts", env = "KILN_HSTS_NO_SUBDOMAINS")]
+    pub hsts_no_subdomains: bool,
     /// Seconds a client has to send a whole request head.
     #[arg(
         long,
@@ -745,9 +759,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // (where --hsts belongs on every response); with them, only its own
     // TLS responses may carry it.
     let hsts_on_cleartext = args.hsts && !has_tls_listener;
+    let hsts = server_headers::hsts_value(args.hsts_max_age, !args.hsts_no_subdomains);
     let stack_config = Arc::new(StackConfig {
-        server_headers: ServerHeaders::new(security, hsts_on_cleartext),
-        server_headers_tls: ServerHeaders::new(security, args.hsts),
+        server_headers: ServerHeaders::with_hsts(
+            security,
+            Some(hsts.as_str()).filter(|_| hsts_on_cleartext),
+        ),
+        server_headers_tls: ServerHeaders::with_hsts(
+            security,
+            Some(hsts.as_str()).filter(|_| args.hsts),
+        ),
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),
