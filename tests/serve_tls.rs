@@ -234,11 +234,26 @@ fn certificates_reload_and_a_bad_new_pair_keeps_the_old() {
     let start = Instant::now();
     while !server
         .stderr_text()
-        .contains("still serving the previous certificate")
+        .contains("reloaded 0 of 1 TLS certificate pairs; 1 failed (above)")
     {
-        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            server.stderr_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The failure is not followed by a line that reads as a success.
+    let log = server.stderr_text();
+    let failed = log.find("still serving the previous certificate").unwrap();
+    assert!(
+        log[..failed].contains("reloaded TLS certificates (1 pairs)"),
+        "{log}"
+    );
+    assert!(
+        !log[failed..].contains("reloaded TLS certificates"),
+        "{log}"
+    );
     let c = connect_tls(&server, "two.test", &[b"http/1.1"]);
     assert!(served_names(&c).iter().any(|n| n == "two.test"));
 }
