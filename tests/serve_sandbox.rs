@@ -198,6 +198,61 @@ fn root_switches_to_nobody_and_fires_a_directory_site_again_as_nobody() {
 }
 
 #[test]
+fn a_preview_nobody_can_read_is_warned_of_with_both_fixes() {
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let dir = open_tempdir();
+    // The whole folder private to root, then only a subfolder of it.
+    let site = dir.path().join("public");
+    let sub = site.join("docs");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(site.join("index.html"), "<p>home</p>").unwrap();
+    std::fs::write(sub.join("guide.html"), "<p>guide</p>").unwrap();
+    for (private, readable) in [(&site, None), (&sub, Some(&site))] {
+        std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if let Some(open) = readable {
+            std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let server = Server::launch(
+            &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+            Launch {
+                stay_root: false,
+                ..Launch::default()
+            },
+        );
+        wait_for_log(&server, "sandbox: running as nobody");
+        let log = server.stderr_text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("sandbox: user nobody cannot read"))
+            .unwrap_or_else(|| panic!("no warning for {}: {log}", private.display()));
+        assert!(
+            line.contains(&format!("cannot read {} (", private.display()))
+                && line.contains(&format!("chmod -R o+rX {}", private.display()))
+                && line.contains("--user root"),
+            "{line}"
+        );
+    }
+    // Readable by everyone: no warning.
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = Server::launch(
+        &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+        Launch {
+            stay_root: false,
+            ..Launch::default()
+        },
+    );
+    wait_for_log(&server, "sandbox: running as nobody");
+    assert!(
+        !server.stderr_text().contains("cannot read"),
+        "{}",
+        server.stderr_text()
+    );
+}
+
+#[test]
 fn files_outside_the_sites_folder_cannot_be_opened() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
