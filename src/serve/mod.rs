@@ -53,11 +53,14 @@ use tls::SniResolver;
 /// there), for containers; a flag given on the command line wins.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// What to serve: a pack; a folder of sites (packs named by host:
-    /// `example.com.pack`, `_default.pack` for other hosts, `HOST.crt` and
-    /// `HOST.key` beside them for TLS); or a directory or tar archive,
-    /// fired into a preview pack in memory.
-    #[arg(required_unless_present = "dummy", env = "KILN_SITE")]
+    /// What to serve, told by content (not by name) and said at start: a
+    /// pack; a folder of sites (packs named by host: `example.com.pack`,
+    /// `_default.pack` for other hosts, `HOST.crt` and `HOST.key` beside
+    /// them for TLS), which holds at least one `NAME.pack` and nothing but
+    /// `NAME.pack`, `NAME.crt` and `NAME.key` files; or any other folder,
+    /// or a tar archive, fired into a preview pack in memory. Default: a
+    /// preview of the current folder.
+    #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
@@ -67,6 +70,18 @@ pub struct ServeArgs {
     /// Compression levels of the preview (default fast).
     #[arg(long, value_enum, requires = "watch", env = "KILN_COMPRESSION")]
     pub compression: Option<crate::build::compress::Level>,
+    /// The `Cache-Control` of a preview (a directory or archive served):
+    /// `no-cache` on every response, so that a browser revalidates each
+    /// use and shows an edit at once (ETag and Last-Modified make that a
+    /// 304), or what the site's build would send (`site`).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = crate::build::PreviewCacheControl::NoCache,
+        value_name = "no-cache|site",
+        env = "KILN_PREVIEW_CACHE_CONTROL"
+    )]
+    pub preview_cache_control: crate::build::PreviewCacheControl,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
@@ -614,16 +629,43 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             what: "dummy answers".to_string(),
         });
     }
-    let path = args.site.clone().context("SITE is required")?;
+    let path = match &args.site {
+        Some(path) => path.clone(),
+        None => {
+            tracing::info!("no SITE given: serving the current folder");
+            PathBuf::from(".")
+        }
+    };
     let opts = load::LoadOptions {
         preload: args.preload || args.mlock,
         mlock: args.mlock,
+        preview_cache_control: args.preview_cache_control,
     };
+    let kind = load::kind_of(&path)?;
+    let packs = (kind == load::Kind::Folder)
+        .then(|| load::folder_of_sites(&path))
+        .flatten();
     if args.watch {
+        if let Some(packs) = packs {
+            bail!(
+                "{}: a folder of sites ({packs} packs, and nothing but packs, certificates and keys): \
+                 --watch previews a site's folder; a folder of sites reloads a pack when it is replaced",
+                path.display()
+            );
+        }
         let level = args
             .compression
             .unwrap_or(crate::build::compress::Level::Fast);
-        let (site, watching) = watch::start(&path, level, metrics.site(load::DEFAULT_SITE))?;
+        let (site, watching) = watch::start(
+            &path,
+            level,
+            args.preview_cache_control,
+            metrics.site(load::DEFAULT_SITE),
+        )?;
+        tracing::info!(
+            "previewing {} as a site, rebuilt when a file changes",
+            path.display()
+        );
         let routes = site.pack().map_or(0, |p| p.route_count());
         return Ok(Opened {
             sites: Sites::single(site),
@@ -633,7 +675,11 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             path: Some(path),
         });
     }
-    if path.is_dir() && load::is_folder_of_sites(&path) {
+    if let Some(packs) = packs {
+        tracing::info!(
+            "serving {} as a folder of sites ({packs} packs)",
+            path.display()
+        );
         let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
         let what = format!("{} sites from {}", folder.site_count(), path.display());
         return Ok(Opened {
@@ -644,11 +690,22 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             what,
         });
     }
-    if path.is_dir() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
-        tracing::warn!(
-            "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
+    match kind {
+        load::Kind::Folder if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) => {
+            tracing::warn!(
+                "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
+                path.display()
+            );
+        }
+        load::Kind::Folder => tracing::info!(
+            "previewing {} as a site (a folder of sites holds HOST.pack files and nothing but \
+             packs, certificates and keys)",
             path.display()
-        );
+        ),
+        load::Kind::Archive => {
+            tracing::info!("previewing {} as a site (a tar archive)", path.display())
+        }
+        load::Kind::Pack => {}
     }
     let source = load::SiteSource { path, opts };
     let pack = load::open_site(&source)?;

@@ -443,6 +443,8 @@ pub struct Launch {
     pub stay_root: bool,
     /// Extra environment variables of the server.
     pub env: Vec<(&'static str, String)>,
+    /// The server's working directory (default: the test's).
+    pub current_dir: Option<PathBuf>,
     /// Listening sockets passed the way systemd passes them: as
     /// descriptors 3, 4, … with `LISTEN_FDS`, `LISTEN_FDNAMES` (these
     /// names) and `LISTEN_PID` (the server's own pid, set by the shell
@@ -514,6 +516,7 @@ impl Default for Launch {
             deny_io_uring: false,
             stay_root: true,
             env: Vec::new(),
+            current_dir: None,
             activate: Vec::new(),
         }
     }
@@ -675,6 +678,9 @@ impl Server {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         command.env("TMPDIR", tmp.path()).envs(launch.env);
+        if let Some(dir) = &launch.current_dir {
+            command.current_dir(dir);
+        }
         for value in &launch.listen {
             command.args(["--listen", value]);
         }
