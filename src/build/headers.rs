@@ -282,6 +282,19 @@ mod tests {
         assert_eq!(p.for_file("index.html", "text/html"), "no-cache");
         assert_eq!(p.for_file("x.png", "image/png"), "no-cache");
         assert_eq!(p.for_file("a.0123abcd.css", "text/css"), "max-age=60");
+        let preview = CachePolicy {
+            override_default: Some("public, max-age=60".into()),
+            override_immutable: Some("max-age=60".into()),
+            revalidate_all: true,
+        };
+        for (path, content_type) in [
+            ("index.html", "text/html"),
+            ("x.png", "image/png"),
+            ("a.0123abcd.css", "text/css"),
+        ] {
+            assert_eq!(preview.for_file(path, content_type), "no-cache", "{path}");
+        }
+        assert_eq!(preview.for_redirect(), "no-cache");
     }
 
     #[test]
