@@ -199,6 +199,7 @@ fn cache_control_policy_and_flags() {
         cache: CachePolicy {
             override_default: Some("no-cache".into()),
             override_immutable: Some("public, max-age=600".into()),
+            revalidate_all: false,
         },
         ..BuildOptions::default()
     };

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use kiln::build::source::ignore::Why;
 use kiln::build::source::{ReadOptions, read_source};
-use kiln::build::{BuildOptions, build_pack, build_preview};
+use kiln::build::{BuildOptions, PreviewCacheControl, build_pack, build_preview};
 use kiln::pack::{Encoding, RouteKind};
 
 fn write(root: &Path, path: &str, content: &str) {
@@ -208,7 +208,7 @@ fn preview_pack_is_in_memory() {
     use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "index.html", &"<p>preview</p>\n".repeat(50));
-    let pack = build_preview(dir.path()).unwrap();
+    let pack = build_preview(dir.path(), PreviewCacheControl::NoCache).unwrap();
     assert_eq!(pack.path(), dir.path(), "messages name the source");
     let file = std::fs::read_link(format!("/proc/self/fd/{}", pack.file().as_raw_fd())).unwrap();
     assert!(

@@ -88,6 +88,38 @@ fn stdout_lines(server: &Server, n: usize) -> Vec<String> {
 }
 
 #[test]
+fn stdout_holds_the_json_log_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    // The self-signed certificate's lines are human messages too.
+    let mut server = start_logging_to_stdout(
+        &pack,
+        &[
+            "--access-log-format",
+            "json",
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+        ],
+    );
+    assert_eq!(server.get("/hello.txt", "").body, HELLO);
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(15)).is_some());
+    let lines = stdout_lines(&server, 1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    for line in &lines {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(entry["path"], "/hello.txt", "{line}");
+    }
+    let stderr = server.stderr_text();
+    assert!(
+        stderr.contains("kiln: serving") && stderr.contains("kiln: self-signed certificate for"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn access_log_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();
     let sites = dir.path().join("sites");

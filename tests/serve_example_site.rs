@@ -1,6 +1,7 @@
 //! End to end: `kiln serve` on the example site's directory (fired into a
 //! preview pack at start) answers every routing rule `kiln build` decided,
-//! over a real socket.
+//! over a real socket. The preview keeps the site's `Cache-Control`
+//! (`--preview-cache-control site`): the headers checked are the build's.
 
 mod common;
 
@@ -8,7 +9,7 @@ use common::Server;
 
 fn example_site() -> Server {
     let site = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/site");
-    Server::start(&[site, "--threads", "1"])
+    Server::start(&[site, "--threads", "1", "--preview-cache-control", "site"])
 }
 
 #[test]

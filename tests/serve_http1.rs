@@ -349,6 +349,46 @@ Content-Type: text/plain; charset=utf-8\r\nContent-Length: 12\r\n\r\nHello World
 }
 
 #[test]
+fn hsts_max_age_and_subdomains_are_settable() {
+    for (flags, value) in [
+        (&[][..], "max-age=63072000; includeSubDomains"),
+        (
+            &["--hsts-max-age", "300"][..],
+            "max-age=300; includeSubDomains",
+        ),
+        (&["--hsts-no-subdomains"][..], "max-age=63072000"),
+        (
+            &["--hsts-max-age", "0", "--hsts-no-subdomains"][..],
+            "max-age=0",
+        ),
+    ] {
+        let server = Server::start(&[&["--dummy", "--threads", "1", "--hsts"][..], flags].concat());
+        assert_eq!(
+            server
+                .get("/", "")
+                .header("Strict-Transport-Security")
+                .as_deref(),
+            Some(value),
+            "{flags:?}"
+        );
+    }
+    // They tune --hsts, which they need.
+    for flags in [
+        &["--hsts-max-age", "300"][..],
+        &["--hsts-no-subdomains"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["serve", "--dummy", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flags:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--hsts"), "{flags:?}: {err}");
+    }
+}
+
+#[test]
 fn bad_site_argument_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.bin");

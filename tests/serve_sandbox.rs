@@ -198,6 +198,61 @@ fn root_switches_to_nobody_and_fires_a_directory_site_again_as_nobody() {
 }
 
 #[test]
+fn a_preview_nobody_can_read_is_warned_of_with_both_fixes() {
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let dir = open_tempdir();
+    // The whole folder private to root, then only a subfolder of it.
+    let site = dir.path().join("public");
+    let sub = site.join("docs");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(site.join("index.html"), "<p>home</p>").unwrap();
+    std::fs::write(sub.join("guide.html"), "<p>guide</p>").unwrap();
+    for (private, readable) in [(&site, None), (&sub, Some(&site))] {
+        std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        if let Some(open) = readable {
+            std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let server = Server::launch(
+            &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+            Launch {
+                stay_root: false,
+                ..Launch::default()
+            },
+        );
+        wait_for_log(&server, "sandbox: running as nobody");
+        let log = server.stderr_text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("sandbox: user nobody cannot read"))
+            .unwrap_or_else(|| panic!("no warning for {}: {log}", private.display()));
+        assert!(
+            line.contains(&format!("cannot read {} (", private.display()))
+                && line.contains(&format!("chmod -R o+rX {}", private.display()))
+                && line.contains("--user root"),
+            "{line}"
+        );
+    }
+    // Readable by everyone: no warning.
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = Server::launch(
+        &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+        Launch {
+            stay_root: false,
+            ..Launch::default()
+        },
+    );
+    wait_for_log(&server, "sandbox: running as nobody");
+    assert!(
+        !server.stderr_text().contains("cannot read"),
+        "{}",
+        server.stderr_text()
+    );
+}
+
+#[test]
 fn files_outside_the_sites_folder_cannot_be_opened() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
@@ -261,7 +316,7 @@ fn a_system_call_outside_the_list_ends_the_process_with_a_log_line() {
     );
     assert!(stderr.contains(&line), "{stderr}");
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("serving"),
+        !stderr.contains("kiln: serving"),
         "the server started anyway"
     );
 }
@@ -396,7 +451,7 @@ fn root_is_refused_when_there_is_no_user_to_switch_to() {
         "{err}"
     );
     assert!(err.contains("--user root"), "{err}");
-    assert!(out.stdout.is_empty(), "started anyway");
+    assert!(!err.contains("kiln: serving"), "started anyway");
 }
 
 #[test]
@@ -483,25 +538,23 @@ fn a_numeric_user_needs_no_user_database() {
         .args(["serve", "--dummy", "--listen", "127.0.0.1:0"])
         .args(["--user", "65534:65533"])
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped());
     // SAFETY: the step makes only async-signal-safe system calls.
     unsafe { command.pre_exec(only_root_in_the_user_database(scratch.path())) };
     let mut child = command.spawn().unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    // The start-up line, on stderr after the log lines.
+    let mut seen = String::new();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    while !seen.contains("kiln: serving") {
+        if std::io::BufRead::read_line(&mut stderr, &mut seen).unwrap() == 0 {
+            break;
+        }
+    }
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()));
     let _ = child.kill();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        line.contains("serving dummy answers"),
-        "{line}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let _ = child.wait();
+    assert!(seen.contains("kiln: serving dummy answers"), "{seen}");
     let status = status.unwrap();
     assert_eq!(field(&status, "Uid"), "65534 65534 65534 65534");
     assert_eq!(field(&status, "Gid"), "65533 65533 65533 65533");

@@ -83,7 +83,7 @@ fn sigterm_stops_a_server_whose_logs_cannot_be_written() {
     for (what, stderr) in unwritable_outputs() {
         let dir = tempfile::tempdir().unwrap();
         let pack = sample_pack(dir.path());
-        // The access log goes to stdout, closed after the start-up line.
+        // The access log goes to stdout, closed at start.
         let mut server = Server::launch(
             &[
                 pack.to_str().unwrap(),
@@ -108,5 +108,67 @@ fn sigterm_stops_a_server_whose_logs_cannot_be_written() {
             .wait_exit(Duration::from_secs(15))
             .unwrap_or_else(|| panic!("stderr to {what}: SIGTERM did not stop the server"));
         assert!(status.success(), "stderr to {what}: {status:?}");
+    }
+}
+
+/// Whether this test process may set up an io_uring at all.
+fn kernel_has_io_uring() -> bool {
+    io_uring::IoUring::new(8).is_ok()
+}
+
+/// The server's exit status, seen as soon as it exits (polled every
+/// millisecond: what is checked is the state right after the exit), or
+/// `None` after a generous bound.
+fn exit_status(server: &mut Server) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(15) {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+#[test]
+fn a_stopped_server_releases_its_port_before_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let mut back_ends = vec!["epoll"];
+    if kernel_has_io_uring() {
+        back_ends.push("uring");
+    }
+    for io in back_ends {
+        let args = [pack.to_str().unwrap(), "--threads", "2", "--io", io];
+        let mut server = Server::start(&args);
+        let address = format!("127.0.0.1:{}", server.port);
+        // Started again at once on the same port, as a supervisor does:
+        // every start must bind (the launcher fails on a server that
+        // exits without its start-up line).
+        for round in 0..20 {
+            assert_eq!(server.get("/hello.txt", "").body, HELLO, "{io} {round}");
+            server.signal(libc::SIGTERM);
+            let status = exit_status(&mut server)
+                .unwrap_or_else(|| panic!("{io} {round}: SIGTERM did not stop the server"));
+            assert!(status.success(), "{io} {round}: {status:?}");
+            // Nothing listens on the port any more the moment the process
+            // is gone: a socket bound without SO_REUSEPORT (as kiln checks
+            // a port at start) takes it.
+            let probe =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            probe.set_reuse_address(true).unwrap();
+            let addr: SocketAddr = address.parse().unwrap();
+            if let Err(e) = probe.bind(&addr.into()) {
+                panic!("{io} {round}: {address} still taken after the server exited: {e}");
+            }
+            drop(probe);
+            server = Server::launch(
+                &args,
+                Launch {
+                    listen: vec![address.clone()],
+                    ..Launch::default()
+                },
+            );
+        }
     }
 }

@@ -234,44 +234,89 @@ fn certificates_reload_and_a_bad_new_pair_keeps_the_old() {
     let start = Instant::now();
     while !server
         .stderr_text()
-        .contains("still serving the previous certificate")
+        .contains("reloaded 0 of 1 TLS certificate pairs; 1 failed (above)")
     {
-        assert!(start.elapsed() < Duration::from_secs(10));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            server.stderr_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The failure is not followed by a line that reads as a success.
+    let log = server.stderr_text();
+    let failed = log.find("still serving the previous certificate").unwrap();
+    assert!(
+        log[..failed].contains("reloaded TLS certificates (1 pairs)"),
+        "{log}"
+    );
+    assert!(
+        !log[failed..].contains("reloaded TLS certificates"),
+        "{log}"
+    );
     let c = connect_tls(&server, "two.test", &[b"http/1.1"]);
     assert!(served_names(&c).iter().any(|n| n == "two.test"));
 }
 
 #[test]
-fn self_signed_mode_prints_the_fingerprint_it_serves() {
+fn self_signed_mode_prints_the_fingerprint_it_serves_and_writes_its_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["serve", pack.to_str().unwrap(), "--threads", "1"])
-        .args(["--listen-tls", "127.0.0.1:0", "--tls-self-signed"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(out);
-    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
-    let mut first = String::new();
-    let mut second = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
-    std::io::BufRead::read_line(&mut stdout, &mut second).unwrap();
+    let exported = dir.path().join("kiln-ca.pem");
+    let server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--listen-tls",
+        "127.0.0.1:0",
+        "--tls-self-signed",
+        "--tls-self-signed-out",
+        exported.to_str().unwrap(),
+    ]);
+    let log = server.stderr_text();
+    let first = log
+        .lines()
+        .find(|l| l.starts_with("kiln: self-signed certificate for "))
+        .unwrap_or_else(|| panic!("{log}"));
     let fingerprint = first
         .split("SHA-256 ")
         .nth(1)
-        .and_then(|r| r.strip_suffix(")\n"))
+        .and_then(|r| r.strip_suffix(')'))
         .unwrap_or_else(|| panic!("{first}"));
     assert!(first.contains("localhost"), "{first}");
-    let port: u16 = second
-        .split("https://127.0.0.1:")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("{second}"));
+    assert!(
+        log.contains(&format!(
+            "kiln: self-signed certificate written to {}",
+            exported.display()
+        )),
+        "{log}"
+    );
+    let port = server.tls_port.unwrap();
+    // A client told to trust the file verifies the server with it.
+    let url = format!("https://localhost:{port}/hello.txt");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&exported)
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1"), &url])
+        .output()
+        .expect("curl");
+    assert_eq!(
+        out.stdout,
+        HELLO,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Its subject says what it is.
+    let subject = Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-in"])
+        .arg(&exported)
+        .output()
+        .expect("openssl");
+    let subject = String::from_utf8_lossy(&subject.stdout);
+    assert!(
+        subject.contains("kiln self-signed for localhost 127.0.0.1"),
+        "{subject}"
+    );
     let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let Client::Tls(s) = tls_client(tcp, "localhost", insecure_client_config(&[])) else {
         unreachable!()
@@ -280,15 +325,6 @@ fn self_signed_mode_prints_the_fingerprint_it_serves() {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
     let hex: Vec<String> = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
     assert_eq!(fingerprint, hex.join(":"));
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

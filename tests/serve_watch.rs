@@ -171,6 +171,92 @@ fn links_out_of_the_site_are_not_served_links_inside_are() {
 }
 
 #[test]
+fn a_build_that_works_again_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    let server = start(&root, &[]);
+    write(&root, "_headers", "/*\n  X-Broken\n");
+    wait_until("the _headers error", &server, || {
+        server
+            .stderr_text()
+            .contains("still serving the previous site")
+    });
+    // Put back as it was: the site served does not change, and the log
+    // says the build works again after the error.
+    std::fs::remove_file(root.join("_headers")).unwrap();
+    wait_until("the recovery", &server, || {
+        server.stderr_text().contains("the build works again")
+    });
+    let log = server.stderr_text();
+    let error = log.find("still serving the previous site").unwrap();
+    let recovery = log.find("the build works again").unwrap();
+    assert!(error < recovery, "{log}");
+    assert!(
+        log[recovery..].contains("the site served is unchanged"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_preview_is_revalidated_unless_told_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    site(&root);
+    write(&root, "logo.png", "not really a png");
+    write(&root, "app.0123abcd.css", "body{}");
+    write(
+        &root,
+        "_headers",
+        "/about.html\n  Cache-Control: public, max-age=600\n",
+    );
+    let site_values = [
+        ("/", "public, max-age=0, must-revalidate"),
+        ("/logo.png", "public, max-age=3600"),
+        ("/app.0123abcd.css", "public, max-age=31536000, immutable"),
+        ("/about.html", "public, max-age=600"),
+    ];
+    for watch in [true, false] {
+        for (flag, site_said) in [(None, false), (Some("site"), true)] {
+            let mut args = vec![root.to_str().unwrap()];
+            if watch {
+                args.push("--watch");
+            }
+            if let Some(value) = flag {
+                args.extend(["--preview-cache-control", value]);
+            }
+            let server = Server::start(&args);
+            for (path, site_value) in site_values {
+                let r = server.get(path, "");
+                assert_eq!(r.status, 200, "{args:?} {path}");
+                let want = if site_said { site_value } else { "no-cache" };
+                assert_eq!(
+                    r.header("Cache-Control").as_deref(),
+                    Some(want),
+                    "{args:?} {path}"
+                );
+                // The validators that make a revalidation a 304.
+                let etag = r.header("ETag").expect("an ETag");
+                assert!(r.header("Last-Modified").is_some(), "{args:?} {path}");
+                let again = server.get(path, &format!("If-None-Match: {etag}\r\n"));
+                assert_eq!(again.status, 304, "{args:?} {path}");
+            }
+        }
+    }
+    // Edited: the next load revalidates and gets the new bytes.
+    let server = start(&root, &[]);
+    let before = server.get("/logo.png", "");
+    write(&root, "logo.png", "a new logo");
+    let etag = before.header("ETag").unwrap();
+    wait_until("the edit", &server, || {
+        server
+            .get("/logo.png", &format!("If-None-Match: {etag}\r\n"))
+            .status
+            == 200
+    });
+}
+
+#[test]
 fn watch_needs_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");

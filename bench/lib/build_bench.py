@@ -205,7 +205,12 @@ def measure_preview(kiln: Path, src: Path, editor: Editor) -> dict:
         [str(kiln), "serve", str(src), "--watch", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
+        # The start-up line comes on stderr, after the log lines.
+        for line in proc.stderr:
+            if line.startswith("kiln: serving"):
+                break
+        else:
+            line = ""
         announced = time.monotonic() - started
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         if not m:

@@ -812,6 +812,17 @@ fn file_heads(
     cache: &CachePolicy,
 ) -> Vec<HeadBlock> {
     let cache_control = cache.for_file(&file.path, content_type);
+    let kept: Vec<(String, String)>;
+    let custom = if cache.revalidate_all {
+        kept = custom
+            .iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case("Cache-Control"))
+            .cloned()
+            .collect();
+        &kept[..]
+    } else {
+        custom
+    };
     bodies
         .iter()
         .map(|(encoding, body)| {

@@ -33,12 +33,22 @@ pub struct CachePolicy {
     pub override_default: Option<String>,
     /// `--immutable-cache-control`: replaces the immutable default.
     pub override_immutable: Option<String>,
+    /// Every response says `no-cache`, a `_headers` value included: a
+    /// preview, whose files change under the browser, is revalidated on
+    /// every use (its validators make that a 304).
+    pub revalidate_all: bool,
 }
+
+/// The `Cache-Control` of every response of a preview.
+pub const REVALIDATE_CACHE_CONTROL: &str = "no-cache";
 
 impl CachePolicy {
     /// The value for a file at `path` (relative or absolute) of `content_type`.
     /// HTML is never considered immutable, even with a hash-like name.
     pub fn for_file(&self, path: &str, content_type: &str) -> String {
+        if self.revalidate_all {
+            return REVALIDATE_CACHE_CONTROL.to_owned();
+        }
         let is_html = content_type.starts_with("text/html")
             || content_type.starts_with("application/xhtml+xml");
         let name = path.rsplit('/').next().unwrap_or(path);
@@ -57,6 +67,9 @@ impl CachePolicy {
     }
 
     fn non_immutable(&self, is_html: bool) -> String {
+        if self.revalidate_all {
+            return REVALIDATE_CACHE_CONTROL.to_owned();
+        }
         match &self.override_default {
             Some(v) => v.clone(),
             None if is_html => HTML_CACHE_CONTROL.to_owned(),
@@ -264,10 +277,24 @@ mod tests {
         let p = CachePolicy {
             override_default: Some("no-cache".into()),
             override_immutable: Some("max-age=60".into()),
+            revalidate_all: false,
         };
         assert_eq!(p.for_file("index.html", "text/html"), "no-cache");
         assert_eq!(p.for_file("x.png", "image/png"), "no-cache");
         assert_eq!(p.for_file("a.0123abcd.css", "text/css"), "max-age=60");
+        let preview = CachePolicy {
+            override_default: Some("public, max-age=60".into()),
+            override_immutable: Some("max-age=60".into()),
+            revalidate_all: true,
+        };
+        for (path, content_type) in [
+            ("index.html", "text/html"),
+            ("x.png", "image/png"),
+            ("a.0123abcd.css", "text/css"),
+        ] {
+            assert_eq!(preview.for_file(path, content_type), "no-cache", "{path}");
+        }
+        assert_eq!(preview.for_redirect(), "no-cache");
     }
 
     #[test]

@@ -218,12 +218,28 @@ impl Default for BuildOptions {
     }
 }
 
+/// The `Cache-Control` of a preview's responses (`--preview-cache-control`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PreviewCacheControl {
+    /// `no-cache` on every response, whatever the site or its `_headers`
+    /// say: a browser revalidates each use (a 304 when nothing changed),
+    /// so an edit shows at the next load.
+    #[default]
+    NoCache,
+    /// What a `kiln build` of the site would send.
+    Site,
+}
+
 impl BuildOptions {
     /// Settings for a local preview: br and gzip at `level` (fast unless
-    /// asked otherwise).
-    pub fn preview(level: Level) -> Self {
+    /// asked otherwise), `Cache-Control` as `cache_control` says.
+    pub fn preview(level: Level, cache_control: PreviewCacheControl) -> Self {
         BuildOptions {
             compress: CompressOptions::at(level),
+            cache: CachePolicy {
+                revalidate_all: cache_control == PreviewCacheControl::NoCache,
+                ..CachePolicy::default()
+            },
             ..BuildOptions::default()
         }
     }
@@ -603,8 +619,9 @@ fn rules_text(file: &SourceFile, name: &str) -> anyhow::Result<String> {
 
 /// Builds `source` with preview settings (fast compression) into a pack in
 /// memory, for `kiln serve DIR`.
-pub fn build_preview(source: &Path) -> anyhow::Result<Pack> {
-    build_preview_with(source, &BuildOptions::preview(Level::Fast), None).map(|(pack, _)| pack)
+pub fn build_preview(source: &Path, cache_control: PreviewCacheControl) -> anyhow::Result<Pack> {
+    let opts = BuildOptions::preview(Level::Fast, cache_control);
+    build_preview_with(source, &opts, None).map(|(pack, _)| pack)
 }
 
 /// Builds `source` with `opts` into a pack in memory (an anonymous file,
@@ -711,6 +728,7 @@ impl BuildArgs {
                     "--immutable-cache-control",
                     self.immutable_cache_control.clone(),
                 )?,
+                revalidate_all: false,
             },
             routes: RouteOptions {
                 index: !self.no_index,

@@ -266,7 +266,21 @@ impl Reloader {
                     &self.metrics.tls_reload_failures
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("reloaded TLS certificates");
+                let pairs = match &source {
+                    tls::Source::Files(pairs) => pairs.len(),
+                    tls::Source::SelfSigned(_) => 1,
+                };
+                if failures.is_empty() {
+                    tracing::info!("reloaded TLS certificates ({pairs} pairs)");
+                } else {
+                    // Not a success line after the errors: the failed pairs
+                    // still serve what they served, or nothing.
+                    tracing::warn!(
+                        "reloaded {} of {pairs} TLS certificate pairs; {} failed (above)",
+                        pairs - failures.len(),
+                        failures.len()
+                    );
+                }
             }
             Err(e) => {
                 self.metrics

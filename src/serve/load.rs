@@ -28,6 +28,8 @@ pub struct LoadOptions {
     pub preload: bool,
     /// `--mlock`: the mapping locked in memory (implies `preload`).
     pub mlock: bool,
+    /// `--preview-cache-control`: a directory or archive's preview.
+    pub preview_cache_control: crate::build::PreviewCacheControl,
 }
 
 /// The name of the fallback site's pack in a folder of sites.
@@ -111,29 +113,69 @@ pub struct SiteSource {
     pub index_pages: bool,
 }
 
+/// What a path given as SITE holds, told by its content, never by its
+/// name: `x.pack` may be an archive and `site.tgz` a pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A file that starts with a pack's magic.
+    Pack,
+    /// A tar archive: plain (`ustar` at offset 257), gzip or zstd.
+    Archive,
+    /// A directory.
+    Folder,
+}
+
+/// Tells what `path` is; an error, one line naming it, for anything
+/// else (a missing path, an unreadable file, a file of another kind).
+pub fn kind_of(path: &Path) -> anyhow::Result<Kind> {
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{shown}: no such file or directory")
+        }
+        Err(e) => bail!("{shown}: cannot open: {e}"),
+    };
+    if meta.is_dir() {
+        return Ok(Kind::Folder);
+    }
+    let mut head = Vec::with_capacity(512);
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 512), &mut head))
+        .map_err(|e| anyhow::anyhow!("{shown}: cannot open: {e}"))?;
+    const GZIP: &[u8] = &[0x1f, 0x8b];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    if head.starts_with(&crate::pack::format::MAGIC) {
+        Ok(Kind::Pack)
+    } else if head.starts_with(GZIP)
+        || head.starts_with(ZSTD)
+        || head.get(257..262) == Some(b"ustar")
+    {
+        Ok(Kind::Archive)
+    } else {
+        bail!("{shown}: not a kiln pack, a tar archive or a site folder")
+    }
+}
+
 /// Opens what SITE names: a pack is mapped and verified; a directory or a
 /// tar archive is fired into a preview pack in memory first (fast
 /// compression settings), so `kiln serve ./public` works without a build
 /// step. `--index-pages` is for previews: a pack has its routes already.
 pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
     let path = site.path.as_path();
-    match is_pack(path) {
-        Ok(true) if site.index_pages => bail!(
+    match kind_of(path)? {
+        Kind::Pack if site.index_pages => bail!(
             "{}: --index-pages applies to a preview of a directory or archive; build the pack with kiln build --index-pages",
             path.display()
         ),
-        Ok(true) => open_pack(path, site.opts),
-        Ok(false) => {
-            let mut opts = BuildOptions::preview(Level::Fast);
+        Kind::Pack => open_pack(path, site.opts),
+        Kind::Archive | Kind::Folder => {
+            let mut opts = BuildOptions::preview(Level::Fast, site.opts.preview_cache_control);
             opts.routes.index_pages = site.index_pages;
             let (pack, report) = crate::build::build_preview_with(path, &opts, None)?;
             log_build_warnings(&report);
             Ok(pack)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{}: no such file or directory", path.display())
-        }
-        Err(e) => bail!("{}: cannot open: {e}", path.display()),
     }
 }
 
@@ -145,18 +187,30 @@ pub fn log_build_warnings(report: &BuildReport) {
     }
 }
 
-/// Whether `dir` is a folder of sites rather than a site to preview: a
-/// directory holding at least one pack named `NAME.pack`.
-pub fn is_folder_of_sites(dir: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        let path = entry.path();
-        site_name(&entry.file_name(), "pack").is_some()
-            && path.is_file()
-            && is_pack(&path).unwrap_or(false)
-    })
+/// The rule that tells a folder of sites from a site to preview: a folder
+/// of sites holds at least one `NAME.pack`, and nothing but files named
+/// `NAME.pack`, `NAME.crt` and `NAME.key` (hidden files aside: a build's
+/// temporary file); anything else, a subdirectory or a page, makes it a
+/// site. Returns the number of packs of a folder of sites.
+pub fn folder_of_sites(dir: &Path) -> Option<usize> {
+    let mut packs = 0;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        if name.as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let extension = Path::new(&name).extension().and_then(OsStr::to_str);
+        if !entry.path().is_file() {
+            return None;
+        }
+        match extension {
+            Some("pack") => packs += 1,
+            Some("crt" | "key") => {}
+            _ => return None,
+        }
+    }
+    (packs > 0).then_some(packs)
 }
 
 /// The site a file of a folder of sites belongs to, if its name is

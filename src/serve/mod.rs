@@ -53,11 +53,14 @@ use tls::SniResolver;
 /// there), for containers; a flag given on the command line wins.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// What to serve: a pack; a folder of sites (packs named by host:
-    /// `example.com.pack`, `_default.pack` for other hosts, `HOST.crt` and
-    /// `HOST.key` beside them for TLS); or a directory or tar archive,
-    /// fired into a preview pack in memory.
-    #[arg(required_unless_present = "dummy", env = "KILN_SITE")]
+    /// What to serve, told by content (not by name) and said at start: a
+    /// pack; a folder of sites (packs named by host: `example.com.pack`,
+    /// `_default.pack` for other hosts, `HOST.crt` and `HOST.key` beside
+    /// them for TLS), which holds at least one `NAME.pack` and nothing but
+    /// `NAME.pack`, `NAME.crt` and `NAME.key` files; or any other folder,
+    /// or a tar archive, fired into a preview pack in memory. Default: a
+    /// preview of the current folder.
+    #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
@@ -72,6 +75,18 @@ pub struct ServeArgs {
     /// --index-pages` does).
     #[arg(long, conflicts_with = "dummy", env = "KILN_INDEX_PAGES")]
     pub index_pages: bool,
+    /// The `Cache-Control` of a preview (a directory or archive served):
+    /// `no-cache` on every response, so that a browser revalidates each
+    /// use and shows an edit at once (ETag and Last-Modified make that a
+    /// 304), or what the site's build would send (`site`).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = crate::build::PreviewCacheControl::NoCache,
+        value_name = "no-cache|site",
+        env = "KILN_PREVIEW_CACHE_CONTROL"
+    )]
+    pub preview_cache_control: crate::build::PreviewCacheControl,
     /// Address to listen on (repeatable): IP:PORT, [IPv6]:PORT, :PORT (every
     /// address: 0.0.0.0 and [::]) or HOST:PORT (each address HOST resolves
     /// to at start); IPv6 addresses not typed out are skipped on a machine
@@ -108,6 +123,15 @@ pub struct ServeArgs {
     /// listen addresses (for development; prints its SHA-256 fingerprint).
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], env = "KILN_TLS_SELF_SIGNED")]
     pub tls_self_signed: bool,
+    /// Write the self-signed certificate to FILE (PEM) at start, for a
+    /// client to trust: `curl --cacert FILE https://localhost:PORT/`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_self_signed",
+        env = "KILN_TLS_SELF_SIGNED_OUT"
+    )]
+    pub tls_self_signed_out: Option<PathBuf>,
     /// Answer every request on the cleartext listeners with a 308 to the
     /// same host and path on HTTPS (the first --listen-tls port), except
     /// ACME challenges under /.well-known/acme-challenge/, still served.
@@ -162,6 +186,20 @@ pub struct ServeArgs {
     /// terminates TLS).
     #[arg(long, env = "KILN_HSTS")]
     pub hsts: bool,
+    /// HSTS's max-age: how long a browser keeps to HTTPS (default two
+    /// years; a short one while trying HTTPS out).
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = server_headers::DEFAULT_HSTS_MAX_AGE,
+        requires = "hsts",
+        env = "KILN_HSTS_MAX_AGE"
+    )]
+    pub hsts_max_age: u64,
+    /// Leave `includeSubDomains` out of HSTS (a subdomain still served
+    /// over HTTP elsewhere).
+    #[arg(long, requires = "hsts", env = "KILN_HSTS_NO_SUBDOMAINS")]
+    pub hsts_no_subdomains: bool,
     /// Seconds a client has to send a whole request head.
     #[arg(
         long,
@@ -445,25 +483,49 @@ fn given_certificates(
     Ok(Some(tls::Source::Files(pairs)))
 }
 
+/// Writes a line for the person who started kiln to stderr, where every
+/// human message goes: stdout is left to the access log (`--access-log
+/// -`), so that it can be piped into a parser. A closed or full stderr
+/// must not stop the server: the line is informative.
+fn say(line: &str) {
+    let mut stderr = std::io::stderr();
+    let _ = writeln!(stderr, "{line}").and_then(|()| stderr.flush());
+}
+
 fn now_unix() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Loads the certificates of `source`; the error is one line naming the
-/// file and the problem.
-pub fn load_tls(source: &tls::Source) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
+/// Loads the certificates of `source`, and writes a self-signed one to
+/// `self_signed_out` if given; the error is one line naming the file and
+/// the problem.
+pub fn load_tls(
+    source: &tls::Source,
+    self_signed_out: Option<&Path>,
+) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
     let resolver = Arc::new(tls::certs::load(source, now_unix()).map_err(anyhow::Error::msg)?);
     if let tls::Source::SelfSigned(names) = source {
+        if let Some(out) = self_signed_out {
+            std::fs::write(out, tls::certs::first_certificate_pem(&resolver)).with_context(
+                || {
+                    format!(
+                        "{}: cannot write the self-signed certificate",
+                        out.display()
+                    )
+                },
+            )?;
+            say(&format!(
+                "kiln: self-signed certificate written to {} (curl --cacert {0})",
+                out.display()
+            ));
+        }
         let fingerprint = tls::certs::first_fingerprint(&resolver);
-        let mut stdout = std::io::stdout();
-        let _ = writeln!(
-            stdout,
+        say(&format!(
             "kiln: self-signed certificate for {} (SHA-256 {fingerprint})",
             names.join(", ")
-        )
-        .and_then(|()| stdout.flush());
+        ));
     }
     let config = tls_config(Arc::clone(&resolver))?;
     Ok((resolver, config))
@@ -572,12 +634,30 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             what: "dummy answers".to_string(),
         });
     }
-    let path = args.site.clone().context("SITE is required")?;
+    let path = match &args.site {
+        Some(path) => path.clone(),
+        None => {
+            tracing::info!("no SITE given: serving the current folder");
+            PathBuf::from(".")
+        }
+    };
     let opts = load::LoadOptions {
         preload: args.preload || args.mlock,
         mlock: args.mlock,
+        preview_cache_control: args.preview_cache_control,
     };
+    let kind = load::kind_of(&path)?;
+    let packs = (kind == load::Kind::Folder)
+        .then(|| load::folder_of_sites(&path))
+        .flatten();
     if args.watch {
+        if let Some(packs) = packs {
+            bail!(
+                "{}: a folder of sites ({packs} packs, and nothing but packs, certificates and keys): \
+                 --watch previews a site's folder; a folder of sites reloads a pack when it is replaced",
+                path.display()
+            );
+        }
         let level = args
             .compression
             .unwrap_or(crate::build::compress::Level::Fast);
@@ -585,8 +665,13 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             &path,
             level,
             args.index_pages,
+            args.preview_cache_control,
             metrics.site(load::DEFAULT_SITE),
         )?;
+        tracing::info!(
+            "previewing {} as a site, rebuilt when a file changes",
+            path.display()
+        );
         let routes = site.pack().map_or(0, |p| p.route_count());
         return Ok(Opened {
             sites: Sites::single(site),
@@ -596,13 +681,17 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             path: Some(path),
         });
     }
-    if path.is_dir() && load::is_folder_of_sites(&path) {
+    if let Some(packs) = packs {
         if args.index_pages {
             bail!(
                 "{}: --index-pages applies to a preview of a directory or archive, not to a folder of sites' packs",
                 path.display()
             );
         }
+        tracing::info!(
+            "serving {} as a folder of sites ({packs} packs)",
+            path.display()
+        );
         let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
         let what = format!("{} sites from {}", folder.site_count(), path.display());
         return Ok(Opened {
@@ -613,11 +702,22 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
             what,
         });
     }
-    if path.is_dir() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
-        tracing::warn!(
-            "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
+    match kind {
+        load::Kind::Folder if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) => {
+            tracing::warn!(
+                "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
+                path.display()
+            );
+        }
+        load::Kind::Folder => tracing::info!(
+            "previewing {} as a site (a folder of sites holds HOST.pack files and nothing but \
+             packs, certificates and keys)",
             path.display()
-        );
+        ),
+        load::Kind::Archive => {
+            tracing::info!("previewing {} as a site (a tar archive)", path.display())
+        }
+        load::Kind::Pack => {}
     }
     let source = load::SiteSource {
         path,
@@ -732,9 +832,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // (where --hsts belongs on every response); with them, only its own
     // TLS responses may carry it.
     let hsts_on_cleartext = args.hsts && !has_tls_listener;
+    let hsts = server_headers::hsts_value(args.hsts_max_age, !args.hsts_no_subdomains);
     let stack_config = Arc::new(StackConfig {
-        server_headers: ServerHeaders::new(security, hsts_on_cleartext),
-        server_headers_tls: ServerHeaders::new(security, args.hsts),
+        server_headers: ServerHeaders::with_hsts(
+            security,
+            Some(hsts.as_str()).filter(|_| hsts_on_cleartext),
+        ),
+        server_headers_tls: ServerHeaders::with_hsts(
+            security,
+            Some(hsts.as_str()).filter(|_| args.hsts),
+        ),
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),
@@ -752,7 +859,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let (tls_reload, tls_config) = match &tls_source {
         Some(source) => {
-            let (resolver, config) = load_tls(source)?;
+            let (resolver, config) = load_tls(source, args.tls_self_signed_out.as_deref())?;
             // The hand-off of keys to the kernel is built and tested against
             // known vectors (tls::ktls) but not switched on: no machine here
             // has kTLS to prove it on, so records stay in userspace.
@@ -901,9 +1008,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::clone(&shared),
         wakers,
     )?;
-    // A closed stdout must not stop the server: the line is informative.
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{announcement}").and_then(|()| stdout.flush());
+    say(&announcement);
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}

@@ -137,7 +137,7 @@ const GLIBC_SIGSETXID: u32 = 33;
 #[cfg(target_arch = "x86_64")]
 fn common_syscalls() -> Vec<Syscall> {
     vec![
-        // Logs to stderr, the start-up line and `--access-log -` to stdout,
+        // Logs and the start-up line to stderr, `--access-log -` to stdout,
         // the access-log file, eventfd wake-ups; reads of the signalfd,
         // inotify, eventfds, and of files at reloads.
         sys!(SYS_write),
@@ -717,32 +717,72 @@ fn drop_capabilities() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Warns about what the user switched to cannot read: the first reload
-/// that needs it would fail.
-fn warn_unreachable(plan: &Plan) {
-    let checks = plan
+/// Whether the user kiln runs as now may `mode` (`access(2)` bits) `path`;
+/// the error says why not.
+fn may(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid C string; access(2) checks the real ids, which are
+    // the switched-to user's now.
+    if unsafe { libc::access(c_path.as_ptr(), mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The first directory or file under `root` (itself included) the user
+/// kiln runs as now cannot read, with why; symbolic links are not
+/// followed (their targets are checked where the build reads them).
+fn first_unreadable(root: &Path) -> Option<(PathBuf, std::io::Error)> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if let Err(e) = may(&dir, libc::R_OK | libc::X_OK) {
+            return Some((dir, e));
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => return Some((dir, e)),
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => {
+                    if let Err(e) = may(&path, libc::R_OK) {
+                        return Some((path, e));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// Warns about what the user switched to cannot read: the reloads (or a
+/// preview's rebuilds) that need it would fail. `switched`: kiln started
+/// as root and switched, so serving as root is the other fix.
+fn warn_unreachable(plan: &Plan, switched: bool) {
+    let files = plan
         .files_read_again
         .iter()
-        .map(|f| (f, libc::R_OK, "read"))
-        .chain(
-            plan.trees_read_again
-                .iter()
-                .map(|d| (d, libc::R_OK | libc::X_OK, "read")),
-        );
-    for (path, mode, what) in checks {
-        let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
-            continue;
+        .filter_map(|f| may(f, libc::R_OK).err().map(|e| (f.clone(), e)));
+    let trees = plan
+        .trees_read_again
+        .iter()
+        .filter_map(|d| first_unreadable(d));
+    for (path, e) in files.chain(trees) {
+        let user = &plan.identity.name;
+        let or_root = if switched {
+            " or serve as root (--user root)"
+        } else {
+            ""
         };
-        // SAFETY: a valid C string; access(2) checks the real ids, which
-        // are the switched-to user's now.
-        if unsafe { libc::access(c_path.as_ptr(), mode) } != 0 {
-            tracing::warn!(
-                "sandbox: user {} cannot {what} {} ({}): reloads that need it will not work",
-                plan.identity.name,
-                path.display(),
-                std::io::Error::last_os_error()
-            );
-        }
+        tracing::warn!(
+            "sandbox: user {user} cannot read {} ({e}): reloads and rebuilds that need it will fail; \
+             let {user} read it (chmod -R o+rX {0}, or a group of {user}){or_root}",
+            path.display()
+        );
     }
 }
 
@@ -851,8 +891,10 @@ pub fn enter(plan: &Plan) -> anyhow::Result<()> {
     wait_until_single_threaded()?;
     let program = seccomp_program(plan.backend)?;
     let ruleset = landlock_ruleset(plan)?;
+    // SAFETY: a plain getter.
+    let switched = unsafe { libc::geteuid() } == 0 && plan.identity.uid != 0;
     switch_user(&plan.identity)?;
-    warn_unreachable(plan);
+    warn_unreachable(plan, switched);
     // SAFETY: plain prctl; the result is checked.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         bail!(

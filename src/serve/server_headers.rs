@@ -25,7 +25,19 @@ const SECURITY_LINES: [&str; 5] = [
     "X-XSS-Protection: 0\r\n",
     "Cross-Origin-Opener-Policy: same-origin\r\n",
 ];
-const HSTS_LINE: &str = "Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n";
+/// HSTS's max-age unless `--hsts-max-age` says otherwise: two years.
+pub const DEFAULT_HSTS_MAX_AGE: u64 = 63_072_000;
+
+/// The `Strict-Transport-Security` value of `--hsts`, `--hsts-max-age` and
+/// `--hsts-no-subdomains`.
+pub fn hsts_value(max_age: u64, include_subdomains: bool) -> String {
+    let subdomains = if include_subdomains {
+        "; includeSubDomains"
+    } else {
+        ""
+    };
+    format!("max-age={max_age}{subdomains}")
+}
 
 /// The server's own header lines for each `overrides` bit set.
 pub struct ServerHeaders {
@@ -85,12 +97,22 @@ fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
 }
 
 impl ServerHeaders {
+    /// The security headers if `security`, and HSTS for two years with
+    /// its subdomains if `hsts`.
     pub fn new(security: bool, hsts: bool) -> ServerHeaders {
+        let value = hsts.then(|| hsts_value(DEFAULT_HSTS_MAX_AGE, true));
+        ServerHeaders::with_hsts(security, value.as_deref())
+    }
+
+    /// The security headers if `security`, and `Strict-Transport-Security`
+    /// with the value `hsts` if given.
+    pub fn with_hsts(security: bool, hsts: Option<&str>) -> ServerHeaders {
+        let hsts_line = hsts.map(|value| format!("Strict-Transport-Security: {value}\r\n"));
         let mut lines: Vec<Option<&str>> = SECURITY_LINES
             .iter()
             .map(|l| security.then_some(*l))
             .collect();
-        lines.push(hsts.then_some(HSTS_LINE));
+        lines.push(hsts_line.as_deref());
         debug_assert_eq!(lines.len(), SERVER_HEADERS.len());
         let blocks: Vec<Vec<u8>> = (0..1usize << lines.len())
             .map(|overridden| {
@@ -167,9 +189,11 @@ mod tests {
 
     #[test]
     fn names_match_the_pack_format() {
+        let hsts = ServerHeaders::with_hsts(false, Some("max-age=1"));
+        let hsts_line = std::str::from_utf8(hsts.lines(0)).unwrap();
         for (line, name) in SECURITY_LINES
             .iter()
-            .chain([&HSTS_LINE])
+            .chain([&hsts_line])
             .zip(SERVER_HEADERS)
         {
             assert!(
@@ -189,8 +213,16 @@ mod tests {
         assert_eq!(no_frame.lines().count(), 5);
         assert!(ServerHeaders::new(false, false).lines(0).is_empty());
         let hsts_only = ServerHeaders::new(false, true);
-        assert_eq!(hsts_only.lines(0), HSTS_LINE.as_bytes());
+        assert_eq!(
+            hsts_only.lines(0),
+            b"Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+        );
         assert!(hsts_only.lines(0b10_0000).is_empty());
+        let short = ServerHeaders::with_hsts(false, Some(&hsts_value(300, false)));
+        assert_eq!(
+            short.lines(0),
+            b"Strict-Transport-Security: max-age=300\r\n"
+        );
     }
 
     #[test]

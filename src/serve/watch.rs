@@ -30,7 +30,7 @@ use super::stack::CurrentSites;
 use crate::build::compress::Level;
 use crate::build::source::dir::{LinkTarget, resolve_link};
 use crate::build::source::ignore::is_ignored_entry;
-use crate::build::{BuildOptions, BuildReport, build_preview_with};
+use crate::build::{BuildOptions, BuildReport, PreviewCacheControl, build_preview_with};
 use crate::diff::Diff;
 
 /// How long the tree must stay still before a rebuild: an editor's save
@@ -61,6 +61,10 @@ pub struct Preview {
     inotify: OwnedFd,
     /// The site being served; its pack is the base of the next build.
     served: Arc<Site>,
+    /// The last build failed: the next one that works says so, even when
+    /// it serves what was served before (a broken file put back), so that
+    /// the error is not the log's last word.
+    failing: bool,
 }
 
 /// Watches `dir`, then fires its first preview at `level` (listing
@@ -71,6 +75,7 @@ pub fn start(
     dir: &Path,
     level: Level,
     index_pages: bool,
+    cache_control: PreviewCacheControl,
     stats: Arc<SiteStats>,
 ) -> anyhow::Result<(Arc<Site>, Preview)> {
     if !dir.is_dir() {
@@ -87,7 +92,7 @@ pub fn start(
     // SAFETY: `fd` is fresh and ours.
     let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
-    let mut opts = BuildOptions::preview(level);
+    let mut opts = BuildOptions::preview(level, cache_control);
     opts.routes.index_pages = index_pages;
     let (pack, report) = build_preview_with(dir, &opts, None)?;
     log_build_warnings(&report);
@@ -98,6 +103,7 @@ pub fn start(
         opts,
         inotify,
         served: Arc::clone(&served),
+        failing: false,
     };
     Ok((served, preview))
 }
@@ -189,22 +195,34 @@ impl Preview {
                     .failed_loads
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::error!("{e:#}; still serving the previous site");
+                self.failing = true;
                 return;
             }
         };
         log_build_warnings(&report);
-        let line = match self.served.pack() {
-            Some(old) => {
-                let diff = Diff::new(old, &pack);
-                if diff.is_empty() {
-                    return;
+        let recovered = std::mem::take(&mut self.failing);
+        let diff = self.served.pack().map(|old| Diff::new(old, &pack));
+        let line = match &diff {
+            Some(diff) if diff.is_empty() => {
+                if recovered {
+                    tracing::info!(
+                        "rebuilt {} in {} ms: the build works again; the site served is unchanged",
+                        self.dir.display(),
+                        started.elapsed().as_millis()
+                    );
                 }
-                changes_line(&diff)
+                return;
             }
+            Some(diff) => changes_line(diff),
             None => "a new site".to_owned(),
         };
+        let again = if recovered {
+            ": the build works again"
+        } else {
+            ""
+        };
         tracing::info!(
-            "rebuilt {} in {} ms: {line}; {}",
+            "rebuilt {} in {} ms{again}: {line}; {}",
             self.dir.display(),
             started.elapsed().as_millis(),
             encodings_line(&report)

@@ -407,9 +407,11 @@ pub struct Server {
     pub port: u16,
     /// Everything the server wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
-    /// Everything the server wrote to stdout after its start-up line (the
-    /// access log with `--access-log -`).
+    /// Everything the server wrote to stdout (the access log with
+    /// `--access-log -`).
     pub stdout: Arc<Mutex<String>>,
+    /// The start-up line (on stderr); empty for a server whose stderr
+    /// the test does not read.
     pub startup: String,
     /// The server's TMPDIR, where a directory site's preview packs go;
     /// removed with the server.
@@ -424,10 +426,13 @@ pub struct Launch {
     /// address's, read from the start-up line.
     pub listen: Vec<String>,
     /// Where the server's stderr goes; `None`: a pipe the test reads
-    /// (`Server::stderr_text`).
+    /// (`Server::stderr_text`). Given, the server cannot tell its port:
+    /// unless `activate` names sockets, it listens on one bound by the
+    /// launcher and passed as systemd passes it, and the launcher waits
+    /// for its READY=1 on `NOTIFY_SOCKET`.
     pub stderr: Option<Stdio>,
-    /// Keep reading stdout after the start-up line (`Server::stdout`);
-    /// `false` closes the pipe's read end, so later writes fail.
+    /// Keep reading stdout (`Server::stdout`); `false` closes the pipe's
+    /// read end at start, so that writes fail.
     pub drain_stdout: bool,
     /// Start the server where io_uring is refused (`deny_io_uring`).
     pub deny_io_uring: bool,
@@ -438,6 +443,8 @@ pub struct Launch {
     pub stay_root: bool,
     /// Extra environment variables of the server.
     pub env: Vec<(&'static str, String)>,
+    /// The server's working directory (default: the test's).
+    pub current_dir: Option<PathBuf>,
     /// Listening sockets passed the way systemd passes them: as
     /// descriptors 3, 4, … with `LISTEN_FDS`, `LISTEN_FDNAMES` (these
     /// names) and `LISTEN_PID` (the server's own pid, set by the shell
@@ -509,6 +516,7 @@ impl Default for Launch {
             deny_io_uring: false,
             stay_root: true,
             env: Vec::new(),
+            current_dir: None,
             activate: Vec::new(),
         }
     }
@@ -599,7 +607,27 @@ impl Server {
 
     /// Starts `kiln serve ARGS` as `launch` says and waits for its start-up
     /// line.
-    pub fn launch(args: &[&str], launch: Launch) -> Server {
+    pub fn launch(args: &[&str], mut launch: Launch) -> Server {
+        // A server whose stderr the test does not read cannot tell its
+        // port: it gets a socket bound here, as systemd passes one, and
+        // says it is ready as it tells systemd (`NOTIFY_SOCKET`).
+        let mut readiness = None;
+        if launch.stderr.is_some() && launch.activate.is_empty() {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            launch.activate.push((listener, "http"));
+            launch.listen.clear();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("notify");
+            let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+            launch
+                .env
+                .push(("NOTIFY_SOCKET", path.to_str().unwrap().to_owned()));
+            readiness = Some((dir, socket));
+        }
+        let activated_port = launch
+            .activate
+            .first()
+            .map(|(l, _)| l.local_addr().unwrap().port());
         let mut command = if launch.activate.is_empty() {
             Command::new(env!("CARGO_BIN_EXE_kiln"))
         } else {
@@ -650,6 +678,9 @@ impl Server {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         command.env("TMPDIR", tmp.path()).envs(launch.env);
+        if let Some(dir) = &launch.current_dir {
+            command.current_dir(dir);
+        }
         for value in &launch.listen {
             command.args(["--listen", value]);
         }
@@ -663,43 +694,67 @@ impl Server {
             .stderr(launch.stderr.unwrap_or_else(Stdio::piped))
             .spawn()
             .expect("start kiln");
+        // Stdout holds only the access log (`--access-log -`): drained
+        // into `stdout`, or closed at once, so that later writes fail.
+        let out_pipe = child.stdout.take().unwrap();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        if launch.drain_stdout {
+            let out_sink = Arc::clone(&stdout);
+            std::thread::spawn(move || {
+                for line in BufReader::new(out_pipe).lines().map_while(Result::ok) {
+                    let mut s = out_sink.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        } else {
+            drop(out_pipe);
+        }
+        // The start-up line comes on stderr, among the log lines; the
+        // thread keeps reading stderr after it.
         let stderr = Arc::new(Mutex::new(String::new()));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
         if read_stderr {
             let err_pipe = child.stderr.take().unwrap();
             let sink = Arc::clone(&stderr);
             std::thread::spawn(move || {
                 for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
+                    if line.starts_with("kiln: serving ") {
+                        let _ = started_tx.send(line.clone());
+                    }
                     let mut s = sink.lock().unwrap();
                     s.push_str(&line);
                     s.push('\n');
                 }
             });
         }
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut startup = String::new();
-        out.read_line(&mut startup).expect("start-up line");
-        if startup.contains("self-signed certificate") {
-            startup.clear();
-            out.read_line(&mut startup).expect("start-up line");
-        }
-        // Keep draining stdout (the access log may go there).
-        let stdout = Arc::new(Mutex::new(String::new()));
-        if launch.drain_stdout {
-            let out_sink = Arc::clone(&stdout);
-            std::thread::spawn(move || {
-                for line in out.lines().map_while(Result::ok) {
-                    let mut s = out_sink.lock().unwrap();
-                    s.push_str(&line);
-                    s.push('\n');
+        let startup = match &readiness {
+            Some((_, socket)) => {
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(60)))
+                    .unwrap();
+                let mut message = [0u8; 4096];
+                loop {
+                    let n = socket.recv(&mut message).expect("the server's READY=1");
+                    if message[..n].starts_with(b"READY=1") {
+                        break String::new();
+                    }
                 }
-            });
-        }
+            }
+            None => started_rx.recv().unwrap_or_else(|_| {
+                panic!(
+                    "kiln exited without its start-up line; stderr: {}",
+                    stderr.lock().unwrap()
+                )
+            }),
+        };
         let port = startup
             .split("http://")
             .nth(1)
             .and_then(|rest| rest.split('/').next())
             .and_then(|host_port| host_port.rsplit(':').next())
             .and_then(|p| p.parse().ok())
+            .or(activated_port)
             .unwrap_or_else(|| {
                 panic!(
                     "no port in start-up line {startup:?}; stderr: {}",

@@ -668,6 +668,7 @@ impl<S: Stack> UringWorker<S> {
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
             }
+            self.close_listeners();
             if self.now >= self.last_sweep + SWEEP_MS {
                 self.sweep();
             }
@@ -684,12 +685,23 @@ impl<S: Stack> UringWorker<S> {
         // Let the kernel finish with every buffer it was given before
         // they are freed (the ring's own teardown cancels asynchronously).
         let deadline = self.now + 1000;
-        while self.conns.iter().any(|s| s.closing) && monotonic_ms() < deadline {
+        while (self.conns.iter().any(|s| s.closing) || !self.listeners.is_empty())
+            && monotonic_ms() < deadline
+        {
             self.enter(&types::Timespec::new().nsec(50_000_000))?;
             self.reap();
+            self.close_listeners();
         }
         self.ring.submit()?;
         Ok(())
+    }
+
+    /// Once draining, closes the listeners as soon as no accept is in
+    /// flight on any of them (their cancellations completed).
+    fn close_listeners(&mut self) {
+        if self.drain_deadline.is_some() && self.listeners.iter().all(|l| !l.armed) {
+            self.listeners.clear();
+        }
     }
 
     /// Publishes recycled buffers, submits what is queued and waits for a
@@ -1305,8 +1317,13 @@ impl<S: Stack> UringWorker<S> {
     /// responses and close.
     fn begin_drain(&mut self) {
         self.drain_deadline = Some(self.now + SHUTDOWN_GRACE_MS);
+        // The listeners are closed once their accepts are cancelled
+        // (`close_listeners`): a multishot accept in flight holds its
+        // listening socket, and a socket closed under it would go on
+        // listening until the ring's teardown, which the kernel finishes
+        // after the process exited, so that a server started at once on
+        // the same port would find it taken.
         self.cancel_accepts();
-        self.listeners.clear();
         for idx in 0..self.conns.len() {
             let s = &self.conns[idx];
             // Bytes the socket holds that the armed receive has not

@@ -225,11 +225,19 @@ fn ip_from_bytes(b: &[u8]) -> Option<String> {
 /// Makes a P-256 certificate for `names` (DNS names or IP addresses) in
 /// memory; returns it with its SHA-256 fingerprint (colon-separated hex).
 fn self_signed(names: &[String]) -> Result<(Entry, String), String> {
-    let generated = rcgen::generate_simple_self_signed(names.to_vec())
-        .map_err(|e| format!("cannot make a self-signed certificate: {e}"))?;
-    let der = generated.cert.der().clone();
+    let failed = |e: rcgen::Error| format!("cannot make a self-signed certificate: {e}");
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(failed)?;
+    // The subject a browser's warning and `openssl x509 -subject` show.
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("kiln self-signed for {}", names.join(" ")),
+    );
+    let signing_key = rcgen::KeyPair::generate().map_err(failed)?;
+    let cert = params.self_signed(&signing_key).map_err(failed)?;
+    let der = cert.der().clone();
     let fingerprint = fingerprint(&der);
-    let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der())
+    let key = PrivateKeyDer::try_from(signing_key.serialize_der())
         .map_err(|e| format!("self-signed key: {e}"))?;
     let signing = any_supported_type(&key).map_err(|e| format!("self-signed key: {e}"))?;
     Ok((
@@ -259,6 +267,33 @@ pub fn fingerprint(der: &[u8]) -> String {
 /// what a client that is told to trust a self-signed server trusts.
 pub fn first_certificate(resolver: &SniResolver) -> &CertificateDer<'static> {
     &resolver.entries[0].key.cert[0]
+}
+
+/// The first certificate `resolver` serves in PEM, for a client to trust
+/// (`curl --cacert`).
+pub fn first_certificate_pem(resolver: &SniResolver) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut base64 = Vec::new();
+    for chunk in first_certificate(resolver).chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            base64.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize]
+            } else {
+                b'='
+            });
+        }
+    }
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in base64.chunks(64) {
+        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
 }
 
 /// The SHA-256 fingerprint of the first certificate `resolver` serves.
@@ -303,6 +338,22 @@ mod tests {
         );
         assert_eq!(pick(Some("other.test")), 0);
         assert_eq!(pick(None), 0);
+    }
+
+    #[test]
+    fn the_self_signed_certificate_is_named_and_exported_as_pem() {
+        let names = ["localhost".to_string(), "127.0.0.1".to_string()];
+        let resolver = load(&Source::SelfSigned(names.to_vec()), 0).unwrap();
+        let pem = first_certificate_pem(&resolver);
+        let read = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert_eq!(&read, first_certificate(&resolver));
+        let (_, cert) = x509_parser::parse_x509_certificate(&read).unwrap();
+        let cn: Vec<&str> = cert
+            .subject()
+            .iter_common_name()
+            .map(|cn| cn.as_str().unwrap())
+            .collect();
+        assert_eq!(cn, ["kiln self-signed for localhost 127.0.0.1"]);
     }
 
     #[test]
