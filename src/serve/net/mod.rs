@@ -191,7 +191,9 @@ pub struct Step {
 /// per thread holds everything the thread's connections share (buffers,
 /// the site, the log); `Session` is one connection's state.
 pub trait Stack {
-    /// One connection's state; it should own no buffer while idle.
+    /// One connection's state; it should own no buffer while idle, except
+    /// the ones it reuses for its life so that a request allocates nothing
+    /// (a TLS session's output left for `resume`).
     type Session;
     /// Once per loop turn, before events: `unix_seconds` is the wall clock
     /// (for `Date`), `draining` is set once shutdown began.

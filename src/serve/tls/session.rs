@@ -9,7 +9,9 @@
 //! for kTLS) and keeps only its key schedule, for key updates; records are
 //! then sealed and opened in place by [`RecordLayer`]. So nothing is
 //! buffered per session except the start of a record that did not arrive
-//! whole, bodies are copied once (from the mapping into the record being
+//! whole and the segments of an output not sealed yet (with the header
+//! bytes they point to, not the bodies: in buffers the session keeps and
+//! reuses), bodies are copied once (from the mapping into the record being
 //! sealed), and a large body is sealed a step at a time so that the
 //! ciphertext a slow client has not taken stays bounded.
 
@@ -47,16 +49,66 @@ const KEY_UPDATE: u8 = 24;
 const KEY_UPDATES_IN_A_ROW: u8 = 32;
 
 /// Plaintext output not yet sealed, kept until the socket took the
-/// records before it.
+/// records before it. One per session, its buffers allocated at the first
+/// output larger than a step and refilled within their capacity after:
+/// every large body goes through here, so a new allocation per response
+/// would put one on the hot path.
+#[derive(Default)]
 struct Unsent {
-    /// Keeps the mapping the segments point into alive across a reload.
-    backing: Arc<dyn Backing>,
-    /// The bytes `Seg::Own` segments index.
+    /// Keeps the mapping the segments point into alive across a reload;
+    /// `None` when nothing is left.
+    backing: Option<Arc<dyn Backing>>,
+    /// The bytes `Seg::Own` segments index: those of the segments left
+    /// only, as the protocol's output buffer is the thread's and is
+    /// refilled by the next connection.
     bytes: Vec<u8>,
-    /// What is left, in order.
+    /// What is left, in order; empty when nothing is.
     segs: Vec<Seg>,
     /// Send close_notify once everything is sealed.
     close: bool,
+}
+
+impl Unsent {
+    /// Keeps `segs` (the first without its first `partial` bytes, already
+    /// sealed), copying the bytes of their `Own` segments out of `bytes`.
+    fn keep(
+        &mut self,
+        bytes: &[u8],
+        segs: &[Seg],
+        partial: usize,
+        backing: &Arc<dyn Backing>,
+        close: bool,
+    ) -> Result<(), Failed> {
+        self.bytes.clear();
+        self.segs.clear();
+        for (i, &seg) in segs.iter().enumerate() {
+            let seg = if i == 0 { advance(seg, partial) } else { seg };
+            let seg = match seg {
+                Seg::Own { start, end } => {
+                    let start_here = self.bytes.len();
+                    self.bytes
+                        .extend_from_slice(bytes.get(start..end).ok_or(Failed)?);
+                    Seg::Own {
+                        start: start_here,
+                        end: self.bytes.len(),
+                    }
+                }
+                other => other,
+            };
+            self.segs.push(seg);
+        }
+        self.backing = Some(Arc::clone(backing));
+        self.close = close;
+        Ok(())
+    }
+
+    /// Everything was sealed: the buffers stay for the next response, the
+    /// mapping is let go.
+    fn done(&mut self) {
+        self.bytes.clear();
+        self.segs.clear();
+        self.backing = None;
+    }
 }
 
 /// Where the session is.
@@ -92,7 +144,7 @@ pub struct TlsSession {
     /// arrived whole; empty, with nothing allocated, between whole records.
     partial: Vec<u8>,
     /// Output beyond the last step, sealed on `resume`.
-    unsent: Option<Box<Unsent>>,
+    unsent: Unsent,
 }
 
 /// The session failed (bad record, handshake failure, peer's alert): the
@@ -106,7 +158,7 @@ impl TlsSession {
             state: State::Handshake(Box::new(UnbufferedServerConnection::new(config)?)),
             alpn: None,
             partial: Vec::new(),
-            unsent: None,
+            unsent: Unsent::default(),
         })
     }
 
@@ -224,14 +276,12 @@ impl TlsSession {
         let (taken, partial) = self.check(sealed, out)?;
         let more = taken < plain.segs.len();
         if more {
-            let mut segs = plain.segs[taken..].to_vec();
-            segs[0] = advance(segs[0], partial);
-            self.unsent = Some(Box::new(Unsent {
-                backing: Arc::clone(backing),
-                bytes: plain.bytes.clone(),
-                segs,
-                close,
-            }));
+            let kept =
+                self.unsent
+                    .keep(&plain.bytes, &plain.segs[taken..], partial, backing, close);
+            if kept.is_err() {
+                self.check(Err(Failed), out)?;
+            }
         } else if close {
             self.close_notify(out);
         }
@@ -241,32 +291,36 @@ impl TlsSession {
 
     /// Whether `send` left output for `resume`.
     pub fn has_unsent(&self) -> bool {
-        self.unsent.is_some()
+        !self.unsent.segs.is_empty()
     }
 
     /// Seals the next step of the output `send` left. Returns whether
     /// output is still left.
     pub fn resume(&mut self, out: &mut Output) -> Result<bool, Failed> {
-        let Some(mut unsent) = self.unsent.take() else {
+        let Unsent {
+            backing: Some(backing),
+            bytes,
+            segs,
+            ..
+        } = &mut self.unsent
+        else {
             return Ok(false);
         };
         let State::Open(open) = &mut self.state else {
             return Err(Failed);
         };
-        let sealed = open.seal_step(
-            &unsent.bytes,
-            &unsent.segs,
-            &*unsent.backing,
-            &mut out.bytes,
-        );
+        let sealed = open.seal_step(bytes, segs, &**backing, &mut out.bytes);
         let (taken, partial) = self.check(sealed, out)?;
-        let more = taken < unsent.segs.len();
+        let segs = &mut self.unsent.segs;
+        let more = taken < segs.len();
         if more {
-            unsent.segs.drain(..taken);
-            unsent.segs[0] = advance(unsent.segs[0], partial);
-            self.unsent = Some(unsent);
-        } else if unsent.close {
-            self.close_notify(out);
+            segs.drain(..taken);
+            segs[0] = advance(segs[0], partial);
+        } else {
+            self.unsent.done();
+            if self.unsent.close {
+                self.close_notify(out);
+            }
         }
         out.seal();
         Ok(more)
