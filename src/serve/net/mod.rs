@@ -1,5 +1,7 @@
 //! The connection layer: one event loop per thread, each with its own
-//! `SO_REUSEPORT` listeners, non-blocking sockets and edge-triggered epoll.
+//! `SO_REUSEPORT` listeners and non-blocking sockets, on the back end
+//! chosen at start (`--io`): io_uring (`uring`) or edge-triggered epoll
+//! (`worker`, `poller`).
 //!
 //! The loop knows sockets, deadlines and bytes, nothing of what they mean:
 //! each connection's protocol stack (TLS session, HTTP/1, …) sits behind
