@@ -26,13 +26,15 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln::pack::{Pack, PackWriter, RouteKind};
 use kiln::serve::handler::{Site, Sites};
 use kiln::serve::metrics::Metrics;
-use kiln::serve::net::{Output, Seg, Stack};
+use kiln::serve::net::io::{self, Flush, Sent, SparePending};
+use kiln::serve::net::{Backing, Output, Seg, Stack};
 use kiln::serve::output::SENDFILE_MIN;
 use kiln::serve::server_headers::ServerHeaders;
 use kiln::serve::stack::{self, CurrentSites, Protocols, StackConfig};
@@ -43,39 +45,37 @@ mod common;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
 thread_local! {
     /// Set while the server side runs on this thread.
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations made on this thread while `COUNTING` was set (the tests
+    /// run on threads of their own, side by side).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
-fn counting() -> bool {
-    COUNTING.try_with(Cell::get).unwrap_or(false)
+/// Counts an allocation if this thread is counting.
+fn count() {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+    }
 }
 
 // SAFETY: every call is passed to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
+        count();
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -92,11 +92,11 @@ static GLOBAL: Counting = Counting;
 /// Runs `f` with this thread's allocations counted; returns its result
 /// and how many it made.
 fn counted<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = ALLOCATIONS.get();
     COUNTING.set(true);
     let result = f();
     COUNTING.set(false);
-    (result, ALLOCATIONS.load(Ordering::Relaxed) - before)
+    (result, ALLOCATIONS.get() - before)
 }
 
 const WARM_UP_ROUNDS: usize = 2;
@@ -501,5 +501,109 @@ fn no_allocation_per_request_after_warm_up() {
         failures.is_empty(),
         "the hot path allocates:\n{}",
         failures.concat()
+    );
+}
+
+/// A body as the epoll loop's writes see a pack: its bytes (`writev`) and
+/// a file holding them (`sendfile`).
+struct Body {
+    bytes: Vec<u8>,
+    file: std::fs::File,
+}
+
+impl Backing for Body {
+    fn bytes(&self, _pack: u32) -> &[u8] {
+        &self.bytes
+    }
+
+    fn file(&self, _pack: u32) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
+    }
+}
+
+/// Shrinks a socket's send or receive buffer to 16 KiB.
+fn set_buffer(fd: RawFd, which: libc::c_int) {
+    let size: libc::c_int = 16 * 1024;
+    // SAFETY: `size` is a valid c_int for the call's duration.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            which,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// The epoll loop's writes to a client slower than its socket: a 1 MiB
+/// response is kept in a `Pending` from the loop's spares, resumed until
+/// it drains, and given back. The io_uring loop keeps its sends the same
+/// way (`Outgoing`, `spare_sends`); what it runs is the kernel's.
+#[test]
+fn partial_writes_allocate_nothing_after_warm_up() {
+    let bytes = common::big_body();
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&bytes).unwrap();
+    let backing: Arc<dyn Backing> = Arc::new(Body { bytes, file });
+    let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n";
+    let mut table = String::new();
+    for (name, sendfile_min) in [("writev", u64::MAX), ("sendfile", SENDFILE_MIN)] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        // Loopback buffers can take a megabyte: small ones make the client
+        // slower than the socket.
+        set_buffer(server.as_raw_fd(), libc::SO_SNDBUF);
+        set_buffer(client.as_raw_fd(), libc::SO_RCVBUF);
+        let fd = server.as_raw_fd();
+        let mut out = Output::new(64 * 1024, sendfile_min);
+        let mut spare = SparePending::default();
+        let mut buf = vec![0; 64 * 1024];
+        let mut measured = 0;
+        for round in 0..WARM_UP_ROUNDS + MEASURED_ROUNDS {
+            out.clear();
+            out.bytes.extend_from_slice(head);
+            out.pack_body(0, 0, LARGE as u64);
+            let (sent, mut allocations) =
+                counted(|| io::send_output(fd, &backing, &mut out, &mut spare));
+            let Sent::Partly(mut pending) = sent else {
+                panic!("{name}: the socket took 1 MiB at once, or failed");
+            };
+            let mut received = 0;
+            loop {
+                // The socket is full: there is something to read.
+                received += client.read(&mut buf).unwrap();
+                let (flush, resumed) = counted(|| io::resume(fd, &mut pending));
+                allocations += resumed;
+                match flush {
+                    Flush::Done => break,
+                    Flush::Blocked(_) => {}
+                    Flush::Failed => panic!("{name}: the write failed"),
+                }
+            }
+            let ((), put) = counted(|| spare.put(pending));
+            allocations += put;
+            while received < head.len() + LARGE {
+                received += client.read(&mut buf).unwrap();
+            }
+            assert_eq!(received, head.len() + LARGE, "{name}");
+            if round >= WARM_UP_ROUNDS {
+                measured += allocations;
+            }
+        }
+        table.push_str(&format!(
+            "{name}: {measured} allocations in {MEASURED_ROUNDS} partly written responses\n"
+        ));
+    }
+    eprint!("{table}");
+    assert!(
+        table.lines().all(|line| line.contains(": 0 allocations")),
+        "partial writes allocate:\n{table}"
     );
 }
