@@ -21,7 +21,15 @@
 //! larger than a step, then reused); then `MEASURED_ROUNDS` rounds must
 //! make no allocation at all. Every large body here takes several turns
 //! (`Step::more`), which is what a slow client gets too: the loop only
-//! calls `resume` once the socket took the previous output.
+//! calls `resume` once the socket took the previous output. What the
+//! socket did not take is the loop's to keep: the epoll loop's
+//! `io::send_output` and `io::resume` are counted the same way over a real
+//! socket to a client slower than it (the io_uring loop hands its output
+//! to the kernel in the same kind of reused buffers).
+//!
+//! Not counted: requests that arrive cut across reads (a TLS record or an
+//! HTTP/1 head in pieces), which the invariant lets a connection keep in
+//! a buffer of its own until whole, so that an idle connection owns none.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
