@@ -31,6 +31,11 @@ use crate::serve::net::{Backing, Output, Seg};
 /// that reads slowly, while keeping one write per 64 KiB of body.
 const STEP_BYTES: usize = 64 * 1024;
 
+/// What a step seals beyond `STEP_BYTES` rather than leave it for a step
+/// of its own: HTTP/2 sends 128 KiB of DATA a turn plus the frame
+/// headers, whose few dozen bytes would otherwise be a third write.
+const SHORT_TAIL: usize = 1024;
+
 /// The most a client may send before its handshake messages are complete:
 /// rustls takes handshake messages of up to 64 KiB, which may span
 /// records.
@@ -527,9 +532,10 @@ impl Open {
             .map_err(|_| Failed)
     }
 
-    /// Seals up to `STEP_BYTES` of `segs` into records of at most
-    /// `MAX_FRAGMENT` bytes each; returns how many segments were taken
-    /// whole and how many bytes of the next one were taken.
+    /// Seals up to `STEP_BYTES` of `segs` (all of them if at most
+    /// `SHORT_TAIL` more are left) into records of at most `MAX_FRAGMENT`
+    /// bytes each; returns how many segments were taken whole and how many
+    /// bytes of the next one were taken.
     fn seal_step(
         &mut self,
         bytes: &[u8],
@@ -537,10 +543,22 @@ impl Open {
         backing: &dyn Backing,
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize), Failed> {
+        let mut left = 0;
+        for &seg in segs {
+            left = seg_len(seg).saturating_add(left);
+            if left > STEP_BYTES + SHORT_TAIL {
+                break;
+            }
+        }
+        let limit = if left > STEP_BYTES + SHORT_TAIL {
+            STEP_BYTES
+        } else {
+            STEP_BYTES + SHORT_TAIL
+        };
         let mut total = 0;
         let mut taken = 0;
         let mut offset = 0;
-        while taken < segs.len() && total < STEP_BYTES {
+        while taken < segs.len() && total < limit {
             if self.records.seal_exhausted() {
                 if !self.records.is_tls13() {
                     return Err(Failed);
@@ -548,7 +566,7 @@ impl Open {
                 self.update_seal_keys(out)?;
             }
             let begun = self.records.begin(out);
-            let mut room = MAX_FRAGMENT.min(STEP_BYTES - total);
+            let mut room = MAX_FRAGMENT.min(limit - total);
             while room > 0 && taken < segs.len() {
                 let whole = resolve(segs[taken], bytes, backing).ok_or(Failed)?;
                 let piece = &whole[offset..whole.len().min(offset + room)];
@@ -596,6 +614,15 @@ fn resolve<'a>(seg: Seg, bytes: &'a [u8], backing: &'a dyn Backing) -> Option<&'
                 .bytes(pack)
                 .get(off..off.checked_add(usize::try_from(len).ok()?)?)
         }
+    }
+}
+
+/// The bytes `seg` stands for.
+fn seg_len(seg: Seg) -> usize {
+    match seg {
+        Seg::Own { start, end } => end.saturating_sub(start),
+        Seg::Mapped { len, .. } => len,
+        Seg::File { len, .. } => usize::try_from(len).unwrap_or(usize::MAX),
     }
 }
 
@@ -804,6 +831,37 @@ mod tests {
                 assert_eq!(expected, received);
                 assert!(pair.client.process_new_packets().unwrap().peer_has_closed());
             }
+        }
+    }
+
+    /// HTTP/2's turn (128 KiB of DATA and its frame headers) is two
+    /// writes, not three; a tail one byte longer than `SHORT_TAIL` gets a
+    /// step of its own.
+    #[test]
+    fn a_short_tail_is_sealed_with_the_step_before_it() {
+        for (len, steps) in [
+            (2 * STEP_BYTES + 72, 2),
+            (STEP_BYTES + SHORT_TAIL, 1),
+            (STEP_BYTES + SHORT_TAIL + 1, 2),
+        ] {
+            let mut pair = Pair::new(SUITES[0]);
+            pair.handshake(usize::MAX);
+            let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let backing: Arc<dyn Backing> = Arc::new(Bytes(body.clone()));
+            let mut plain = Output::new(0, u64::MAX);
+            plain.pack_body(0, 0, len as u64);
+            let mut out = Output::new(0, u64::MAX);
+            let mut more = pair.server.send(&plain, &backing, false, &mut out).unwrap();
+            let mut received = pair.deliver_to_client(&flatten(&out)).unwrap();
+            let mut taken = 1;
+            while more {
+                out.clear();
+                more = pair.server.resume(&mut out).unwrap();
+                received.extend(pair.deliver_to_client(&flatten(&out)).unwrap());
+                taken += 1;
+            }
+            assert!(received == body, "{len}");
+            assert_eq!(taken, steps, "{len}");
         }
     }
 
