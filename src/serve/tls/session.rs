@@ -284,9 +284,7 @@ impl TlsSession {
             let kept =
                 self.unsent
                     .keep(&plain.bytes, &plain.segs[taken..], partial, backing, close);
-            if kept.is_err() {
-                self.check(Err(Failed), out)?;
-            }
+            self.check(kept.map(|()| (taken, partial)), out)?;
         } else if close {
             self.close_notify(out);
         }
