@@ -81,7 +81,8 @@ fn main() -> ExitCode {
         Ok(Outcome::Differ) => ExitCode::FAILURE,
         Err(e) => {
             // Not eprintln!: with stderr a closed pipe or a full device it
-            // would panic, and the exit status would no longer be 1.
+            // would panic, and the exit status would be the panic's (101)
+            // instead of `failure`.
             let _ = writeln!(std::io::stderr(), "kiln: error: {e:#}");
             failure
         }

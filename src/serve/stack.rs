@@ -114,7 +114,8 @@ pub struct Protocols {
     tls: Option<Arc<ServerConfig>>,
     /// Plaintext a TLS session decrypted from the last read.
     plain_in: Vec<u8>,
-    /// HTTP/1's output on a TLS connection, before encryption.
+    /// The protocol's output (HTTP/1 or HTTP/2) on a TLS connection,
+    /// before encryption.
     plain_out: Output,
     /// HTTP/2's buffers for decoding requests, shared by the thread's
     /// connections.
@@ -276,7 +277,8 @@ impl Protocols {
     }
 }
 
-/// What the HTTP/1 code needs besides the connection's own state; a macro
+/// What the protocols need besides the connection's own state (HTTP/2
+/// takes HTTP/1's `Context` too); a macro
 /// rather than a method so that it borrows only these fields of the
 /// `Protocols` (the plaintext buffers stay free for the same call).
 macro_rules! context {
@@ -319,8 +321,8 @@ const FAILED_STEP: Step = Step {
 };
 
 impl Protocols {
-    /// Encrypts HTTP/1's output (`plain_out`) for a TLS session and turns
-    /// HTTP/1's step into the connection's.
+    /// Encrypts the protocol's output (`plain_out`) for a TLS session and
+    /// turns the protocol's step into the connection's.
     fn seal_tls(&mut self, session: &mut Session, step: Step, out: &mut Output) -> Step {
         let Some(tls) = session.tls.as_mut() else {
             return FAILED_STEP;

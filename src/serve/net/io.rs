@@ -42,17 +42,40 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> Io {
 }
 
 /// Output not yet accepted by the socket, owned by its connection until it
-/// drains (resumed on `EPOLLOUT`).
+/// drains (resumed on `EPOLLOUT`), then kept in its loop's [`SparePending`].
+#[derive(Default)]
 pub struct Pending {
     /// Keeps the mapping the `Mapped`/`File` segments point into alive, even
-    /// if a reload replaced the pack meanwhile.
-    pub backing: Arc<dyn Backing>,
+    /// if a reload replaced the pack meanwhile; `None` while spare.
+    pub backing: Option<Arc<dyn Backing>>,
     /// The header bytes the `Own` segments index.
     pub bytes: Vec<u8>,
     /// What is left to send, from `next`.
     pub segs: Vec<Seg>,
     /// First segment not fully sent.
     pub next: usize,
+}
+
+/// One loop's `Pending`s not in use, kept with their capacity: every
+/// response larger than the socket takes at once goes through one, so a
+/// new allocation per partial write would put one on the hot path. As
+/// many as the loop ever had connections waiting on their socket at once.
+/// Boxed as in the connections' slots, so that moving one between a slot
+/// and here never allocates.
+#[derive(Default)]
+#[allow(clippy::vec_box)]
+pub struct SparePending(Vec<Box<Pending>>);
+
+impl SparePending {
+    /// A drained (or abandoned) `Pending` back for the next partial write;
+    /// the mapping it kept is let go.
+    pub fn put(&mut self, mut pending: Box<Pending>) {
+        pending.backing = None;
+        pending.bytes.clear();
+        pending.segs.clear();
+        pending.next = 0;
+        self.0.push(pending);
+    }
 }
 
 /// What became of a flush.
@@ -217,17 +240,24 @@ pub enum Sent {
 }
 
 /// Sends a freshly assembled batch; what the socket does not take is moved
-/// into a `Pending` (the header bytes copied, the body references kept).
-pub fn send_output(fd: RawFd, backing: &Arc<dyn Backing>, out: &mut Output) -> Sent {
+/// into a `Pending` from `spare` (the header bytes copied, the body
+/// references kept).
+pub fn send_output(
+    fd: RawFd,
+    backing: &Arc<dyn Backing>,
+    out: &mut Output,
+    spare: &mut SparePending,
+) -> Sent {
     match send(fd, &**backing, &out.bytes, &mut out.segs, 0) {
         Flush::Done => Sent::All,
         Flush::Failed => Sent::Failed,
-        Flush::Blocked(next) => Sent::Partly(Box::new(Pending {
-            backing: Arc::clone(backing),
-            bytes: out.bytes.clone(),
-            segs: out.segs[next..].to_vec(),
-            next: 0,
-        })),
+        Flush::Blocked(next) => {
+            let mut pending = spare.0.pop().unwrap_or_default();
+            pending.backing = Some(Arc::clone(backing));
+            pending.bytes.extend_from_slice(&out.bytes);
+            pending.segs.extend_from_slice(&out.segs[next..]);
+            Sent::Partly(pending)
+        }
     }
 }
 
@@ -239,6 +269,9 @@ pub fn resume(fd: RawFd, pending: &mut Pending) -> Flush {
         segs,
         next,
     } = pending;
+    let Some(backing) = backing else {
+        return Flush::Failed;
+    };
     let r = send(fd, &**backing, bytes, segs, *next);
     if let Flush::Blocked(at) = r {
         *next = at;

@@ -1,5 +1,7 @@
 //! The connection layer: one event loop per thread, each with its own
-//! `SO_REUSEPORT` listeners, non-blocking sockets and edge-triggered epoll.
+//! `SO_REUSEPORT` listeners and non-blocking sockets, on the back end
+//! chosen at start (`--io`): io_uring (`uring`) or edge-triggered epoll
+//! (`worker`, `poller`).
 //!
 //! The loop knows sockets, deadlines and bytes, nothing of what they mean:
 //! each connection's protocol stack (TLS session, HTTP/1, …) sits behind
@@ -191,7 +193,9 @@ pub struct Step {
 /// per thread holds everything the thread's connections share (buffers,
 /// the site, the log); `Session` is one connection's state.
 pub trait Stack {
-    /// One connection's state; it should own no buffer while idle.
+    /// One connection's state; it should own no buffer while idle, except
+    /// the ones it reuses for its life so that a request allocates nothing
+    /// (a TLS session's output left for `resume`).
     type Session;
     /// Once per loop turn, before events: `unix_seconds` is the wall clock
     /// (for `Date`), `draining` is set once shutdown began.

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{ConnState, Expiry, Phase};
-use super::io::{self, Flush, Io, Pending, Sent};
+use super::io::{self, Flush, Io, Pending, Sent, SparePending};
 use super::poller::{Event, Poller};
 use super::{
     ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
@@ -66,6 +66,8 @@ pub struct Worker<S: Stack> {
     read_buf: Box<[u8]>,
     /// The output being assembled.
     out: Output,
+    /// What the socket does not take of it is kept in one of these.
+    spare: SparePending,
     /// The protocols the connections speak.
     stack: S,
     /// Shutdown state from the control thread, and the connection count.
@@ -116,6 +118,7 @@ impl<S: Stack> Worker<S> {
             open: 0,
             read_buf: vec![0u8; READ_BUF].into_boxed_slice(),
             out: Output::new(64 * 1024, config.sendfile_min),
+            spare: SparePending::default(),
             stack,
             shared,
             config,
@@ -273,6 +276,9 @@ impl<S: Stack> Worker<S> {
         }
         // SAFETY: we own the descriptor; closing also removes it from epoll.
         unsafe { libc::close(conn.fd) };
+        if let Some(pending) = conn.pending.take() {
+            self.spare.put(pending);
+        }
         *conn = Conn::free();
         self.free.push(idx);
         self.open -= 1;
@@ -340,7 +346,12 @@ impl<S: Stack> Worker<S> {
         let conn = &mut self.conns[idx];
         conn.state.apply(step, self.now, &self.config);
         if !self.out.is_empty() {
-            match io::send_output(conn.fd, self.stack.backing(), &mut self.out) {
+            match io::send_output(
+                conn.fd,
+                self.stack.backing(),
+                &mut self.out,
+                &mut self.spare,
+            ) {
                 Sent::Failed => {
                     self.close(idx);
                     return;
@@ -367,7 +378,9 @@ impl<S: Stack> Worker<S> {
             Flush::Failed => self.close(idx),
             Flush::Blocked(_) => conn.state.progressed(self.now, &self.config),
             Flush::Done => {
-                conn.pending = None;
+                if let Some(pending) = conn.pending.take() {
+                    self.spare.put(pending);
+                }
                 if conn.state.done_after_send(self.drain_deadline.is_some()) {
                     self.finish(idx);
                     return;
@@ -479,9 +492,18 @@ impl<S: Stack> Worker<S> {
             self.close(idx);
             return;
         }
-        match io::send_output(conn.fd, self.stack.backing(), &mut self.out) {
+        match io::send_output(
+            conn.fd,
+            self.stack.backing(),
+            &mut self.out,
+            &mut self.spare,
+        ) {
             Sent::All => self.start_linger(idx),
-            Sent::Partly(_) | Sent::Failed => self.close(idx),
+            Sent::Partly(pending) => {
+                self.spare.put(pending);
+                self.close(idx);
+            }
+            Sent::Failed => self.close(idx),
         }
     }
 
@@ -494,7 +516,15 @@ impl<S: Stack> Worker<S> {
             self.stack.goodbye(session, &mut self.out);
         }
         if !self.out.is_empty() {
-            let _ = io::send_output(conn.fd, self.stack.backing(), &mut self.out);
+            let sent = io::send_output(
+                conn.fd,
+                self.stack.backing(),
+                &mut self.out,
+                &mut self.spare,
+            );
+            if let Sent::Partly(pending) = sent {
+                self.spare.put(pending);
+            }
         }
         self.close(idx);
     }

@@ -4,26 +4,25 @@
 //!
 //! Why: with the record layer in the kernel, a TLS connection is served like a
 //! plain one. `sendfile` goes straight from the page cache to the socket and
-//! `writev` sends plaintext head and body in one call; without kTLS every byte
-//! is copied into userspace, through rustls' buffers, and out again.
+//! `writev` sends plaintext head and body in one call; without kTLS every body
+//! byte is copied from the mapping into a record sealed in userspace
+//! (`record`), and out again.
 //!
 //! How, per connection:
 //! 1. Once per process, [`probe`]. If it fails, never try: ENOENT means the
 //!    kernel has no `tls` upper-layer protocol, or has it as a module that is
 //!    not loaded and the process lacks `CAP_NET_ADMIN` to have it auto-loaded
 //!    (`modprobe tls` fixes that).
-//! 2. Finish the handshake with rustls (`ServerConfig::enable_secret_extraction`
-//!    set) and get all of rustls' output onto the wire before extracting: the
-//!    last handshake flight and, in TLS 1.3, the NewSessionTicket records rustls
-//!    queues when the client's Finished arrives. rustls refuses to extract while
-//!    it still holds records to send, but bytes it already gave to `write_tls`
-//!    that the socket did not take are the caller's to send first: the kernel's
-//!    records must follow them. Equally, everything the peer sent that rustls
-//!    has read must be whole records rustls has processed, with the plaintext
-//!    taken out: extraction drops rustls' receive buffer, and the rx sequence
-//!    number counts the records rustls decrypted.
-//! 3. `dangerous_extract_secrets()`, then [`crypto_info`] for its `tx` and `rx`
-//!    halves (each a sequence number and [`rustls::ConnectionTrafficSecrets`]),
+//! 2. Finish the handshake with rustls' unbuffered API
+//!    (`ServerConfig::enable_secret_extraction` set), as `session` does: its
+//!    flights are written straight into the output, so everything rustls
+//!    produced is the caller's to send before the kernel's records, and the
+//!    records it read were whole and processed, their plaintext taken out
+//!    (the handshake is over only once the client's Finished is read).
+//! 3. `dangerous_into_kernel_connection()` gives the `tx` and `rx` halves,
+//!    each a sequence number and [`rustls::ConnectionTrafficSecrets`] (a
+//!    hand-off after `record` sealed or opened records takes its sequence
+//!    numbers, and its keys after a KeyUpdate); [`crypto_info`] for each,
 //!    then [`enable`] on the socket.
 //! 4. From then on `read`, `write`, `writev` and `sendfile` on the socket carry
 //!    plaintext.
@@ -35,12 +34,12 @@
 //!   treats EIO as the end of the connection, so a client's KeyUpdate ends the
 //!   connection instead of being answered.
 //! - Nothing rekeys any more and nothing counts records against the AEAD's
-//!   limits, as rustls did.
+//!   limits, as `record` does.
 //! - No close_notify is sent on close (that would take `sendmsg` with a
 //!   record-type control message); the connection just ends.
-//! - If [`enable`] fails, rustls' state is already gone (extraction consumed
-//!   it) and the socket may be half-switched: the connection can only be
-//!   closed. Hence [`probe`] first. A kernel that has the ULP can still refuse
+//! - If [`enable`] fails, the socket may be half-switched (the ULP attached,
+//!   one direction's keys taken): the connection can only be closed, though
+//!   `record` still holds the keys. Hence [`probe`] first. A kernel that has the ULP can still refuse
 //!   a cipher or TLS 1.3 if it is old; that shows up as an error from
 //!   [`enable`].
 
@@ -159,7 +158,7 @@ impl fmt::Display for Unsupported {
 impl std::error::Error for Unsupported {}
 
 /// The kernel structure for one direction of a connection (`TLS_TX` or
-/// `TLS_RX` alike), from what `dangerous_extract_secrets` gives for it: `seq`
+/// `TLS_RX` alike), from the secrets rustls gives for it: `seq`
 /// is the sequence number of the next record in that direction, `version` the
 /// negotiated protocol version (`CommonState::protocol_version`).
 pub fn crypto_info(

@@ -8,8 +8,9 @@
 //! Settings (RFC 8446 and the choices): TLS 1.3 and 1.2, AEAD
 //! suites only, X25519 and P-256 key exchange, session resumption by
 //! tickets with rotating keys (and a session cache for TLS 1.2 clients
-//! without tickets), no 0-RTT, ALPN `http/1.1`; the server's order of
-//! suites (AES-128-GCM first) wins over the client's.
+//! without tickets), no 0-RTT, ALPN `h2` then `http/1.1` (what `serve`
+//! offers, most preferred first); the server's order of suites
+//! (AES-128-GCM first) wins over the client's.
 
 pub mod certs;
 pub mod ktls;

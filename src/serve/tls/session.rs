@@ -9,7 +9,9 @@
 //! for kTLS) and keeps only its key schedule, for key updates; records are
 //! then sealed and opened in place by [`RecordLayer`]. So nothing is
 //! buffered per session except the start of a record that did not arrive
-//! whole, bodies are copied once (from the mapping into the record being
+//! whole and the segments of an output not sealed yet (with the header
+//! bytes they point to, not the bodies: in buffers the session keeps and
+//! reuses), bodies are copied once (from the mapping into the record being
 //! sealed), and a large body is sealed a step at a time so that the
 //! ciphertext a slow client has not taken stays bounded.
 
@@ -29,6 +31,11 @@ use crate::serve::net::{Backing, Output, Seg};
 /// that reads slowly, while keeping one write per 64 KiB of body.
 const STEP_BYTES: usize = 64 * 1024;
 
+/// What a step seals beyond `STEP_BYTES` rather than leave it for a step
+/// of its own: HTTP/2 sends 128 KiB of DATA a turn plus the frame
+/// headers, whose few dozen bytes would otherwise be a third write.
+const SHORT_TAIL: usize = 1024;
+
 /// The most a client may send before its handshake messages are complete:
 /// rustls takes handshake messages of up to 64 KiB, which may span
 /// records.
@@ -47,16 +54,66 @@ const KEY_UPDATE: u8 = 24;
 const KEY_UPDATES_IN_A_ROW: u8 = 32;
 
 /// Plaintext output not yet sealed, kept until the socket took the
-/// records before it.
+/// records before it. One per session, its buffers allocated at the first
+/// output larger than a step and refilled within their capacity after:
+/// every large body goes through here, so a new allocation per response
+/// would put one on the hot path.
+#[derive(Default)]
 struct Unsent {
-    /// Keeps the mapping the segments point into alive across a reload.
-    backing: Arc<dyn Backing>,
-    /// The bytes `Seg::Own` segments index.
+    /// Keeps the mapping the segments point into alive across a reload;
+    /// `None` when nothing is left.
+    backing: Option<Arc<dyn Backing>>,
+    /// The bytes `Seg::Own` segments index: those of the segments left
+    /// only, as the protocol's output buffer is the thread's and is
+    /// refilled by the next connection.
     bytes: Vec<u8>,
-    /// What is left, in order.
+    /// What is left, in order; empty when nothing is.
     segs: Vec<Seg>,
     /// Send close_notify once everything is sealed.
     close: bool,
+}
+
+impl Unsent {
+    /// Keeps `segs` (the first without its first `partial` bytes, already
+    /// sealed), copying the bytes of their `Own` segments out of `bytes`.
+    fn keep(
+        &mut self,
+        bytes: &[u8],
+        segs: &[Seg],
+        partial: usize,
+        backing: &Arc<dyn Backing>,
+        close: bool,
+    ) -> Result<(), Failed> {
+        self.bytes.clear();
+        self.segs.clear();
+        for (i, &seg) in segs.iter().enumerate() {
+            let seg = if i == 0 { advance(seg, partial) } else { seg };
+            let seg = match seg {
+                Seg::Own { start, end } => {
+                    let start_here = self.bytes.len();
+                    self.bytes
+                        .extend_from_slice(bytes.get(start..end).ok_or(Failed)?);
+                    Seg::Own {
+                        start: start_here,
+                        end: self.bytes.len(),
+                    }
+                }
+                other => other,
+            };
+            self.segs.push(seg);
+        }
+        self.backing = Some(Arc::clone(backing));
+        self.close = close;
+        Ok(())
+    }
+
+    /// Everything was sealed: the buffers stay for the next response, the
+    /// mapping is let go.
+    fn done(&mut self) {
+        self.bytes.clear();
+        self.segs.clear();
+        self.backing = None;
+    }
 }
 
 /// Where the session is.
@@ -92,7 +149,7 @@ pub struct TlsSession {
     /// arrived whole; empty, with nothing allocated, between whole records.
     partial: Vec<u8>,
     /// Output beyond the last step, sealed on `resume`.
-    unsent: Option<Box<Unsent>>,
+    unsent: Unsent,
 }
 
 /// The session failed (bad record, handshake failure, peer's alert): the
@@ -106,7 +163,7 @@ impl TlsSession {
             state: State::Handshake(Box::new(UnbufferedServerConnection::new(config)?)),
             alpn: None,
             partial: Vec::new(),
-            unsent: None,
+            unsent: Unsent::default(),
         })
     }
 
@@ -224,14 +281,10 @@ impl TlsSession {
         let (taken, partial) = self.check(sealed, out)?;
         let more = taken < plain.segs.len();
         if more {
-            let mut segs = plain.segs[taken..].to_vec();
-            segs[0] = advance(segs[0], partial);
-            self.unsent = Some(Box::new(Unsent {
-                backing: Arc::clone(backing),
-                bytes: plain.bytes.clone(),
-                segs,
-                close,
-            }));
+            let kept =
+                self.unsent
+                    .keep(&plain.bytes, &plain.segs[taken..], partial, backing, close);
+            self.check(kept.map(|()| (taken, partial)), out)?;
         } else if close {
             self.close_notify(out);
         }
@@ -241,32 +294,36 @@ impl TlsSession {
 
     /// Whether `send` left output for `resume`.
     pub fn has_unsent(&self) -> bool {
-        self.unsent.is_some()
+        !self.unsent.segs.is_empty()
     }
 
     /// Seals the next step of the output `send` left. Returns whether
     /// output is still left.
     pub fn resume(&mut self, out: &mut Output) -> Result<bool, Failed> {
-        let Some(mut unsent) = self.unsent.take() else {
+        let Unsent {
+            backing: Some(backing),
+            bytes,
+            segs,
+            ..
+        } = &mut self.unsent
+        else {
             return Ok(false);
         };
         let State::Open(open) = &mut self.state else {
             return Err(Failed);
         };
-        let sealed = open.seal_step(
-            &unsent.bytes,
-            &unsent.segs,
-            &*unsent.backing,
-            &mut out.bytes,
-        );
+        let sealed = open.seal_step(bytes, segs, &**backing, &mut out.bytes);
         let (taken, partial) = self.check(sealed, out)?;
-        let more = taken < unsent.segs.len();
+        let segs = &mut self.unsent.segs;
+        let more = taken < segs.len();
         if more {
-            unsent.segs.drain(..taken);
-            unsent.segs[0] = advance(unsent.segs[0], partial);
-            self.unsent = Some(unsent);
-        } else if unsent.close {
-            self.close_notify(out);
+            segs.drain(..taken);
+            segs[0] = advance(segs[0], partial);
+        } else {
+            self.unsent.done();
+            if self.unsent.close {
+                self.close_notify(out);
+            }
         }
         out.seal();
         Ok(more)
@@ -473,9 +530,10 @@ impl Open {
             .map_err(|_| Failed)
     }
 
-    /// Seals up to `STEP_BYTES` of `segs` into records of at most
-    /// `MAX_FRAGMENT` bytes each; returns how many segments were taken
-    /// whole and how many bytes of the next one were taken.
+    /// Seals up to `STEP_BYTES` of `segs` (all of them if at most
+    /// `SHORT_TAIL` more are left) into records of at most `MAX_FRAGMENT`
+    /// bytes each; returns how many segments were taken whole and how many
+    /// bytes of the next one were taken.
     fn seal_step(
         &mut self,
         bytes: &[u8],
@@ -483,10 +541,22 @@ impl Open {
         backing: &dyn Backing,
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize), Failed> {
+        let mut left = 0;
+        for &seg in segs {
+            left = seg_len(seg).saturating_add(left);
+            if left > STEP_BYTES + SHORT_TAIL {
+                break;
+            }
+        }
+        let limit = if left > STEP_BYTES + SHORT_TAIL {
+            STEP_BYTES
+        } else {
+            STEP_BYTES + SHORT_TAIL
+        };
         let mut total = 0;
         let mut taken = 0;
         let mut offset = 0;
-        while taken < segs.len() && total < STEP_BYTES {
+        while taken < segs.len() && total < limit {
             if self.records.seal_exhausted() {
                 if !self.records.is_tls13() {
                     return Err(Failed);
@@ -494,7 +564,7 @@ impl Open {
                 self.update_seal_keys(out)?;
             }
             let begun = self.records.begin(out);
-            let mut room = MAX_FRAGMENT.min(STEP_BYTES - total);
+            let mut room = MAX_FRAGMENT.min(limit - total);
             while room > 0 && taken < segs.len() {
                 let whole = resolve(segs[taken], bytes, backing).ok_or(Failed)?;
                 let piece = &whole[offset..whole.len().min(offset + room)];
@@ -542,6 +612,15 @@ fn resolve<'a>(seg: Seg, bytes: &'a [u8], backing: &'a dyn Backing) -> Option<&'
                 .bytes(pack)
                 .get(off..off.checked_add(usize::try_from(len).ok()?)?)
         }
+    }
+}
+
+/// The bytes `seg` stands for.
+fn seg_len(seg: Seg) -> usize {
+    match seg {
+        Seg::Own { start, end } => end.saturating_sub(start),
+        Seg::Mapped { len, .. } => len,
+        Seg::File { len, .. } => usize::try_from(len).unwrap_or(usize::MAX),
     }
 }
 
@@ -750,6 +829,37 @@ mod tests {
                 assert_eq!(expected, received);
                 assert!(pair.client.process_new_packets().unwrap().peer_has_closed());
             }
+        }
+    }
+
+    /// HTTP/2's turn (128 KiB of DATA and its frame headers) is two
+    /// writes, not three; a tail one byte longer than `SHORT_TAIL` gets a
+    /// step of its own.
+    #[test]
+    fn a_short_tail_is_sealed_with_the_step_before_it() {
+        for (len, steps) in [
+            (2 * STEP_BYTES + 72, 2),
+            (STEP_BYTES + SHORT_TAIL, 1),
+            (STEP_BYTES + SHORT_TAIL + 1, 2),
+        ] {
+            let mut pair = Pair::new(SUITES[0]);
+            pair.handshake(usize::MAX);
+            let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let backing: Arc<dyn Backing> = Arc::new(Bytes(body.clone()));
+            let mut plain = Output::new(0, u64::MAX);
+            plain.pack_body(0, 0, len as u64);
+            let mut out = Output::new(0, u64::MAX);
+            let mut more = pair.server.send(&plain, &backing, false, &mut out).unwrap();
+            let mut received = pair.deliver_to_client(&flatten(&out)).unwrap();
+            let mut taken = 1;
+            while more {
+                out.clear();
+                more = pair.server.resume(&mut out).unwrap();
+                received.extend(pair.deliver_to_client(&flatten(&out)).unwrap());
+                taken += 1;
+            }
+            assert!(received == body, "{len}");
+            assert_eq!(taken, steps, "{len}");
         }
     }
 

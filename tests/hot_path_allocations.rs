@@ -1,0 +1,617 @@
+//! The first invariant of ARCHITECTURE.md: the hot path never allocates.
+//!
+//! A counting global allocator (the only one in this test binary) counts
+//! the allocations made on this thread while the server side runs: the
+//! calls the event loop makes into `stack::Protocols` (`begin_turn`,
+//! `input`, `resume`), driven in memory as the loop drives them (output
+//! cleared once "sent", `resume` while `more`). The client side (a real
+//! rustls client, the HTTP/1 and HTTP/2 parsing of the answers) allocates
+//! freely and is not counted.
+//!
+//! Every case is one connection: HTTP/1.1, h2c, HTTP/1.1 over TLS and h2
+//! over TLS; bodies of 1 KiB and 1 MiB (above the sendfile threshold, and
+//! sixteen TLS steps); one request at a time, and a batch of pipelined
+//! requests (HTTP/1) or concurrent streams (HTTP/2) in one read.
+//!
+//! "Per request after warm-up" means: the connection first serves
+//! `WARM_UP_ROUNDS` rounds of the same traffic, in which it may allocate
+//! what it keeps for its life (the TLS session, the HTTP/2 connection and
+//! its stream table, the buffer a TLS session keeps the plaintext of a
+//! response it seals a step at a time in: allocated at the first response
+//! larger than a step, then reused); then `MEASURED_ROUNDS` rounds must
+//! make no allocation at all. Every large body here takes several turns
+//! (`Step::more`), which is what a slow client gets too: the loop only
+//! calls `resume` once the socket took the previous output. What the
+//! socket did not take is the loop's to keep: the epoll loop's
+//! `io::send_output` and `io::resume` are counted the same way over a real
+//! socket to a client slower than it (the io_uring loop hands its output
+//! to the kernel in the same kind of reused buffers).
+//!
+//! Not counted: requests that arrive cut across reads (a TLS record or an
+//! HTTP/1 head in pieces), which the invariant lets a connection keep in
+//! a buffer of its own until whole, so that an idle connection owns none.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use kiln::pack::{Pack, PackWriter, RouteKind};
+use kiln::serve::handler::{Site, Sites};
+use kiln::serve::metrics::Metrics;
+use kiln::serve::net::io::{self, Flush, Sent, SparePending};
+use kiln::serve::net::{Backing, Output, Seg, Stack};
+use kiln::serve::output::SENDFILE_MIN;
+use kiln::serve::server_headers::ServerHeaders;
+use kiln::serve::stack::{self, CurrentSites, Protocols, StackConfig};
+use kiln::serve::tls::{self, certs};
+use rustls::ClientConnection;
+
+mod common;
+
+struct Counting;
+
+thread_local! {
+    /// Set while the server side runs on this thread.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations made on this thread while `COUNTING` was set (the tests
+    /// run on threads of their own, side by side).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Counts an allocation if this thread is counting.
+fn count() {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+    }
+}
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` with this thread's allocations counted; returns its result
+/// and how many it made.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = ALLOCATIONS.get();
+    COUNTING.set(true);
+    let result = f();
+    COUNTING.set(false);
+    (result, ALLOCATIONS.get() - before)
+}
+
+const WARM_UP_ROUNDS: usize = 2;
+const MEASURED_ROUNDS: usize = 3;
+/// Requests per round in the pipelined (HTTP/1) and concurrent (HTTP/2)
+/// cases.
+const BATCH: usize = 4;
+const NOW: i64 = 1_700_000_000;
+
+const SMALL: usize = 1024;
+const LARGE: usize = 1024 * 1024;
+
+/// A pack with `/small.bin` (1 KiB) and `/large.bin` (1 MiB).
+fn sites(dir: &std::path::Path) -> Arc<Sites> {
+    let path = dir.join("site.pack");
+    let mut w = PackWriter::create(&path).unwrap();
+    let large = common::big_body();
+    for (key, body) in [("/small.bin", &large[..SMALL]), ("/large.bin", &large[..])] {
+        common::add_plain(
+            &mut w,
+            &[(RouteKind::Exact, key)],
+            "\"x\"",
+            "application/octet-stream",
+            body,
+            200,
+        );
+    }
+    w.finish().unwrap();
+    Sites::single(Site::from_pack(Pack::open(&path).unwrap()))
+}
+
+/// The server side of one connection, as one event loop drives it.
+struct Server {
+    protocols: Protocols,
+    session: stack::Session,
+    out: Output,
+    /// What the loop read, which the stack may change in place.
+    read: Vec<u8>,
+    now: i64,
+}
+
+impl Server {
+    fn new(sites: Arc<Sites>, tls: bool) -> Server {
+        let tls_config = tls.then(|| {
+            let source = certs::Source::SelfSigned(vec!["localhost".into()]);
+            let resolver = certs::load(&source, NOW).unwrap();
+            tls::server_config(Arc::new(resolver), &[b"h2", b"http/1.1"]).unwrap()
+        });
+        let config = StackConfig {
+            server_headers: ServerHeaders::new(true, false),
+            server_headers_tls: ServerHeaders::new(true, true),
+            access_log: None,
+            access_log_format: Default::default(),
+            https_redirect: None,
+            metrics: Metrics::new(1, NOW),
+        };
+        let current = Arc::new(CurrentSites::new(sites, tls_config));
+        let mut protocols = Protocols::new(current, Arc::new(config), SENDFILE_MIN, 0);
+        protocols.begin_turn(NOW, false);
+        let listener = if tls { stack::TLS } else { stack::CLEARTEXT };
+        let session = protocols.open(listener, None);
+        Server {
+            protocols,
+            session,
+            out: Output::new(64 * 1024, SENDFILE_MIN),
+            read: Vec::with_capacity(64 * 1024),
+            now: NOW,
+        }
+    }
+
+    /// One read of `bytes`, then every `resume` the stack asks for; the
+    /// bytes it sent, and the allocations the server side made.
+    fn serve(&mut self, bytes: &[u8]) -> (Vec<u8>, usize) {
+        let mut sent = Vec::new();
+        self.read.clear();
+        self.read.extend_from_slice(bytes);
+        self.out.clear();
+        self.now += 1;
+        let (mut step, mut allocations) = counted(|| {
+            self.protocols.begin_turn(self.now, false);
+            self.protocols
+                .input(&mut self.session, &mut self.read, &mut self.out)
+        });
+        assert!(!step.close, "the server closed the connection");
+        self.wire(&mut sent);
+        while step.more {
+            self.out.clear();
+            let resumed;
+            (step, resumed) = counted(|| {
+                self.protocols.begin_turn(self.now, false);
+                self.protocols.resume(&mut self.session, &mut self.out)
+            });
+            allocations += resumed;
+            assert!(!step.close, "the server closed the connection");
+            self.wire(&mut sent);
+        }
+        (sent, allocations)
+    }
+
+    /// Appends the bytes `out` stands for, as the socket would get them.
+    fn wire(&self, into: &mut Vec<u8>) {
+        let mapping = self.protocols.backing().bytes(0);
+        for seg in &self.out.segs {
+            match *seg {
+                Seg::Own { start, end } => into.extend_from_slice(&self.out.bytes[start..end]),
+                Seg::Mapped { off, len, .. } => into.extend_from_slice(&mapping[off..off + len]),
+                Seg::File { off, len, .. } => {
+                    into.extend_from_slice(&mapping[off as usize..(off + len) as usize]);
+                }
+            }
+        }
+    }
+}
+
+/// What carries the plaintext: nothing, or a rustls client session.
+enum Transport {
+    Cleartext,
+    Tls(Box<ClientConnection>),
+}
+
+impl Transport {
+    /// Opens the transport against `server`, completing a TLS handshake.
+    fn open(server: &mut Server, tls: Option<&[u8]>) -> Transport {
+        let Some(alpn) = tls else {
+            return Transport::Cleartext;
+        };
+        let config = common::insecure_client_config(&[alpn]);
+        let name = "localhost".try_into().unwrap();
+        let mut client = Box::new(ClientConnection::new(config, name).unwrap());
+        while client.is_handshaking() {
+            let mut records = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut records).unwrap();
+            }
+            let (sent, _) = server.serve(&records);
+            assert!(decrypt(&mut client, &sent).is_empty());
+        }
+        assert_eq!(client.alpn_protocol(), Some(alpn));
+        Transport::Tls(client)
+    }
+
+    /// The bytes that carry `plain` to the server.
+    fn carry(&mut self, plain: &[u8]) -> Vec<u8> {
+        match self {
+            Transport::Cleartext => plain.to_vec(),
+            Transport::Tls(client) => {
+                client.writer().write_all(plain).unwrap();
+                let mut records = Vec::new();
+                while client.wants_write() {
+                    client.write_tls(&mut records).unwrap();
+                }
+                records
+            }
+        }
+    }
+
+    /// The plaintext the server's bytes carried.
+    fn received(&mut self, wire: &[u8]) -> Vec<u8> {
+        match self {
+            Transport::Cleartext => wire.to_vec(),
+            Transport::Tls(client) => decrypt(client, wire),
+        }
+    }
+}
+
+/// The plaintext of the server's records in `wire`.
+fn decrypt(client: &mut ClientConnection, mut wire: &[u8]) -> Vec<u8> {
+    let mut plain = Vec::new();
+    while !wire.is_empty() {
+        client.read_tls(&mut wire).unwrap();
+        client
+            .process_new_packets()
+            .expect("the server's records decrypt");
+        match client.reader().read_to_end(&mut plain) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("client read: {e}"),
+        }
+    }
+    plain
+}
+
+/// A client of one protocol: writes a round of requests, checks the
+/// answers.
+trait Client {
+    /// Plaintext sent once, before the first round.
+    fn preface(&mut self) -> Vec<u8>;
+    /// `count` GETs of `path`.
+    fn requests(&mut self, path: &str, count: usize) -> Vec<u8>;
+    /// Checks `plain` holds `count` whole 200 answers with bodies of
+    /// `len` bytes.
+    fn check(&mut self, plain: &[u8], count: usize, len: usize);
+}
+
+struct Http1;
+
+impl Client for Http1 {
+    fn preface(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn requests(&mut self, path: &str, count: usize) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .repeat(count)
+            .into_bytes()
+    }
+
+    fn check(&mut self, mut plain: &[u8], count: usize, len: usize) {
+        for i in 0..count {
+            let end = plain
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .unwrap_or_else(|| panic!("response {i} has no whole head"));
+            let head = std::str::from_utf8(&plain[..end]).unwrap();
+            assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+            let length = format!("\r\ncontent-length: {len}");
+            assert!(head.to_ascii_lowercase().contains(&length), "{head}");
+            plain = &plain[end + 4 + len..];
+        }
+        assert!(plain.is_empty(), "{} bytes more", plain.len());
+    }
+}
+
+/// An HTTP/2 client that opens a stream per request and grants the server
+/// windows large enough for every body of the test.
+#[derive(Default)]
+struct Http2 {
+    next_stream: u32,
+    /// Bytes of a frame cut between two rounds.
+    unread: Vec<u8>,
+    /// The server's SETTINGS was acknowledged.
+    acked: bool,
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const SETTINGS: u8 = 4;
+const WINDOW_UPDATE: u8 = 8;
+const END_STREAM: u8 = 1;
+const END_HEADERS: u8 = 4;
+const ACK: u8 = 1;
+const MAX_WINDOW: u32 = (1 << 31) - 1;
+
+impl Client for Http2 {
+    fn preface(&mut self) -> Vec<u8> {
+        self.next_stream = 1;
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE, and the connection's window.
+        let mut settings = vec![0, 4];
+        settings.extend_from_slice(&MAX_WINDOW.to_be_bytes());
+        frame(SETTINGS, 0, 0, &settings, &mut out);
+        frame(
+            WINDOW_UPDATE,
+            0,
+            0,
+            &(MAX_WINDOW - 65_535).to_be_bytes(),
+            &mut out,
+        );
+        out
+    }
+
+    fn requests(&mut self, path: &str, count: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        if !self.acked {
+            frame(SETTINGS, ACK, 0, &[], &mut out);
+            self.acked = true;
+        }
+        // :method GET, :scheme https, :authority and :path as literals
+        // with indexed names.
+        let mut block = vec![0x82, 0x87, 0x01, 9];
+        block.extend_from_slice(b"localhost");
+        block.extend_from_slice(&[0x04, path.len() as u8]);
+        block.extend_from_slice(path.as_bytes());
+        for _ in 0..count {
+            frame(
+                HEADERS,
+                END_STREAM | END_HEADERS,
+                self.next_stream,
+                &block,
+                &mut out,
+            );
+            self.next_stream += 2;
+        }
+        out
+    }
+
+    fn check(&mut self, plain: &[u8], count: usize, len: usize) {
+        self.unread.extend_from_slice(plain);
+        let first = self.next_stream - 2 * count as u32;
+        let mut received = vec![0; count];
+        let mut ended = vec![false; count];
+        let mut at = 0;
+        while self.unread.len() - at >= 9 {
+            let h = &self.unread[at..at + 9];
+            let length = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            let (kind, flags) = (h[3], h[4]);
+            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]);
+            assert!(self.unread.len() - at - 9 >= length, "a frame cut short");
+            let payload = &self.unread[at + 9..at + 9 + length];
+            at += 9 + length;
+            if stream == 0 {
+                assert!(matches!(kind, SETTINGS | WINDOW_UPDATE), "frame {kind}");
+                continue;
+            }
+            assert!(stream >= first && stream % 2 == 1, "stream {stream}");
+            let i = ((stream - first) / 2) as usize;
+            match kind {
+                // `:status: 200`, static index 8.
+                HEADERS => assert_eq!(payload.first(), Some(&0x88), "stream {stream}"),
+                DATA => received[i] += length,
+                other => panic!("frame {other} on stream {stream}"),
+            }
+            if flags & END_STREAM != 0 {
+                ended[i] = true;
+            }
+        }
+        self.unread.drain(..at);
+        assert!(self.unread.is_empty(), "a frame cut short");
+        assert_eq!(received, vec![len; count]);
+        assert_eq!(ended, vec![true; count]);
+    }
+}
+
+/// Serves `WARM_UP_ROUNDS` then `MEASURED_ROUNDS` rounds of `count`
+/// requests for a body of `len` bytes on one connection; the allocations
+/// of the measured rounds.
+fn measured(
+    sites: &Arc<Sites>,
+    client: &mut dyn Client,
+    tls: Option<&[u8]>,
+    len: usize,
+    count: usize,
+) -> usize {
+    let mut server = Server::new(Arc::clone(sites), tls.is_some());
+    let mut transport = Transport::open(&mut server, tls);
+    let path = if len == SMALL {
+        "/small.bin"
+    } else {
+        "/large.bin"
+    };
+    let preface = client.preface();
+    let mut measured = 0;
+    for round in 0..WARM_UP_ROUNDS + MEASURED_ROUNDS {
+        let mut plain = if round == 0 {
+            preface.clone()
+        } else {
+            Vec::new()
+        };
+        plain.extend(client.requests(path, count));
+        let wire = transport.carry(&plain);
+        let (sent, allocations) = server.serve(&wire);
+        let answers = transport.received(&sent);
+        client.check(&answers, count, len);
+        if round >= WARM_UP_ROUNDS {
+            measured += allocations;
+        }
+    }
+    measured
+}
+
+#[test]
+fn no_allocation_per_request_after_warm_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let sites = sites(dir.path());
+    let mut failures = Vec::new();
+    let mut table = String::new();
+    for (name, h2, tls) in [
+        ("HTTP/1.1", false, None),
+        ("h2c", true, None),
+        ("HTTP/1.1 over TLS", false, Some(&b"http/1.1"[..])),
+        ("h2 over TLS", true, Some(&b"h2"[..])),
+    ] {
+        for len in [SMALL, LARGE] {
+            for count in [1, BATCH] {
+                let mut client: Box<dyn Client> = if h2 {
+                    Box::new(Http2::default())
+                } else {
+                    Box::new(Http1)
+                };
+                let allocations = measured(&sites, &mut *client, tls, len, count);
+                let requests = MEASURED_ROUNDS * count;
+                let line = format!(
+                    "{name}, {len}-byte bodies, {count} per read: {allocations} allocations in {requests} requests ({:.1} per request)\n",
+                    allocations as f64 / requests as f64
+                );
+                table.push_str(&line);
+                if allocations != 0 {
+                    failures.push(line);
+                }
+            }
+        }
+    }
+    eprint!("{table}");
+    assert!(
+        failures.is_empty(),
+        "the hot path allocates:\n{}",
+        failures.concat()
+    );
+}
+
+/// A body as the epoll loop's writes see a pack: its bytes (`writev`) and
+/// a file holding them (`sendfile`).
+struct Body {
+    bytes: Vec<u8>,
+    file: std::fs::File,
+}
+
+impl Backing for Body {
+    fn bytes(&self, _pack: u32) -> &[u8] {
+        &self.bytes
+    }
+
+    fn file(&self, _pack: u32) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
+    }
+}
+
+/// Shrinks a socket's send or receive buffer to 16 KiB.
+fn set_buffer(fd: RawFd, which: libc::c_int) {
+    let size: libc::c_int = 16 * 1024;
+    // SAFETY: `size` is a valid c_int for the call's duration.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            which,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+}
+
+/// The epoll loop's writes to a client slower than its socket: a 1 MiB
+/// response is kept in a `Pending` from the loop's spares, resumed until
+/// it drains, and given back. The io_uring loop keeps its sends the same
+/// way (`Outgoing`, `spare_sends`); what it runs is the kernel's.
+#[test]
+fn partial_writes_allocate_nothing_after_warm_up() {
+    let bytes = common::big_body();
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&bytes).unwrap();
+    let backing: Arc<dyn Backing> = Arc::new(Body { bytes, file });
+    let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n";
+    let mut table = String::new();
+    for (name, sendfile_min) in [("writev", u64::MAX), ("sendfile", SENDFILE_MIN)] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        // Loopback buffers can take a megabyte: small ones make the client
+        // slower than the socket.
+        set_buffer(server.as_raw_fd(), libc::SO_SNDBUF);
+        set_buffer(client.as_raw_fd(), libc::SO_RCVBUF);
+        let fd = server.as_raw_fd();
+        let mut out = Output::new(64 * 1024, sendfile_min);
+        let mut spare = SparePending::default();
+        let mut buf = vec![0; 64 * 1024];
+        let mut measured = 0;
+        for round in 0..WARM_UP_ROUNDS + MEASURED_ROUNDS {
+            out.clear();
+            out.bytes.extend_from_slice(head);
+            out.pack_body(0, 0, LARGE as u64);
+            let (sent, mut allocations) =
+                counted(|| io::send_output(fd, &backing, &mut out, &mut spare));
+            let Sent::Partly(mut pending) = sent else {
+                panic!("{name}: the socket took 1 MiB at once, or failed");
+            };
+            let mut received = 0;
+            loop {
+                // The socket is full: there is something to read.
+                received += client.read(&mut buf).unwrap();
+                let (flush, resumed) = counted(|| io::resume(fd, &mut pending));
+                allocations += resumed;
+                match flush {
+                    Flush::Done => break,
+                    Flush::Blocked(_) => {}
+                    Flush::Failed => panic!("{name}: the write failed"),
+                }
+            }
+            let ((), put) = counted(|| spare.put(pending));
+            allocations += put;
+            while received < head.len() + LARGE {
+                received += client.read(&mut buf).unwrap();
+            }
+            assert_eq!(received, head.len() + LARGE, "{name}");
+            if round >= WARM_UP_ROUNDS {
+                measured += allocations;
+            }
+        }
+        table.push_str(&format!(
+            "{name}: {measured} allocations in {MEASURED_ROUNDS} partly written responses\n"
+        ));
+    }
+    eprint!("{table}");
+    assert!(
+        table.lines().all(|line| line.contains(": 0 allocations")),
+        "partial writes allocate:\n{table}"
+    );
+}
