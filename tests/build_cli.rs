@@ -570,3 +570,51 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     assert_eq!(served("/g"), b"g.htm");
     assert_eq!(served("/f.txt"), b"f.txt");
 }
+
+/// A source is told by its content, not its name: random bytes named like
+/// an archive, and a pack given as a source, are refused in one line that
+/// says what they are not or are; archives are found by their header's
+/// checksum (a pre-POSIX one has no `ustar` magic) and an empty archive
+/// builds an empty site.
+#[test]
+fn a_source_is_taken_for_what_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pack");
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for name in ["x.tgz", "x.tar", "x.pack"] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, &noise).unwrap();
+        let o = kiln(&["build", p(&file), "-o", p(&out)]);
+        assert_one_line_error(&o, "not a kiln pack, a tar archive or a site folder");
+    }
+    let root = dir.path().join("site");
+    site(&root);
+    let pack = dir.path().join("site.pack");
+    assert!(
+        kiln(&["build", p(&root), "-o", p(&pack), "-q"])
+            .status
+            .success()
+    );
+    let o = kiln(&["build", p(&pack), "-o", p(&out)]);
+    assert_one_line_error(&o, "a kiln pack, not a site");
+    for (name, format) in [("v7.tar", "--format=v7"), ("gnu.tar", "--format=gnu")] {
+        let archive = dir.path().join(name);
+        let made = Command::new("tar")
+            .args([format, "-cf", p(&archive), "-C", p(&root), "."])
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let o = kiln(&["build", p(&archive), "-o", p(&out), "-q"]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+    }
+    let empty = dir.path().join("empty.tar");
+    let made = Command::new("tar")
+        .args(["-cf", p(&empty), "-T", "/dev/null"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let o = kiln(&["build", p(&empty), "-o", p(&out), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

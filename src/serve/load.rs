@@ -18,6 +18,7 @@ use super::handler::{Site, Sites};
 use super::metrics::Metrics;
 use super::tls::PairPaths;
 use crate::build::compress::Level;
+use crate::build::source::{Kind, kind_of};
 use crate::build::{BuildOptions, BuildReport};
 use crate::pack::{Pack, verify};
 
@@ -111,50 +112,6 @@ pub struct SiteSource {
     pub opts: LoadOptions,
     /// A preview lists folders without an index (`--index-pages`).
     pub index_pages: bool,
-}
-
-/// What a path given as SITE holds, told by its content, never by its
-/// name: `x.pack` may be an archive and `site.tgz` a pack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// A file that starts with a pack's magic.
-    Pack,
-    /// A tar archive: plain (`ustar` at offset 257), gzip or zstd.
-    Archive,
-    /// A directory.
-    Folder,
-}
-
-/// Tells what `path` is; an error, one line naming it, for anything
-/// else (a missing path, an unreadable file, a file of another kind).
-pub fn kind_of(path: &Path) -> anyhow::Result<Kind> {
-    let shown = path.display();
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{shown}: no such file or directory")
-        }
-        Err(e) => bail!("{shown}: cannot open: {e}"),
-    };
-    if meta.is_dir() {
-        return Ok(Kind::Folder);
-    }
-    let mut head = Vec::with_capacity(512);
-    std::fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 512), &mut head))
-        .map_err(|e| anyhow::anyhow!("{shown}: cannot open: {e}"))?;
-    const GZIP: &[u8] = &[0x1f, 0x8b];
-    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
-    if head.starts_with(&crate::pack::format::MAGIC) {
-        Ok(Kind::Pack)
-    } else if head.starts_with(GZIP)
-        || head.starts_with(ZSTD)
-        || head.get(257..262) == Some(b"ustar")
-    {
-        Ok(Kind::Archive)
-    } else {
-        bail!("{shown}: not a kiln pack, a tar archive or a site folder")
-    }
 }
 
 /// Opens what SITE names: a pack is mapped and verified; a directory or a

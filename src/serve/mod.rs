@@ -646,8 +646,8 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         mlock: args.mlock,
         preview_cache_control: args.preview_cache_control,
     };
-    let kind = load::kind_of(&path)?;
-    let packs = (kind == load::Kind::Folder)
+    let kind = crate::build::source::kind_of(&path)?;
+    let packs = (kind == crate::build::source::Kind::Folder)
         .then(|| load::folder_of_sites(&path))
         .flatten();
     if args.watch {
@@ -703,21 +703,23 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         });
     }
     match kind {
-        load::Kind::Folder if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) => {
+        crate::build::source::Kind::Folder
+            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) =>
+        {
             tracing::warn!(
                 "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
                 path.display()
             );
         }
-        load::Kind::Folder => tracing::info!(
+        crate::build::source::Kind::Folder => tracing::info!(
             "previewing {} as a site (a folder of sites holds HOST.pack files and nothing but \
              packs, certificates and keys)",
             path.display()
         ),
-        load::Kind::Archive => {
+        crate::build::source::Kind::Archive => {
             tracing::info!("previewing {} as a site (a tar archive)", path.display())
         }
-        load::Kind::Pack => {}
+        crate::build::source::Kind::Pack => {}
     }
     let source = load::SiteSource {
         path,

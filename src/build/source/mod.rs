@@ -183,12 +183,100 @@ impl Default for ReadOptions {
     }
 }
 
+/// What a path given as a site (to `kiln build` or `kiln serve`) holds, told by its content, never by its
+/// name: `x.pack` may be an archive and `site.tgz` a pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A file that starts with a pack's magic.
+    Pack,
+    /// A tar archive: plain (`ustar` at offset 257), gzip or zstd.
+    Archive,
+    /// A directory.
+    Folder,
+}
+
+/// Tells what `path` is; an error, one line naming it, for anything
+/// else (a missing path, an unreadable file, a file of another kind).
+pub fn kind_of(path: &Path) -> anyhow::Result<Kind> {
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{shown}: no such file or directory")
+        }
+        Err(e) => bail!("{shown}: cannot open: {e}"),
+    };
+    if meta.is_dir() {
+        return Ok(Kind::Folder);
+    }
+    let mut head = Vec::with_capacity(512);
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 512), &mut head))
+        .map_err(|e| anyhow::anyhow!("{shown}: cannot open: {e}"))?;
+    const GZIP: &[u8] = &[0x1f, 0x8b];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    if head.is_empty() {
+        bail!(
+            "{shown}: empty file, not a kiln pack or a tar archive (an empty site is an empty directory)"
+        )
+    } else if head.starts_with(&crate::pack::format::MAGIC) {
+        Ok(Kind::Pack)
+    } else if head.starts_with(GZIP)
+        || head.starts_with(ZSTD)
+        // The magic alone too: an archive cut inside its first header is
+        // then called truncated by the reader, not "not an archive".
+        || head.get(257..262) == Some(b"ustar")
+        || is_tar_header(&head)
+    {
+        Ok(Kind::Archive)
+    } else {
+        bail!("{shown}: not a kiln pack, a tar archive or a site folder")
+    }
+}
+
+/// Whether `block` starts with a tar header block, told by its checksum as
+/// `file(1)` does (so a pre-POSIX archive without the `ustar` magic counts),
+/// or is the zero block that ends an archive (an empty one starts so).
+fn is_tar_header(block: &[u8]) -> bool {
+    let Some(block) = block.get(..512) else {
+        return false;
+    };
+    if block.iter().all(|&b| b == 0) {
+        return true;
+    }
+    let field = &block[148..156];
+    let digits = field
+        .iter()
+        .skip_while(|&&b| b == b' ')
+        .take_while(|&&b| (b'0'..=b'7').contains(&b));
+    let Some(stored) = digits
+        .clone()
+        .next()
+        .map(|_| digits.fold(0u32, |n, &d| n * 8 + u32::from(d - b'0')))
+    else {
+        return false;
+    };
+    // The sum of the header's bytes, its checksum field counted as spaces.
+    let sum: u32 = block
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                u32::from(b' ')
+            } else {
+                u32::from(b)
+            }
+        })
+        .sum();
+    stored == sum
+}
+
 /// Reads `path`: a directory is walked, a regular file is read as a tar
-/// archive (plain, gzip or zstd, detected by magic bytes).
+/// archive (plain, gzip or zstd, detected by magic bytes); a pack or any
+/// other file is refused in one line that says what it is.
 pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("{}: cannot read source", path.display()))?;
-    let mut source = if meta.is_dir() {
+    let kind = kind_of(path)?;
+    let mut source = if kind == Kind::Folder {
         if opts.strip_components.is_some_and(|n| n > 0) {
             bail!(
                 "{}: --strip-components applies to archives; give the subdirectory as the source",
@@ -196,11 +284,11 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
             );
         }
         dir::read_dir_source(path, opts)?
-    } else if meta.is_file() {
+    } else if kind == Kind::Archive {
         tar::read_tar_source(path, opts)?
     } else {
         bail!(
-            "{}: source is neither a directory nor a tar file",
+            "{}: a kiln pack, not a site: serve it as it is, or build from the folder or archive it was built from",
             path.display()
         );
     };

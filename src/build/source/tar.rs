@@ -207,7 +207,10 @@ fn read_entries(
         let mut entry = match entry {
             Ok(entry) => entry,
             Err(_) if read.get() > max_bytes => bail!(too_big(max_bytes)),
-            Err(e) => return Err(anyhow!(e).context("truncated or corrupt tar archive")),
+            Err(e) => bail!(
+                "truncated or corrupt tar archive ({})",
+                printable(&e.to_string())
+            ),
         };
         let raw_name = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_name).into_owned();
@@ -543,6 +546,28 @@ fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
         return Err("links to the root directory".into());
     }
     Ok(parts.join("/"))
+}
+
+/// `message` fit for one line of a terminal: the tar reader quotes the
+/// bytes of a field it could not read, which in a file that is not an
+/// archive are anything.
+fn printable(message: &str) -> String {
+    const MAX_CHARS: usize = 160;
+    let mut line: String = message
+        .chars()
+        .take(MAX_CHARS)
+        .map(|c| {
+            if c.is_control() || c == char::REPLACEMENT_CHARACTER {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if message.chars().nth(MAX_CHARS).is_some() {
+        line.push('…');
+    }
+    line
 }
 
 #[cfg(test)]
