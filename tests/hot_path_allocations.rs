@@ -20,7 +20,7 @@
 //! response it seals a step at a time in: allocated at the first response
 //! larger than a step, then reused); then `MEASURED_ROUNDS` rounds must
 //! make no allocation at all. Every large body here takes several turns
-//! (`Step::more`), which is what a slow client gets too: the loop only
+//! (`Step::more()`), which is what a slow client gets too: the loop only
 //! calls `resume` once the socket took the previous output. What the
 //! socket did not take is the loop's to keep: the epoll loop's
 //! `io::send_output` and `io::resume` are counted the same way over a real
@@ -188,9 +188,9 @@ impl Server {
             self.protocols
                 .input(&mut self.session, &mut self.read, &mut self.out)
         });
-        assert!(!step.close, "the server closed the connection");
+        assert!(!step.closes(), "the server closed the connection");
         self.wire(&mut sent);
-        while step.more {
+        while step.more() {
             self.out.clear();
             let resumed;
             (step, resumed) = counted(|| {
@@ -198,7 +198,7 @@ impl Server {
                 self.protocols.resume(&mut self.session, &mut self.out)
             });
             allocations += resumed;
-            assert!(!step.close, "the server closed the connection");
+            assert!(!step.closes(), "the server closed the connection");
             self.wire(&mut sent);
         }
         (sent, allocations)

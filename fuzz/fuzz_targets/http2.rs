@@ -184,7 +184,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
         let mut step: Step = conn.input(read, &mut ctx, h2, out);
         client.take(out);
         let mut resumes = 0;
-        while step.more && !step.close {
+        while step.more() && !step.closes() {
             resumes += 1;
             assert!(resumes <= MAX_RESUMES, "`more` without end");
             out.clear();
@@ -192,7 +192,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
             assert!(!out.is_empty(), "`more` promised output");
             client.take(out);
         }
-        if step.close {
+        if step.closes() {
             return;
         }
     }

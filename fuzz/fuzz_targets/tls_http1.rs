@@ -20,6 +20,7 @@ use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::sync::Arc;
 
+use kiln::serve::net::conn::Expiry;
 use kiln::serve::net::{Output, Seg, Stack, Step};
 use kiln::serve::server_headers::ServerHeaders;
 use kiln::serve::stack::{self, CurrentSites, Protocols, StackConfig};
@@ -131,7 +132,7 @@ impl<'f> Server<'f> {
         read.extend_from_slice(bytes);
         let mut step = protocols.input(&mut self.session, read, out);
         self.take(step, sent);
-        while step.more && !self.closed {
+        while step.more() && !self.closed {
             let Fixture { protocols, out, .. } = &mut *self.fixture;
             out.clear();
             step = protocols.resume(&mut self.session, out);
@@ -144,7 +145,7 @@ impl<'f> Server<'f> {
         assert!(self.turns < MAX_TURNS, "the stack keeps asking to resume");
         let Fixture { protocols, out, .. } = &*self.fixture;
         wire(out, protocols.backing().bytes(0), sent);
-        if step.close {
+        if step.closes() {
             self.closed = true;
         }
     }
@@ -164,7 +165,7 @@ fn raw(fixture: &mut Fixture, data: &[u8]) {
     if !server.closed {
         let Fixture { protocols, out, .. } = &mut *server.fixture;
         out.clear();
-        protocols.timeout(&mut server.session, out);
+        protocols.expire(&mut server.session, Expiry::Stalled, out);
     }
 }
 
@@ -231,7 +232,7 @@ fn through_client(fixture: &mut Fixture, data: &[u8]) {
     if !server.closed {
         let Fixture { protocols, out, .. } = &mut *server.fixture;
         out.clear();
-        protocols.goodbye(&mut server.session, out);
+        protocols.expire(&mut server.session, Expiry::Idle, out);
         let mut sent = Vec::new();
         wire(out, protocols.backing().bytes(0), &mut sent);
         server_to_client(&mut client, &sent, &mut plain);

@@ -133,7 +133,7 @@ impl SiteStats {
 }
 
 /// Why a connection was closed by a deadline.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timeout {
     /// A request head (or TLS handshake) did not arrive in time.
     Header = 0,

@@ -19,6 +19,7 @@ use super::http1;
 use super::http2;
 use super::metrics::Metrics;
 use super::net::clock::monotonic_us;
+use super::net::conn::Expiry;
 use super::net::{self, Backing, Output, Step, Wait};
 use super::server_headers::ServerHeaders;
 use super::tls::TlsSession;
@@ -196,10 +197,7 @@ fn protocol_input(
             if bytes[..k] == want[..k] {
                 if seen_len + k < preface.len() {
                     *seen = (seen_len + k) as u8;
-                    return Step {
-                        wait: Wait::Request { fresh: false },
-                        ..IDLE_STEP
-                    };
+                    return INPUT_STEP;
                 }
                 let mut conn = Box::new(http2::Conn::after_preface());
                 let step = conn.input(&bytes[k..], ctx, h2, out);
@@ -236,11 +234,16 @@ fn protocol_resume(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut
     }
 }
 
-/// The header deadline passed: the protocol's last words.
-fn protocol_timeout(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut Output) {
+/// The loop ends the connection: the protocol's last words for `expiry`.
+fn protocol_expire(
+    proto: &mut Protocol,
+    expiry: Expiry,
+    ctx: &mut http1::Context<'_>,
+    out: &mut Output,
+) {
     match proto {
-        Protocol::Http1 { conn, .. } => conn.timeout(ctx, out),
-        Protocol::Http2(conn) => conn.timeout(out),
+        Protocol::Http1 { conn, .. } => conn.expire(expiry, ctx, out),
+        Protocol::Http2(conn) => conn.expire(expiry, out),
     }
 }
 
@@ -304,18 +307,16 @@ macro_rules! context {
     };
 }
 
-const IDLE_STEP: Step = Step {
-    wait: Wait::Idle,
-    close: false,
-    linger: true,
+/// The step of a connection whose first bytes (a handshake, the start of
+/// the HTTP/2 preface) are not a whole unit yet.
+const INPUT_STEP: Step = Step::Open {
+    wait: Wait::Input { restart: false },
     more: false,
 };
 
-/// The step of a connection whose TLS session failed: send the alert
-/// (already in the output) and close.
-const FAILED_STEP: Step = Step {
-    wait: Wait::Idle,
-    close: true,
+/// Close once the output is sent: a failed TLS session's alert, an
+/// expired connection's last words.
+const CLOSE_STEP: Step = Step::Close {
     linger: true,
     more: false,
 };
@@ -325,25 +326,27 @@ impl Protocols {
     /// turns the protocol's step into the connection's.
     fn seal_tls(&mut self, session: &mut Session, step: Step, out: &mut Output) -> Step {
         let Some(tls) = session.tls.as_mut() else {
-            return FAILED_STEP;
+            return CLOSE_STEP;
         };
         if !self.plain_out.is_empty() {
             session.answered = true;
         }
-        let unsent = match tls.send(&self.plain_out, &self.backing, step.close, out) {
+        let unsent = match tls.send(&self.plain_out, &self.backing, step.closes(), out) {
             Ok(unsent) => unsent,
-            Err(_) => return FAILED_STEP,
+            Err(_) => return CLOSE_STEP,
         };
-        session.proto_more = step.more;
-        let wait = match step.wait {
-            Wait::Idle if !session.answered => Wait::Request { fresh: false },
-            wait => wait,
+        session.proto_more = step.more();
+        let step = match step {
+            Step::Open {
+                wait: Wait::Idle,
+                more,
+            } if !session.answered => Step::Open {
+                wait: Wait::Input { restart: false },
+                more,
+            },
+            step => step,
         };
-        let step = Step {
-            wait,
-            more: unsent || step.more,
-            ..step
-        };
+        let step = step.with_more(unsent || step.more());
         session.last = step;
         step
     }
@@ -392,7 +395,7 @@ impl net::Stack for Protocols {
             broken,
             answered: false,
             proto_more: false,
-            last: IDLE_STEP,
+            last: Step::IDLE,
             alpn_done: false,
             proto: Protocol::Http1 {
                 conn: http1::Conn::default(),
@@ -403,7 +406,7 @@ impl net::Stack for Protocols {
 
     fn input(&mut self, session: &mut Session, bytes: &mut [u8], out: &mut Output) -> Step {
         if session.broken {
-            return FAILED_STEP;
+            return CLOSE_STEP;
         }
         let Some(tls) = session.tls.as_mut() else {
             let mut ctx = context!(self, session);
@@ -416,16 +419,12 @@ impl net::Stack for Protocols {
                 let counters = self.config.metrics.of_loop(self.thread);
                 counters.tls_handshake_failures.add(1);
             }
-            return FAILED_STEP;
+            return CLOSE_STEP;
         }
         if tls.is_handshaking() || tls.has_unsent() {
             // Handshake flights (or nothing) go out; plaintext cannot have
             // arrived before the handshake is done.
-            return Step {
-                wait: Wait::Request { fresh: false },
-                more: tls.has_unsent(),
-                ..IDLE_STEP
-            };
+            return INPUT_STEP.with_more(tls.has_unsent());
         }
         if !session.alpn_done {
             session.alpn_done = true;
@@ -460,12 +459,9 @@ impl net::Stack for Protocols {
         if tls.has_unsent() {
             let unsent = match tls.resume(out) {
                 Ok(unsent) => unsent,
-                Err(_) => return FAILED_STEP,
+                Err(_) => return CLOSE_STEP,
             };
-            return Step {
-                more: unsent || session.proto_more,
-                ..session.last
-            };
+            return session.last.with_more(unsent || session.proto_more);
         }
         if !session.proto_more {
             return session.last;
@@ -476,45 +472,30 @@ impl net::Stack for Protocols {
         self.seal_tls(session, step, out)
     }
 
-    fn timeout(&mut self, session: &mut Session, out: &mut Output) {
-        match session.tls.as_mut() {
-            None => {
+    fn expire(&mut self, session: &mut Session, expiry: Expiry, out: &mut Output) {
+        match (expiry, session.tls.as_mut()) {
+            (Expiry::Close, _) => {}
+            (_, None) => {
                 let mut ctx = context!(self, session);
                 ctx.draining = true;
-                protocol_timeout(&mut session.proto, &mut ctx, out);
+                protocol_expire(&mut session.proto, expiry, &mut ctx, out);
             }
-            // A client that stalls mid-handshake gets no answer.
-            Some(tls) if tls.is_handshaking() => {}
-            Some(_) => {
-                self.plain_out.clear();
-                let mut ctx = context!(self, session);
-                ctx.draining = true;
-                protocol_timeout(&mut session.proto, &mut ctx, &mut self.plain_out);
-                let close = Step {
-                    close: true,
-                    ..IDLE_STEP
-                };
-                self.seal_tls(session, close, out);
-            }
-        }
-    }
-
-    fn goodbye(&mut self, session: &mut Session, out: &mut Output) {
-        let Protocol::Http2(conn) = &mut session.proto else {
-            if let Some(tls) = session.tls.as_mut()
-                && !tls.is_handshaking()
-            {
+            // A client that stalls mid-handshake gets no answer, and an
+            // idle one mid-handshake no close_notify.
+            (_, Some(tls)) if tls.is_handshaking() => {}
+            // HTTP/1 says nothing to an idle connection but TLS says
+            // close_notify.
+            (Expiry::Idle, Some(tls)) if matches!(session.proto, Protocol::Http1 { .. }) => {
                 tls.close_notify(out);
             }
-            return;
-        };
-        // HTTP/2 says GOAWAY first (and over TLS, close_notify after it).
-        match session.tls.as_mut() {
-            None => conn.goodbye(out),
-            Some(tls) => {
+            // HTTP/2 says GOAWAY first (its 408 is one too), then
+            // close_notify.
+            (_, Some(_)) => {
                 self.plain_out.clear();
-                conn.goodbye(&mut self.plain_out);
-                let _ = tls.send(&self.plain_out, &self.backing, true, out);
+                let mut ctx = context!(self, session);
+                ctx.draining = true;
+                protocol_expire(&mut session.proto, expiry, &mut ctx, &mut self.plain_out);
+                self.seal_tls(session, CLOSE_STEP, out);
             }
         }
     }

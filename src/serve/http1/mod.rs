@@ -15,6 +15,7 @@ use super::date::DateCache;
 use super::handler::{self, Body, Extra, Method, Response, Scratch, Sites};
 use super::metrics::{Answered, Metrics, Protocol};
 use super::net::clock::monotonic_us;
+use super::net::conn::Expiry;
 use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
 use super::server_headers::ServerHeaders;
@@ -427,24 +428,30 @@ impl Conn {
             (true, true) => self.started_us,
             (true, false) => this_turn,
         };
-        let wait = if waiting {
+        if waiting {
             if from_partial {
                 partial.drain(..batch.consumed);
                 self.partial = partial;
             } else {
                 self.partial = buf[batch.consumed..].to_vec();
             }
-            Wait::Request {
-                fresh: batch.responses > 0,
+        }
+        if batch.close {
+            return Step::Close {
+                linger: !(batch.client_closes && rest_len == 0 && self.discard.is_done()),
+                more: false,
+            };
+        }
+        let wait = if waiting {
+            Wait::Input {
+                restart: batch.responses > 0,
             }
         } else {
             Wait::Idle
         };
-        Step {
+        Step::Open {
             wait,
-            close: batch.close,
-            linger: !(batch.client_closes && rest_len == 0 && self.discard.is_done()),
-            more: self.backlog && !batch.close,
+            more: self.backlog,
         }
     }
 
@@ -453,9 +460,12 @@ impl Conn {
         self.input(&[], ctx, out)
     }
 
-    /// The head did not arrive in time: 408.
-    pub fn timeout(&mut self, ctx: &mut Context<'_>, out: &mut Output) {
-        write_error(out, ctx, 408);
-        out.seal();
+    /// The head did not arrive in time: 408. An idle connection closes
+    /// without a word.
+    pub fn expire(&mut self, expiry: Expiry, ctx: &mut Context<'_>, out: &mut Output) {
+        if expiry == Expiry::Stalled {
+            write_error(out, ctx, 408);
+            out.seal();
+        }
     }
 }

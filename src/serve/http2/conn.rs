@@ -23,6 +23,7 @@ use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
 use crate::serve::handler::{self, Body, Extra, Method, Response, Site, Sites};
 use crate::serve::metrics::Protocol;
+use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
 use crate::serve::server_headers::ServerHeaders;
@@ -314,16 +315,16 @@ impl Conn {
         self.finish_turn(ctx, out, true)
     }
 
-    /// The header deadline passed: a header block or a frame stalled, or
-    /// the client kept a window closed on a stream kiln is answering.
-    pub fn timeout(&mut self, out: &mut Output) {
-        self.go_away(ErrorCode::NO_ERROR, "timeout", out);
-        out.seal();
-    }
-
-    /// The loop closes an idle connection (keep-alive timeout, shutdown).
-    pub fn goodbye(&mut self, out: &mut Output) {
-        self.go_away(ErrorCode::NO_ERROR, "", out);
+    /// The loop ends the connection: a GOAWAY, saying "timeout" when
+    /// the header deadline passed (a header block or a frame stalled, or
+    /// the client kept a window closed on a stream kiln is answering).
+    pub fn expire(&mut self, expiry: Expiry, out: &mut Output) {
+        let reason = match expiry {
+            Expiry::Stalled => "timeout",
+            Expiry::Idle => "",
+            Expiry::Close => return,
+        };
+        self.go_away(ErrorCode::NO_ERROR, reason, out);
         out.seal();
     }
 
@@ -382,18 +383,20 @@ impl Conn {
         // arriving.
         let in_flight = self.streams.iter().any(|s| s.body.is_some());
         let waiting = !self.partial.is_empty() || self.block.is_some() || !self.streams.is_empty();
-        Step {
-            wait: if in_flight {
-                Wait::Response { fresh }
-            } else if waiting {
-                Wait::Request { fresh }
-            } else {
-                Wait::Idle
-            },
-            close: done,
-            linger: true,
-            more,
+        if done {
+            return Step::Close {
+                linger: true,
+                more: false,
+            };
         }
+        let wait = if in_flight {
+            Wait::InFlight { restart: fresh }
+        } else if waiting {
+            Wait::Input { restart: fresh }
+        } else {
+            Wait::Idle
+        };
+        Step::Open { wait, more }
     }
 
     /// Handles every whole frame at the start of `buf`; returns the bytes
@@ -1281,7 +1284,7 @@ mod tests {
             let mut out = Output::new(0, u64::MAX);
             let mut step = self.conn.input(bytes, &mut ctx, &mut self.h2, &mut out);
             let mut wire = flatten(&out);
-            while step.more {
+            while step.more() {
                 out.clear();
                 step = self.conn.resume(&mut ctx, &mut out);
                 wire.extend(flatten(&out));
@@ -1393,8 +1396,7 @@ mod tests {
         assert!(fields.contains(&(b"server".to_vec(), b"kiln".to_vec())));
         assert_eq!(sent[4].payload, b"Hello World!");
         assert_eq!(sent[4].flags & flag::END_STREAM, flag::END_STREAM);
-        assert_eq!(step.wait, Wait::Idle);
-        assert!(!step.close);
+        assert_eq!(step.wait(), Some(Wait::Idle));
     }
 
     /// Every HEADERS payload of `sent`, decoded in order on one decoder
@@ -1472,7 +1474,7 @@ mod tests {
         }
         let (step, sent) = peer.send(&bytes);
         assert_eq!(goaway_code(&sent), Some(ErrorCode::ENHANCE_YOUR_CALM));
-        assert!(step.close);
+        assert!(step.closes());
     }
 
     #[test]
@@ -1492,7 +1494,7 @@ mod tests {
         }
         let (step, sent) = peer.send(&bytes);
         assert_eq!(goaway_code(&sent), Some(ErrorCode::ENHANCE_YOUR_CALM));
-        assert!(step.close);
+        assert!(step.closes());
     }
 
     #[test]
@@ -1508,7 +1510,7 @@ mod tests {
             }
             let (step, sent) = peer.send(&bytes);
             assert_eq!(goaway_code(&sent), Some(ErrorCode::ENHANCE_YOUR_CALM));
-            assert!(step.close);
+            assert!(step.closes());
         }
     }
 
@@ -1534,8 +1536,7 @@ mod tests {
             refused,
             [(2 * MAX_CONCURRENT_STREAMS + 1, ErrorCode::REFUSED_STREAM.0)]
         );
-        assert!(!step.close);
-        assert_eq!(step.wait, Wait::Request { fresh: false });
+        assert_eq!(step.wait(), Some(Wait::Input { restart: false }));
     }
 
     #[test]
@@ -1568,7 +1569,7 @@ mod tests {
             .collect();
         assert_eq!(statuses.len(), 2);
         assert!(goaway_code(&sent).is_none());
-        assert!(!step.close);
+        assert!(!step.closes());
     }
 
     #[test]
@@ -1582,8 +1583,13 @@ mod tests {
         let (step, sent) = peer.send(&bytes);
         assert!(sent.iter().any(|f| f.frame_type == frame_type::HEADERS));
         assert!(!sent.iter().any(|f| f.frame_type == frame_type::DATA));
-        assert_eq!(step.wait, Wait::Response { fresh: true });
-        assert!(!step.more);
+        assert_eq!(
+            step,
+            Step::Open {
+                wait: Wait::InFlight { restart: true },
+                more: false
+            }
+        );
         // One byte of window: one byte of DATA.
         let mut update = header(4, frame_type::WINDOW_UPDATE, 0, 1);
         update.extend(1u32.to_be_bytes());
@@ -1595,7 +1601,7 @@ mod tests {
         assert_eq!(data.len(), 1);
         assert_eq!(data[0].payload, b"H");
         let mut out = Output::new(0, u64::MAX);
-        peer.conn.timeout(&mut out);
+        peer.conn.expire(Expiry::Stalled, &mut out);
         assert_eq!(
             goaway_code(&frames(&flatten(&out))),
             Some(ErrorCode::NO_ERROR)
@@ -1633,7 +1639,7 @@ mod tests {
         let (step, sent) = peer.send(&bytes);
         assert_eq!(goaway_code(&sent), Some(ErrorCode::NO_ERROR));
         assert!(sent.iter().any(|f| f.frame_type == frame_type::DATA));
-        assert!(step.close);
+        assert!(step.closes());
     }
 
     #[test]

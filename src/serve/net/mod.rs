@@ -151,47 +151,100 @@ pub trait Backing: Send + Sync {
     fn file(&self, pack: u32) -> Option<RawFd>;
 }
 
-/// What a connection waits for after its stack consumed some input;
-/// decides the deadline that applies.
+/// What a connection waits for while it stays open; decides the deadline
+/// that applies and whether shutdown may close it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Nothing pending: the keep-alive deadline.
+    /// Nothing is owed either way: the keep-alive deadline. Shutdown
+    /// closes such a connection (with the stack's goodbye).
     Idle,
-    /// Part of a request (or of a handshake) has arrived: the header
-    /// deadline. `fresh` when that part starts a new request (the previous
-    /// one was answered), which restarts the deadline; otherwise the
-    /// deadline set by the first byte keeps running.
-    Request { fresh: bool },
-    /// A response is in flight but waits on the peer, not on the socket
-    /// (an HTTP/2 stream whose flow-control window is closed): the header
-    /// deadline, as `Request`. Not idle: shutdown lets it finish, as it
-    /// does a response whose output the socket has not taken yet.
-    Response { fresh: bool },
+    /// The peer began sending something not complete yet (a request, a
+    /// handshake): the header deadline. `restart` when what arrived starts
+    /// anew (the previous unit was answered), which restarts the deadline;
+    /// otherwise the deadline set by the first byte keeps running.
+    Input { restart: bool },
+    /// Output is owed but held back by the peer, not by the socket (a
+    /// flow-control window it keeps closed): the header deadline, as
+    /// `Input`. Shutdown lets it finish, as it does output the socket has
+    /// not taken yet.
+    InFlight { restart: bool },
 }
 
-/// The stack's answer to input (or to a `resume`).
+/// The stack's answer to input (or to a `resume`): only the combinations
+/// the loop can act on. `more` in both variants: the stack can produce
+/// more output without more input (requests left over from a full batch,
+/// a large body still to encrypt): the loop calls `resume` once this
+/// output is sent, before reading again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
-    /// Which deadline applies next.
-    pub wait: Wait,
-    /// Close the connection once the output is sent.
-    pub close: bool,
-    /// When closing, half-close and read what the peer still sends before
-    /// closing, so that bytes of its arriving after the close cannot turn
-    /// the last response into a reset (RFC 9112 §9.6). Only a peer that
-    /// said it sends nothing more, with nothing of it left unread, is
-    /// closed at once: that spares a connection-per-request client (one
-    /// TLS handshake each) a shutdown, two reads and a wake-up.
-    pub linger: bool,
-    /// The stack can produce more output without more input (requests
-    /// left over from a full batch, a large body still to encrypt): call
-    /// `resume` once this output is sent, before reading again.
-    pub more: bool,
+pub enum Step {
+    /// The connection stays open; `wait` picks the deadline.
+    Open { wait: Wait, more: bool },
+    /// Close once the output (and, with `more`, the rest `resume` gives)
+    /// is sent. `linger`: half-close and read what the peer still sends
+    /// before closing, so that bytes of its arriving after the close
+    /// cannot turn the last response into a reset (RFC 9112 §9.6). Only a
+    /// peer that said it sends nothing more, with nothing of it left
+    /// unread, is closed at once: that spares a connection-per-request
+    /// client (one TLS handshake each) a shutdown, two reads and a wake-up.
+    Close { linger: bool, more: bool },
+}
+
+impl Step {
+    /// Open, waiting for the next request under the keep-alive deadline.
+    pub const IDLE: Step = Step::Open {
+        wait: Wait::Idle,
+        more: false,
+    };
+
+    /// Whether the stack has output left to give through `resume`.
+    #[inline]
+    pub fn more(self) -> bool {
+        match self {
+            Step::Open { more, .. } | Step::Close { more, .. } => more,
+        }
+    }
+
+    /// Whether the connection closes after this output.
+    #[inline]
+    pub fn closes(self) -> bool {
+        matches!(self, Step::Close { .. })
+    }
+
+    /// What an open connection waits for (`None` once it closes).
+    #[inline]
+    pub fn wait(self) -> Option<Wait> {
+        match self {
+            Step::Open { wait, .. } => Some(wait),
+            Step::Close { .. } => None,
+        }
+    }
+
+    /// The same step with `more` set as given.
+    #[inline]
+    pub fn with_more(self, more: bool) -> Step {
+        match self {
+            Step::Open { wait, .. } => Step::Open { wait, more },
+            Step::Close { linger, .. } => Step::Close { linger, more },
+        }
+    }
 }
 
 /// A connection's protocol stack, as the event loop drives it. One value
 /// per thread holds everything the thread's connections share (buffers,
 /// the site, the log); `Session` is one connection's state.
+///
+/// Per thread, the loop calls `begin_turn` once per turn before any
+/// per-connection call of that turn, `tick` about once a second and
+/// `finish` once at the end; `wants_peer` and `backing` may be asked at
+/// any time.
+///
+/// Per connection: `open` once, then any number of `input` and `resume`,
+/// where `resume` is called only after a step with `more` (once its output
+/// is sent) and `input` only while no step with `more` is pending. Every
+/// output is taken through `backing` before the next call. The loop stops
+/// calling after a `Step::Close` without `more`, or after `expire`, which
+/// comes at most once and ends the connection; a session may also just be
+/// dropped (the peer closed, a write failed, the loop ended).
 pub trait Stack {
     /// One connection's state; it should own no buffer while idle, except
     /// the ones it reuses for its life so that a request allocates nothing
@@ -209,14 +262,14 @@ pub trait Stack {
     /// Bytes arrived; output to send goes to `out` (cleared by the loop).
     /// The stack may change `bytes` (TLS decrypts records in place).
     fn input(&mut self, session: &mut Self::Session, bytes: &mut [u8], out: &mut Output) -> Step;
-    /// The last output was sent and `Step::more` was set: produce more.
+    /// The last output was sent and the step had `more`: produce more.
     fn resume(&mut self, session: &mut Self::Session, out: &mut Output) -> Step;
-    /// The header deadline passed: the last words (a 408), if any; the
-    /// connection closes after them.
-    fn timeout(&mut self, session: &mut Self::Session, out: &mut Output);
-    /// The loop closes an idle connection (keep-alive timeout, shutdown):
-    /// a goodbye to send on a best-effort basis (a TLS close_notify).
-    fn goodbye(&mut self, session: &mut Self::Session, out: &mut Output);
+    /// The loop ends the connection (a deadline passed, or shutdown closes
+    /// it idle): its last words for `expiry`, if any, go to `out`.
+    /// `Expiry::Stalled`: a 408 (HTTP/1), sent, then lingering;
+    /// `Expiry::Idle`: a goodbye (HTTP/2 GOAWAY, TLS close_notify) written
+    /// once on a best-effort basis; `Expiry::Close`: nothing.
+    fn expire(&mut self, session: &mut Self::Session, expiry: conn::Expiry, out: &mut Output);
     /// What the output of the last call points into.
     fn backing(&self) -> &std::sync::Arc<dyn Backing>;
     /// About once a second: flush buffered logs.

@@ -33,12 +33,13 @@ use io_uring::types::BufRingEntry;
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
 
 use super::clock::{monotonic_ms, unix_seconds};
-use super::conn::{ConnState, Expiry, Phase};
+use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
 use super::{
     ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
     Shared, Stack, Step, Waker, peer_ip,
 };
+use crate::serve::metrics::Timeout;
 
 /// Submission queue entries; a full queue is flushed with an extra enter.
 const SQ_ENTRIES: u32 = 2048;
@@ -590,12 +591,8 @@ pub struct UringWorker<S: Stack> {
     counted: Counted,
     /// Monotonic milliseconds, read once per turn.
     now: u64,
-    /// When deadlines were last checked.
-    last_sweep: u64,
-    /// When the stack was last ticked (log flushes).
-    last_tick: u64,
-    /// Accepting is paused until then (0: not paused).
-    accept_paused_until: u64,
+    /// Sweeps, ticks and the accept pause.
+    timers: Timers,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
     /// The control thread asked for the drain: it begins once this turn's
@@ -644,9 +641,7 @@ impl<S: Stack> UringWorker<S> {
             config,
             counted,
             now: monotonic_ms(),
-            last_sweep: 0,
-            last_tick: 0,
-            accept_paused_until: 0,
+            timers: Timers::default(),
             drain_deadline: None,
             drain_asked: false,
             accept_error_logged: false,
@@ -669,9 +664,8 @@ impl<S: Stack> UringWorker<S> {
                 self.begin_drain();
             }
             self.close_listeners();
-            if self.now >= self.last_sweep + SWEEP_MS {
-                self.sweep();
-            }
+            let now = self.now;
+            conn::sweep(&mut self, now);
             if let Some(deadline) = self.drain_deadline
                 && (self.open == 0 || self.now >= deadline)
             {
@@ -797,7 +791,7 @@ impl<S: Stack> UringWorker<S> {
     }
 
     fn arm_accepts(&mut self) {
-        if self.accept_paused_until != 0 || self.drain_deadline.is_some() {
+        if self.timers.accepts_paused() || self.drain_deadline.is_some() {
             return;
         }
         for i in 0..self.listeners.len() {
@@ -833,7 +827,7 @@ impl<S: Stack> UringWorker<S> {
     }
 
     fn pause_accepts(&mut self) {
-        self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
+        self.timers.pause_accepts(self.now);
         self.cancel_accepts();
     }
 
@@ -858,9 +852,7 @@ impl<S: Stack> UringWorker<S> {
             }
             self.accept_error_logged = false;
             self.register(fd, tag);
-            if self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections
-                && self.accept_paused_until == 0
-            {
+            if self.at_cap() && !self.timers.accepts_paused() {
                 self.pause_accepts();
             }
         } else {
@@ -1331,74 +1323,69 @@ impl<S: Stack> UringWorker<S> {
             // know: the connection stays, the request is answered with
             // `Connection: close` from the next turn on.
             if s.fd >= 0 && s.send.is_none() && s.state.drainable() && !unread(s.fd) {
-                self.close_idle(idx);
+                self.expire(idx, Expiry::Idle);
             }
         }
     }
+}
 
-    /// Times connections out, resumes paused accepts, flushes the log.
-    fn sweep(&mut self) {
-        self.last_sweep = self.now;
-        for idx in 0..self.conns.len() {
-            let s = &self.conns[idx];
-            if s.fd < 0 || s.state.deadline > self.now {
-                continue;
-            }
-            let (expiry, timeout) = s.state.phase.expiry();
-            if let Some(kind) = timeout {
-                self.counted.counters().timeout(kind);
-            }
-            match expiry {
-                Expiry::RequestTimeout => self.request_timeout(idx),
-                Expiry::CloseIdle => self.close_idle(idx),
-                Expiry::Close => self.close(idx),
-            }
-        }
-        if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {
-            self.accept_paused_until = 0;
-            if self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections {
-                self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
-            } else {
-                self.arm_accepts();
-            }
-        }
-        if self.now >= self.last_tick + 1000 {
-            self.last_tick = self.now;
-            self.stack.tick();
-        }
+impl<S: Stack> Swept for UringWorker<S> {
+    type Session = S::Session;
+
+    fn timers(&mut self) -> &mut Timers {
+        &mut self.timers
     }
 
-    /// The request head did not arrive in time: the stack's last words
-    /// (408), sent, then lingering.
-    fn request_timeout(&mut self, idx: usize) {
+    fn slots(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn state(&self, idx: usize) -> Option<&ConnState<S::Session>> {
+        let slot = &self.conns[idx];
+        (slot.fd >= 0).then_some(&slot.state)
+    }
+
+    fn count(&mut self, timeout: Timeout) {
+        self.counted.counters().timeout(timeout);
+    }
+
+    /// `Stalled`: the stack's last words (408) are sent, then lingering.
+    /// `Idle`: its goodbye gets one best-effort, non-blocking write before
+    /// the close.
+    fn expire(&mut self, idx: usize, expiry: Expiry) {
         self.out.clear();
         let slot = &mut self.conns[idx];
         if let Some(session) = slot.state.session.as_mut() {
-            self.stack.timeout(session, &mut self.out);
+            self.stack.expire(session, expiry, &mut self.out);
         }
         if self.out.is_empty() {
             self.close(idx);
             return;
         }
-        let state = &mut self.conns[idx].state;
-        state.close_after = true;
-        state.linger = true;
-        state.more = false;
-        self.start_send(idx, false);
-    }
-
-    /// Closes a connection with no request in progress, after one
-    /// best-effort, non-blocking write of the stack's goodbye.
-    fn close_idle(&mut self, idx: usize) {
-        self.out.clear();
-        let slot = &mut self.conns[idx];
-        if let Some(session) = slot.state.session.as_mut() {
-            self.stack.goodbye(session, &mut self.out);
+        if expiry == Expiry::Stalled {
+            let state = &mut self.conns[idx].state;
+            state.close_after = true;
+            state.linger = true;
+            state.more = false;
+            self.start_send(idx, false);
+            return;
         }
-        if !self.out.is_empty() && self.conns[idx].send.is_none() {
+        if self.conns[idx].send.is_none() {
             self.start_send(idx, true);
         }
         self.close(idx);
+    }
+
+    fn at_cap(&self) -> bool {
+        self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections
+    }
+
+    fn resume_accepts(&mut self, _now: u64) {
+        self.arm_accepts();
+    }
+
+    fn tick(&mut self) {
+        self.stack.tick();
     }
 }
 

@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::clock::{monotonic_ms, unix_seconds};
-use super::conn::{ConnState, Expiry, Phase};
+use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{self, Flush, Io, Pending, Sent, SparePending};
 use super::poller::{Event, Poller};
 use super::{
     ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
     Waker, peer_ip,
 };
+use crate::serve::metrics::Timeout;
 
 /// Size of the per-thread read buffer.
 const READ_BUF: usize = 64 * 1024;
@@ -78,12 +79,8 @@ pub struct Worker<S: Stack> {
     counted: Counted,
     /// Monotonic milliseconds, read once per iteration.
     now: u64,
-    /// When deadlines were last checked.
-    last_sweep: u64,
-    /// When the stack was last ticked (log flushes).
-    last_tick: u64,
-    /// Accepting is paused until then (0: not paused).
-    accept_paused_until: u64,
+    /// Sweeps, ticks and the accept pause.
+    timers: Timers,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
     /// The control thread asked for the drain: it begins once this turn's
@@ -124,9 +121,7 @@ impl<S: Stack> Worker<S> {
             config,
             counted,
             now: monotonic_ms(),
-            last_sweep: 0,
-            last_tick: 0,
-            accept_paused_until: 0,
+            timers: Timers::default(),
             drain_deadline: None,
             drain_asked: false,
             accept_error_logged: false,
@@ -148,9 +143,8 @@ impl<S: Stack> Worker<S> {
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
             }
-            if self.now >= self.last_sweep + SWEEP_MS {
-                self.sweep();
-            }
+            let now = self.now;
+            conn::sweep(&mut self, now);
             if let Some(deadline) = self.drain_deadline
                 && (self.open == 0 || self.now >= deadline)
             {
@@ -190,7 +184,7 @@ impl<S: Stack> Worker<S> {
     }
 
     fn accept(&mut self, listener: usize) {
-        if self.accept_paused_until != 0 || self.drain_deadline.is_some() {
+        if self.timers.accepts_paused() || self.drain_deadline.is_some() {
             return;
         }
         let Some((lfd, tag)) = self
@@ -201,8 +195,8 @@ impl<S: Stack> Worker<S> {
             return;
         };
         loop {
-            if self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections {
-                self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
+            if self.at_cap() {
+                self.timers.pause_accepts(self.now);
                 return;
             }
             // SAFETY: zeroed sockaddr_storage is a valid out-parameter.
@@ -229,7 +223,7 @@ impl<S: Stack> Worker<S> {
                                 "accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms until descriptors free up"
                             );
                         }
-                        self.accept_paused_until = self.now + ACCEPT_PAUSE_MS;
+                        self.timers.pause_accepts(self.now);
                         return;
                     }
                     _ => {
@@ -439,7 +433,7 @@ impl<S: Stack> Worker<S> {
                 self.on_readable(idx, false);
             }
             if self.idle(idx) {
-                self.close_idle(idx);
+                self.expire(idx, Expiry::Idle);
             }
         }
     }
@@ -449,83 +443,69 @@ impl<S: Stack> Worker<S> {
         let c = &self.conns[idx];
         c.fd >= 0 && c.pending.is_none() && c.state.drainable() && !c.state.close_after
     }
+}
 
-    /// Times connections out, resumes paused accepts, flushes the log.
-    fn sweep(&mut self) {
-        self.last_sweep = self.now;
-        for idx in 0..self.conns.len() {
-            let c = &self.conns[idx].state;
-            if self.conns[idx].fd < 0 || c.deadline > self.now {
-                continue;
-            }
-            let (expiry, timeout) = c.phase.expiry();
-            if let Some(kind) = timeout {
-                self.counted.counters().timeout(kind);
-            }
-            match expiry {
-                Expiry::RequestTimeout => self.request_timeout(idx),
-                Expiry::CloseIdle => self.close_idle(idx),
-                Expiry::Close => self.close(idx),
-            }
-        }
-        if self.accept_paused_until != 0 && self.now >= self.accept_paused_until {
-            self.accept_paused_until = 0;
-            for i in 0..self.listeners.len() {
-                self.accept(i);
-            }
-        }
-        if self.now >= self.last_tick + 1000 {
-            self.last_tick = self.now;
-            self.stack.tick();
-        }
+impl<S: Stack> Swept for Worker<S> {
+    type Session = S::Session;
+
+    fn timers(&mut self) -> &mut Timers {
+        &mut self.timers
     }
 
-    /// The request head did not arrive in time: the stack's last words
-    /// (408), then close.
-    fn request_timeout(&mut self, idx: usize) {
+    fn slots(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn state(&self, idx: usize) -> Option<&ConnState<S::Session>> {
+        let conn = &self.conns[idx];
+        (conn.fd >= 0).then_some(&conn.state)
+    }
+
+    fn count(&mut self, timeout: Timeout) {
+        self.counted.counters().timeout(timeout);
+    }
+
+    /// Sends the stack's last words with one write: a 408 sent whole is
+    /// followed by lingering, anything else by the close.
+    fn expire(&mut self, idx: usize, expiry: Expiry) {
         self.out.clear();
         let conn = &mut self.conns[idx];
         if let Some(session) = conn.state.session.as_mut() {
-            self.stack.timeout(session, &mut self.out);
+            self.stack.expire(session, expiry, &mut self.out);
         }
         if self.out.is_empty() {
             self.close(idx);
             return;
         }
-        match io::send_output(
+        let sent = io::send_output(
             conn.fd,
             self.stack.backing(),
             &mut self.out,
             &mut self.spare,
-        ) {
-            Sent::All => self.start_linger(idx),
+        );
+        match sent {
+            Sent::All if expiry == Expiry::Stalled => self.start_linger(idx),
             Sent::Partly(pending) => {
                 self.spare.put(pending);
                 self.close(idx);
             }
-            Sent::Failed => self.close(idx),
+            Sent::All | Sent::Failed => self.close(idx),
         }
     }
 
-    /// Closes a connection with no request in progress, after one
-    /// best-effort write of the stack's goodbye.
-    fn close_idle(&mut self, idx: usize) {
-        self.out.clear();
-        let conn = &mut self.conns[idx];
-        if let Some(session) = conn.state.session.as_mut() {
-            self.stack.goodbye(session, &mut self.out);
+    fn at_cap(&self) -> bool {
+        self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections
+    }
+
+    /// Listeners are edge-triggered: connections that arrived during the
+    /// pause raised no new edge, so they are accepted here.
+    fn resume_accepts(&mut self, _now: u64) {
+        for i in 0..self.listeners.len() {
+            self.accept(i);
         }
-        if !self.out.is_empty() {
-            let sent = io::send_output(
-                conn.fd,
-                self.stack.backing(),
-                &mut self.out,
-                &mut self.spare,
-            );
-            if let Sent::Partly(pending) = sent {
-                self.spare.put(pending);
-            }
-        }
-        self.close(idx);
+    }
+
+    fn tick(&mut self) {
+        self.stack.tick();
     }
 }
