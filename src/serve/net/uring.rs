@@ -23,6 +23,7 @@
 //! rare case of pipelining past a full batch) until the stack may take it,
 //! and reading stops when too much is held.
 
+use std::collections::VecDeque;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -593,6 +594,11 @@ pub struct UringWorker<S: Stack> {
     now: u64,
     /// Sweeps, ticks and the accept pause.
     timers: Timers,
+    /// Connections a multishot accept took beyond `--max-connections`
+    /// (the kernel accepts every one queued before the pause cancels it),
+    /// with their listener's tag: opened, oldest first, as room frees up,
+    /// as epoll would accept them from the queue.
+    waiting: VecDeque<(RawFd, u32)>,
     /// Set when shutdown began: the time by which to exit anyway.
     drain_deadline: Option<u64>,
     /// The control thread asked for the drain: it begins once this turn's
@@ -642,6 +648,7 @@ impl<S: Stack> UringWorker<S> {
             counted,
             now: monotonic_ms(),
             timers: Timers::default(),
+            waiting: VecDeque::new(),
             drain_deadline: None,
             drain_asked: false,
             accept_error_logged: false,
@@ -851,7 +858,11 @@ impl<S: Stack> UringWorker<S> {
                 return;
             }
             self.accept_error_logged = false;
-            self.register(fd, tag);
+            if self.at_cap() {
+                self.waiting.push_back((fd, tag));
+            } else {
+                self.register(fd, tag);
+            }
             if self.at_cap() && !self.timers.accepts_paused() {
                 self.pause_accepts();
             }
@@ -1326,6 +1337,15 @@ impl<S: Stack> UringWorker<S> {
                 self.expire(idx, Expiry::Idle);
             }
         }
+        // Connections accepted beyond the cap go as the kernel's queue
+        // does on epoll when its listener closes.
+        for (fd, _) in std::mem::take(&mut self.waiting) {
+            let close =
+                opcode::Close::new(types::Fd(fd))
+                    .build()
+                    .user_data(tag(Kind::Ignore, 0, 0));
+            self.push(close);
+        }
     }
 }
 
@@ -1380,8 +1400,19 @@ impl<S: Stack> Swept for UringWorker<S> {
         self.shared.live.load(Ordering::Relaxed) >= self.config.max_connections
     }
 
-    fn resume_accepts(&mut self, _now: u64) {
-        self.arm_accepts();
+    /// Opens the connections accepted beyond the cap while there is room;
+    /// accepts again only once none waits.
+    fn resume_accepts(&mut self, now: u64) {
+        while !self.at_cap()
+            && let Some((fd, tag)) = self.waiting.pop_front()
+        {
+            self.register(fd, tag);
+        }
+        if self.waiting.is_empty() && !self.at_cap() {
+            self.arm_accepts();
+        } else {
+            self.timers.pause_accepts(now);
+        }
     }
 
     fn tick(&mut self) {
