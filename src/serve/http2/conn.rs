@@ -310,7 +310,7 @@ impl Conn {
         self.finish_turn(ctx, out, answered)
     }
 
-    /// The loop sent the last output and `Step::more` was set: more DATA.
+    /// The loop sent the last output and the step had `more`: more DATA.
     pub fn resume(&mut self, ctx: &mut Context<'_>, out: &mut Output) -> Step {
         self.finish_turn(ctx, out, true)
     }

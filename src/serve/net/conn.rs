@@ -69,7 +69,7 @@ pub struct ConnState<S> {
     pub phase: Phase,
     /// Close once the output is sent.
     pub close_after: bool,
-    /// With `close_after`: linger before closing (see `Step::linger`).
+    /// With `close_after`: linger before closing (see `Step::Close`).
     pub linger: bool,
     /// The stack's last step said `Wait::InFlight`: output is owed though
     /// the socket took everything, so shutdown does not close it.
