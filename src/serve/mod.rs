@@ -20,6 +20,7 @@ pub mod load;
 pub mod metrics;
 pub mod net;
 pub mod output;
+pub mod request_context;
 pub mod sandbox;
 pub mod server_headers;
 pub mod stack;

@@ -25,9 +25,9 @@ use crate::serve::handler::{self, Body, Extra, Method, Response, Site, Sites};
 use crate::serve::metrics::Protocol;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
+use crate::serve::request_context::RequestContext;
 use crate::serve::server_headers::ServerHeaders;
 
-use super::super::http1::Context;
 use super::frame::{self, ErrorCode, ErrorScope, Frame, FrameError, Parsed, setting};
 use super::priority::Priority;
 use super::request::{FieldError, RequestFields};
@@ -277,7 +277,7 @@ impl Conn {
     pub fn input(
         &mut self,
         bytes: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
     ) -> Step {
@@ -310,7 +310,7 @@ impl Conn {
     }
 
     /// The loop sent the last output and `Step::more` was set: more DATA.
-    pub fn resume(&mut self, ctx: &mut Context<'_>, out: &mut Output) -> Step {
+    pub fn resume(&mut self, ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
         self.finish_turn(ctx, out, true)
     }
 
@@ -354,7 +354,12 @@ impl Conn {
     }
 
     /// Sends what flow control and the step allow, and says what next.
-    fn finish_turn(&mut self, ctx: &mut Context<'_>, out: &mut Output, progress: bool) -> Step {
+    fn finish_turn(
+        &mut self,
+        ctx: &mut RequestContext<'_>,
+        out: &mut Output,
+        progress: bool,
+    ) -> Step {
         if ctx.draining && !self.goaway_sent {
             self.go_away(ErrorCode::NO_ERROR, "", out);
         }
@@ -401,7 +406,7 @@ impl Conn {
     fn frames(
         &mut self,
         buf: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -445,7 +450,7 @@ impl Conn {
     fn frame(
         &mut self,
         frame: Frame<'_>,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -700,7 +705,7 @@ impl Conn {
         end_stream: bool,
         len: usize,
         flow_len: u32,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
         answered: &mut bool,
     ) -> Result<(), ConnectionError> {
@@ -773,7 +778,7 @@ impl Conn {
         &mut self,
         block: &Block,
         bytes: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -912,7 +917,7 @@ impl Conn {
         &mut self,
         i: usize,
         request: &RequestFields,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
     ) {
         let req = request.request();
@@ -934,7 +939,7 @@ impl Conn {
         status: u16,
         body: &'static [u8],
         request: Option<&RequestFields>,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
     ) {
         let resp = handler::builtin(status, body);
@@ -1194,7 +1199,7 @@ impl Digits {
 /// Counts a response and logs it; `site` is the slot of the site that
 /// answered.
 fn record(
-    ctx: &mut Context<'_>,
+    ctx: &mut RequestContext<'_>,
     request: Option<&RequestFields>,
     site: Option<u32>,
     status: u16,
@@ -1264,7 +1269,7 @@ mod tests {
         /// Sends `bytes`; returns the step and every frame the server
         /// wrote (with every `resume` it asked for).
         fn send(&mut self, bytes: &[u8]) -> (Step, Vec<Sent>) {
-            let mut ctx = Context {
+            let mut ctx = RequestContext {
                 sites: &self.sites,
                 scratch: &mut self.scratch,
                 date: &self.date,
@@ -1273,7 +1278,7 @@ mod tests {
                 peer: None,
                 draining: self.draining,
                 https_redirect: None,
-                tls: false,
+                scheme: crate::serve::metrics::Scheme::Http,
                 metrics: &self.metrics,
                 thread: 0,
                 started_us: 0,
