@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::net::Backend;
 use crate::pack::format::{ENCODINGS, Encoding};
 
 /// A count with a single writer. `add` is a relaxed load and store rather
@@ -194,7 +195,7 @@ pub struct Metrics {
     pub tls_reloads: AtomicU64,
     pub tls_reload_failures: AtomicU64,
     /// `kiln_build_info` labels: the connection layer, once chosen.
-    io: std::sync::OnceLock<&'static str>,
+    io: std::sync::OnceLock<Backend>,
     /// Unix seconds at start.
     started: i64,
     /// Set once the server drains: `/ready` answers 503.
@@ -218,8 +219,8 @@ impl Metrics {
     }
 
     /// Names the connection layer chosen at start (`uring`, `epoll`).
-    pub fn set_io(&self, io: &'static str) {
-        let _ = self.io.set(io);
+    pub fn set_io(&self, backend: Backend) {
+        let _ = self.io.set(backend);
     }
 
     /// The block event loop `thread` counts into.
@@ -268,7 +269,7 @@ impl Metrics {
             out,
             "kiln_build_info{{version=\"{}\",io=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION"),
-            self.io.get().copied().unwrap_or("")
+            self.io.get().map_or("", |b| b.name())
         );
         header(
             &mut out,
