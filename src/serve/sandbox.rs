@@ -837,18 +837,8 @@ extern "C" fn on_denied_syscall(
         len += n;
     };
     put(b"kiln: sandbox: system call ");
-    let mut digits = [0u8; 12];
-    let mut at = digits.len();
-    let mut rest = number.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    put(&digits[at..]);
+    // `itoa` writes into a stack buffer: async-signal-safe.
+    put(itoa::Buffer::new().format(number).as_bytes());
     put(b" is not allowed; exiting\n");
     // SAFETY: write(2) and _exit(2) are async-signal-safe; a failed write
     // changes nothing.

@@ -1178,17 +1178,8 @@ impl Digits {
         self.len += text.len();
     }
 
-    fn push(&mut self, mut value: u64) {
-        let start = self.len;
-        loop {
-            self.bytes[self.len] = b'0' + (value % 10) as u8;
-            self.len += 1;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
-        }
-        self.bytes[start..self.len].reverse();
+    fn push(&mut self, value: u64) {
+        self.text(itoa::Buffer::new().format(value).as_bytes());
     }
 
     fn as_bytes(&self) -> &[u8] {
