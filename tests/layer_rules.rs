@@ -191,6 +191,38 @@ fn layers_name_only_the_layers_they_may() {
     );
 }
 
+/// The identifiers of `source`'s code that mention TLS.
+fn tls_identifiers(source: &str) -> Vec<String> {
+    without_comments(source)
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|word| word.to_ascii_lowercase().contains("tls"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// HTTP/1 does not know whether TLS is on: no field, flag or call of its
+/// code names TLS (the scheme comes with the request context).
+#[test]
+fn http1_does_not_know_whether_tls_is_on() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/serve/http1");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(!files.is_empty(), "src/serve/http1/ has no source file");
+    let mut found = Vec::new();
+    for file in files {
+        let source =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for word in tls_identifiers(&source) {
+            found.push(format!("{}: {word}", file.display()));
+        }
+    }
+    assert!(found.is_empty(), "HTTP/1 names TLS:\n{}", found.join("\n"));
+    assert_eq!(
+        tls_identifiers("pub tls: bool, // TLS in a comment\nlet s = TlsSession::new();"),
+        ["tls", "TlsSession"]
+    );
+}
+
 /// The checker itself finds every form a path into a layer takes.
 #[test]
 fn every_form_of_a_forbidden_path_is_found() {
