@@ -187,6 +187,8 @@ fn links_pointing_outside_are_skipped_with_a_warning() {
         link_entry(b"abs.html", b'2', b"/etc/passwd"),
         link_entry(b"hard.html", b'1', b"../outside.html"),
         link_entry(b"dangling.html", b'2', b"missing.html"),
+        // Missing, not outside, whatever its name says.
+        link_entry(b"renamed.html", b'2', b"outside-docs.html"),
         link_entry(b"loop-a", b'2', b"loop-b"),
         link_entry(b"loop-b", b'2', b"loop-a"),
     ]);
@@ -197,6 +199,7 @@ fn links_pointing_outside_are_skipped_with_a_warning() {
         "/abs.html",
         "/hard.html",
         "/dangling.html",
+        "/renamed.html",
         "/loop-a",
     ] {
         assert_eq!(body(&pack, key), None, "{key}");
@@ -209,7 +212,24 @@ fn links_pointing_outside_are_skipped_with_a_warning() {
     assert!(warnings.contains("\"abs.html\""), "{warnings}");
     assert!(warnings.contains("\"hard.html\""), "{warnings}");
     assert!(warnings.contains("\"dangling.html\""), "{warnings}");
+    assert!(
+        warnings.contains(
+            "\"renamed.html\": link skipped, target \"outside-docs.html\" is not a file in the archive"
+        ),
+        "{warnings}"
+    );
     assert!(warnings.contains("too many levels of links"), "{warnings}");
+    // Only the symbolic links that lead out of the archive are counted as
+    // such in the summary.
+    let mut out_of_source: Vec<&str> = built
+        .report
+        .left_out
+        .iter()
+        .filter(|(_, why)| why.to_string() == "symbolic link out of the source")
+        .map(|(path, _)| path.as_str())
+        .collect();
+    out_of_source.sort();
+    assert_eq!(out_of_source, ["abs.html", "up.html"]);
 }
 
 #[test]

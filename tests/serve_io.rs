@@ -5,7 +5,10 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -28,6 +31,30 @@ fn stderr_with(s: &Server, text: &str) -> String {
     }
 }
 
+/// The connection layer the server's metrics name (`kiln_build_info`'s
+/// `io` label): the one the loops run, as the start-up log says.
+fn metrics_io(s: &Server) -> String {
+    let port: u16 = s
+        .startup
+        .split("metrics on 127.0.0.1:")
+        .nth(1)
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in {:?}", s.startup));
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("kiln_build_info{"))
+        .unwrap_or_else(|| panic!("no kiln_build_info in {text}"));
+    let io = line.split("io=\"").nth(1).and_then(|r| r.split('"').next());
+    io.unwrap_or_else(|| panic!("no io label in {line}"))
+        .to_owned()
+}
+
 /// Whether this test process may set up an io_uring at all.
 fn kernel_has_io_uring() -> bool {
     io_uring::IoUring::new(8).is_ok()
@@ -36,22 +63,39 @@ fn kernel_has_io_uring() -> bool {
 #[test]
 fn auto_picks_io_uring_where_the_kernel_has_it() {
     let (_dir, pack) = sample();
-    let s = Server::start(&[&pack, "--threads", "1", "--io", "auto"]);
+    let s = Server::start(&[
+        &pack,
+        "--threads",
+        "1",
+        "--io",
+        "auto",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
     assert_eq!(s.get("/hello.txt", "").status, 200);
-    let expected = if kernel_has_io_uring() {
-        "connection layer: io_uring"
+    let (expected, io) = if kernel_has_io_uring() {
+        ("connection layer: io_uring", "uring")
     } else {
-        "connection layer: epoll"
+        ("connection layer: epoll", "epoll")
     };
     let log = stderr_with(&s, expected);
     assert!(log.contains(expected), "{log}");
+    assert_eq!(metrics_io(&s), io);
 }
 
 #[test]
 fn auto_serves_with_epoll_where_io_uring_is_refused() {
     let (_dir, pack) = sample();
     let s = Server::launch(
-        &[&pack, "--threads", "2", "--io", "auto"],
+        &[
+            &pack,
+            "--threads",
+            "2",
+            "--io",
+            "auto",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
         Launch {
             deny_io_uring: true,
             ..Launch::default()
@@ -62,15 +106,25 @@ fn auto_serves_with_epoll_where_io_uring_is_refused() {
     let log = stderr_with(&s, "connection layer");
     assert!(log.contains("io_uring is not usable here"), "{log}");
     assert!(log.contains("connection layer: epoll"), "{log}");
+    assert_eq!(metrics_io(&s), "epoll");
 }
 
 #[test]
 fn epoll_is_used_when_asked_for() {
     let (_dir, pack) = sample();
-    let s = Server::start(&[&pack, "--threads", "1", "--io", "epoll"]);
+    let s = Server::start(&[
+        &pack,
+        "--threads",
+        "1",
+        "--io",
+        "epoll",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
     assert_eq!(s.get("/hello.txt", "").status, 200);
     let log = stderr_with(&s, "connection layer");
     assert!(log.contains("connection layer: epoll"), "{log}");
+    assert_eq!(metrics_io(&s), "epoll");
 }
 
 #[test]

@@ -17,8 +17,10 @@ use std::cell::RefCell;
 use kiln::serve::date::DateCache;
 use kiln::serve::handler::Scratch;
 use kiln::serve::http1::parse::MAX_HEAD;
-use kiln::serve::http1::{Context, Discard, MAX_BATCH, serve_batch};
+use kiln::serve::http1::{Discard, MAX_BATCH, serve_batch};
+use kiln::serve::metrics::Scheme;
 use kiln::serve::output::Output;
+use kiln::serve::request_context::RequestContext;
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
 
@@ -72,7 +74,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
         unread = rest;
         kept.extend_from_slice(read);
         loop {
-            let mut ctx = Context {
+            let mut ctx = RequestContext {
                 sites: site(),
                 scratch,
                 date,
@@ -81,7 +83,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
                 peer: None,
                 draining: false,
                 https_redirect: None,
-                tls: false,
+                scheme: Scheme::Http,
                 metrics: metrics(),
                 thread: 0,
                 started_us: 0,

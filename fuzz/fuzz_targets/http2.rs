@@ -19,11 +19,12 @@ use std::cell::RefCell;
 use kiln::hpack::Decoder;
 use kiln::serve::date::DateCache;
 use kiln::serve::handler::Scratch;
-use kiln::serve::http1::Context;
 use kiln::serve::http2::frame::{self, frame_type};
 use kiln::serve::http2::{Conn, Scratch as H2Scratch};
+use kiln::serve::metrics::Scheme;
 use kiln::serve::net::Step;
 use kiln::serve::output::{Output, Seg};
+use kiln::serve::request_context::RequestContext;
 use kiln::serve::server_headers::ServerHeaders;
 use libfuzzer_sys::fuzz_target;
 
@@ -166,7 +167,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
     while !unread.is_empty() {
         let (read, rest) = unread.split_at(read_len().clamp(1, unread.len()));
         unread = rest;
-        let mut ctx = Context {
+        let mut ctx = RequestContext {
             sites: site(),
             scratch,
             date,
@@ -175,7 +176,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
             peer: None,
             draining: false,
             https_redirect: None,
-            tls: false,
+            scheme: Scheme::Http,
             metrics: metrics(),
             thread: 0,
             started_us: 0,

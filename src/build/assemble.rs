@@ -649,7 +649,7 @@ impl Firing<'_> {
         wants: bool,
     ) -> anyhow::Result<FileBodies> {
         let write_err = || format!("{}: cannot write", self.input.out_name);
-        let mut counted = Counted {
+        let mut counted = CountingReader {
             inner: file.open()?,
             read: 0,
         };
@@ -760,13 +760,13 @@ fn compress_streamed(
 }
 
 /// Counts the bytes a reader yields.
-struct Counted<R> {
+struct CountingReader<R> {
     inner: R,
     /// Bytes read so far.
     read: u64,
 }
 
-impl<R: Read> Read for Counted<R> {
+impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.read += n as u64;

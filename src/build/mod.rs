@@ -419,7 +419,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         source,
         &mut writer,
         opts,
-        &Firing {
+        &Workspace {
             base: base.as_ref(),
             staging_dir: Some(out_dir),
             exclude: Some(out.to_path_buf()),
@@ -465,7 +465,7 @@ fn open_base(base: &Base, out: &Path) -> (Option<Pack>, Option<String>) {
 }
 
 /// Where a build reads and writes besides its source.
-struct Firing<'a> {
+struct Workspace<'a> {
     /// The pack whose encoded bodies are reused.
     base: Option<&'a Pack>,
     /// Where an archive's entries are staged (`None`: in memory).
@@ -482,15 +482,15 @@ fn fire(
     source: &Path,
     writer: &mut PackWriter,
     opts: &BuildOptions,
-    firing: &Firing<'_>,
+    workspace: &Workspace<'_>,
 ) -> anyhow::Result<BuildReport> {
     let read = source::read_source(
         source,
         &source::ReadOptions {
             max_bytes: opts.max_source_bytes,
-            exclude: firing.exclude.clone(),
+            exclude: workspace.exclude.clone(),
             strip_components: opts.strip_components,
-            staging_dir: firing.staging_dir.clone(),
+            staging_dir: workspace.staging_dir.clone(),
         },
     )?;
     let mut warnings = read.warnings;
@@ -536,8 +536,8 @@ fn fire(
             header_rules: &header_rules,
             progress: opts.progress,
             buffer_bytes: opts.buffer_bytes,
-            base: firing.base,
-            out_name: &firing.out_name,
+            base: workspace.base,
+            out_name: &workspace.out_name,
         },
         writer,
     )?;
@@ -554,7 +554,7 @@ fn fire(
         dedup_saved: assembled.dedup_saved,
         compressed: assembled.compressed,
         reused: assembled.reused,
-        base: firing.base.map(|b| b.path().to_path_buf()),
+        base: workspace.base.map(|b| b.path().to_path_buf()),
         buffer_bytes: opts.buffer_bytes,
         warnings,
         ..BuildReport::default()
@@ -658,7 +658,7 @@ fn fire_preview(
         source,
         &mut writer,
         opts,
-        &Firing {
+        &Workspace {
             base,
             staging_dir: None,
             exclude: None,

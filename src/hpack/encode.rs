@@ -189,24 +189,6 @@ fn status_index(code: u16) -> Option<u8> {
     })
 }
 
-/// The decimal digits of `code` (a status code has three; any `u16` is
-/// written as its digits) in a stack buffer, and how many there are.
-fn status_digits(code: u16) -> ([u8; 5], usize) {
-    let mut digits = [0u8; 5];
-    let mut len = 0;
-    let mut rest = code;
-    loop {
-        digits[len] = b'0' + (rest % 10) as u8;
-        len += 1;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    digits[..len].reverse();
-    (digits, len)
-}
-
 /// Appends the `:status` pseudo-header: one byte for 200, 204, 206, 304,
 /// 400, 404 and 500 (static indices 8 to 14), otherwise a literal with the
 /// name's static index. The same bytes as `encode_field(b":status", ...)`
@@ -216,9 +198,10 @@ pub fn encode_status(code: u16, out: &mut Vec<u8>) {
         out.push(INDEXED | index);
         return;
     }
-    let (digits, len) = status_digits(code);
+    // A status code has three digits; any `u16` is written as its digits.
+    let mut digits = itoa::Buffer::new();
     encode_integer(STATUS_NAME_INDEX, 4, LITERAL_WITHOUT_INDEXING, out);
-    encode_string(&digits[..len], false, out);
+    encode_string(digits.format(code).as_bytes(), false, out);
 }
 
 /// How many bytes [`encode_status`] appends for `code`.
@@ -226,8 +209,7 @@ pub fn encoded_status_len(code: u16) -> usize {
     if status_index(code).is_some() {
         return 1;
     }
-    let (digits, len) = status_digits(code);
-    1 + string_len(&digits[..len], false)
+    1 + string_len(itoa::Buffer::new().format(code).as_bytes(), false)
 }
 
 #[cfg(test)]

@@ -215,7 +215,7 @@ struct PendingRule {
 const WRITEBACK_STEP: u64 = 8 << 20;
 
 /// Where a pack is written.
-enum Output {
+enum Destination {
     /// A temporary file beside the target, renamed over it by `finish`;
     /// gone on drop unless `finish` persists it.
     Disk(PackTemp),
@@ -241,7 +241,7 @@ pub fn memory_file(name: &str) -> io::Result<File> {
 /// and kept until `finish`.
 pub struct PackWriter {
     /// Where the pack goes.
-    output: Output,
+    destination: Destination,
     /// The file, buffered; bodies that are cut off again are overwritten
     /// and the file is cut to its length at the end.
     out: BufWriter<File>,
@@ -293,7 +293,7 @@ impl PackWriter {
     pub fn create(target: &Path) -> io::Result<PackWriter> {
         let (temp, removed) = PackTemp::create(target)?;
         let file = temp.file().try_clone()?;
-        let mut writer = PackWriter::start(Output::Disk(temp), file)?;
+        let mut writer = PackWriter::start(Destination::Disk(temp), file)?;
         writer.removed_strays = removed;
         Ok(writer)
     }
@@ -308,15 +308,15 @@ impl PackWriter {
     /// preview that never touches the disk and disappears with its last
     /// mapping.
     pub fn in_memory() -> io::Result<PackWriter> {
-        PackWriter::start(Output::Memory, memory_file("kiln-preview.pack")?)
+        PackWriter::start(Destination::Memory, memory_file("kiln-preview.pack")?)
     }
 
-    fn start(output: Output, file: File) -> io::Result<PackWriter> {
+    fn start(destination: Destination, file: File) -> io::Result<PackWriter> {
         let reread = Arc::new(file.try_clone()?);
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; HEADER_LEN])?;
         Ok(PackWriter {
-            output,
+            destination,
             out,
             reread,
             pos: HEADER_LEN as u64,
@@ -360,7 +360,8 @@ impl PackWriter {
     /// came since to disk, without waiting: the disk works while the build
     /// computes, instead of all at the final sync.
     fn start_writeback(&mut self) -> io::Result<()> {
-        if !matches!(self.output, Output::Disk(_)) || self.pos < self.written_back + WRITEBACK_STEP
+        if !matches!(self.destination, Destination::Disk(_))
+            || self.pos < self.written_back + WRITEBACK_STEP
         {
             return Ok(());
         }
@@ -566,7 +567,7 @@ impl PackWriter {
     /// Writes the tables and header, syncs, and renames over the target.
     pub fn finish(mut self) -> io::Result<PackStats> {
         let file = self.write_tables()?;
-        let Output::Disk(temp) = self.output else {
+        let Destination::Disk(temp) = self.destination else {
             return Err(io_err(
                 "an in-memory pack ends with finish_in_memory".into(),
             ));
@@ -581,7 +582,7 @@ impl PackWriter {
     /// file (nothing to sync: it never reaches a disk).
     pub fn finish_in_memory(mut self) -> io::Result<(File, PackStats)> {
         let file = self.write_tables()?;
-        if !matches!(self.output, Output::Memory) {
+        if !matches!(self.destination, Destination::Memory) {
             return Err(io_err("a pack on disk ends with finish".into()));
         }
         Ok((file, self.stats))

@@ -224,14 +224,10 @@ impl AccessLog {
         b.extend_from_slice(b",\"duration\":");
         push_u64(b, e.duration_us / 1_000_000);
         b.push(b'.');
-        let micros = e.duration_us % 1_000_000;
-        let mut digits = [b'0'; 6];
-        let mut m = micros;
-        for d in digits.iter_mut().rev() {
-            *d = b'0' + (m % 10) as u8;
-            m /= 10;
-        }
-        b.extend_from_slice(&digits);
+        let mut digits = itoa::Buffer::new();
+        let micros = digits.format(e.duration_us % 1_000_000).as_bytes();
+        b.extend_from_slice(&b"000000"[micros.len()..]);
+        b.extend_from_slice(micros);
         push_json_field(b, "encoding", e.encoding.map(|e| e.token().as_bytes()));
         push_json_field(b, "user_agent", e.user_agent);
         push_json_field(b, "referer", e.referer);
@@ -315,5 +311,22 @@ mod tests {
         assert_eq!(v["encoding"], "br");
         assert_eq!(v["user_agent"], "agent \u{ff}\u{fe}");
         assert!(v["referer"].is_null());
+    }
+
+    #[test]
+    fn json_durations_keep_six_digits_of_microseconds() {
+        for (duration_us, written) in [
+            (0, "\"duration\":0.000000,"),
+            (7, "\"duration\":0.000007,"),
+            (1_000_050, "\"duration\":1.000050,"),
+            (12_999_999, "\"duration\":12.999999,"),
+        ] {
+            let e = Entry {
+                duration_us,
+                ..entry(b"/", b"a")
+            };
+            let text = line(Format::Json, &e);
+            assert!(text.contains(written), "{duration_us}: {text}");
+        }
     }
 }

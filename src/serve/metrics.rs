@@ -16,6 +16,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::net::Backend;
 use crate::pack::format::{ENCODINGS, Encoding};
 
 /// A count with a single writer. `add` is a relaxed load and store rather
@@ -46,6 +47,16 @@ pub enum Protocol {
     Http2 = 1,
 }
 
+/// The scheme of the connection a response went out on, as the session
+/// layer knows it: cleartext or TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Http = 0,
+    Https = 1,
+}
+
+const SCHEMES: [(Scheme, &str); 2] = [(Scheme::Http, "http"), (Scheme::Https, "https")];
+
 const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protocol::Http2, "h2")];
 
 /// What one thread counted for one site. Aligned so that two threads'
@@ -53,7 +64,7 @@ const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protoc
 #[derive(Default)]
 #[repr(align(128))]
 pub struct SiteCounters {
-    /// Responses by protocol, cleartext (0) or TLS (1), and status class
+    /// Responses by protocol, scheme and status class
     /// (1xx … 5xx).
     responses: [[[Counter; 5]; 2]; 2],
     /// 304 Not Modified.
@@ -69,7 +80,7 @@ pub struct SiteCounters {
 /// One response, as counted.
 pub struct Answered {
     pub protocol: Protocol,
-    pub tls: bool,
+    pub scheme: Scheme,
     pub status: u16,
     pub body_bytes: u64,
     /// The coding of a body from the pack; `None` for other responses.
@@ -80,7 +91,7 @@ impl SiteCounters {
     #[inline]
     pub fn count(&self, r: &Answered) {
         let class = (usize::from(r.status / 100)).clamp(1, 5) - 1;
-        self.responses[r.protocol as usize][usize::from(r.tls)][class].add(1);
+        self.responses[r.protocol as usize][r.scheme as usize][class].add(1);
         match r.status {
             304 => self.not_modified.add(1),
             206 => self.partial.add(1),
@@ -184,7 +195,7 @@ pub struct Metrics {
     pub tls_reloads: AtomicU64,
     pub tls_reload_failures: AtomicU64,
     /// `kiln_build_info` labels: the connection layer, once chosen.
-    io: std::sync::OnceLock<&'static str>,
+    io: std::sync::OnceLock<Backend>,
     /// Unix seconds at start.
     started: i64,
     /// Set once the server drains: `/ready` answers 503.
@@ -208,8 +219,8 @@ impl Metrics {
     }
 
     /// Names the connection layer chosen at start (`uring`, `epoll`).
-    pub fn set_io(&self, io: &'static str) {
-        let _ = self.io.set(io);
+    pub fn set_io(&self, backend: Backend) {
+        let _ = self.io.set(backend);
     }
 
     /// The block event loop `thread` counts into.
@@ -258,7 +269,7 @@ impl Metrics {
             out,
             "kiln_build_info{{version=\"{}\",io=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION"),
-            self.io.get().copied().unwrap_or("")
+            self.io.get().map_or("", |b| b.name())
         );
         header(
             &mut out,
@@ -287,13 +298,15 @@ impl Metrics {
         );
         for s in &sites {
             for (protocol, pname) in PROTOCOLS {
-                for (tls, scheme) in [(0, "http"), (1, "https")] {
+                for (scheme, sname) in SCHEMES {
                     for class in 0..5 {
-                        let n = sum(s, &|c| c.responses[protocol as usize][tls][class].get());
+                        let n = sum(s, &|c| {
+                            c.responses[protocol as usize][scheme as usize][class].get()
+                        });
                         if n > 0 {
                             let _ = writeln!(
                                 out,
-                                "kiln_requests_total{{site=\"{}\",protocol=\"{pname}\",scheme=\"{scheme}\",status=\"{}xx\"}} {n}",
+                                "kiln_requests_total{{site=\"{}\",protocol=\"{pname}\",scheme=\"{sname}\",status=\"{}xx\"}} {n}",
                                 label(&s.name),
                                 class + 1
                             );

@@ -20,6 +20,7 @@ pub mod load;
 pub mod metrics;
 pub mod net;
 pub mod output;
+pub mod request_context;
 pub mod sandbox;
 pub mod server_headers;
 pub mod stack;
@@ -43,7 +44,7 @@ use listen::Listen;
 use metrics::Metrics;
 use net::uring::UringWorker;
 use net::worker::Worker;
-use net::{EventLoop, LoopConfig, Shared, Waker};
+use net::{Backend, EventLoop, LoopConfig, Shared, Waker};
 use server_headers::ServerHeaders;
 use stack::{CurrentSites, Protocols, StackConfig};
 use tls::SniResolver;
@@ -140,8 +141,8 @@ pub struct ServeArgs {
     /// Connection layer: io_uring (`uring`), epoll (`epoll`), or io_uring
     /// where the kernel offers every operation kiln needs, else epoll
     /// (`auto`; the choice is logged).
-    #[arg(long, value_enum, default_value_t = net::Io::Auto, value_name = "auto|uring|epoll", env = "KILN_IO")]
-    pub io: net::Io,
+    #[arg(long, value_enum, default_value_t = IoChoice::Auto, value_name = "auto|uring|epoll", env = "KILN_IO")]
+    pub io: IoChoice,
     /// Event-loop threads (default: number of cores).
     #[arg(long, env = "KILN_THREADS")]
     pub threads: Option<usize>,
@@ -542,7 +543,7 @@ pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig
 /// reloads (previews are built in memory).
 fn sandbox_plan(
     identity: sandbox::Identity,
-    backend: sandbox::Backend,
+    backend: Backend,
     site: Option<&Path>,
     tls: Option<&tls::Source>,
 ) -> sandbox::Plan {
@@ -585,15 +586,27 @@ fn open_access_log(args: &ServeArgs) -> anyhow::Result<Option<Arc<access_log::Si
     })
 }
 
+/// What `--io` asks for: a connection layer, or the best one here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IoChoice {
+    /// io_uring where the kernel offers every operation kiln uses, else
+    /// epoll.
+    Auto,
+    /// io_uring, or fail to start.
+    Uring,
+    /// epoll.
+    Epoll,
+}
+
 /// Which connection layer serves: io_uring when asked or usable, else
-/// epoll; `Some` describes the receive buffers io_uring will use.
-fn choose_io(io: net::Io) -> anyhow::Result<Option<String>> {
-    let uring = match io {
-        net::Io::Epoll => None,
-        net::Io::Uring => {
+/// epoll. Logs the choice, with the receive buffers io_uring will use.
+fn choose_io(choice: IoChoice) -> anyhow::Result<Backend> {
+    let uring_buffers = match choice {
+        IoChoice::Epoll => None,
+        IoChoice::Uring => {
             Some(net::uring::probe().context("--io uring: io_uring is not usable here")?)
         }
-        net::Io::Auto => match net::uring::probe() {
+        IoChoice::Auto => match net::uring::probe() {
             Ok(buffers) => Some(buffers),
             Err(e) => {
                 tracing::info!("io_uring is not usable here ({e}); serving with epoll");
@@ -601,11 +614,16 @@ fn choose_io(io: net::Io) -> anyhow::Result<Option<String>> {
             }
         },
     };
-    match &uring {
-        Some(buffers) => tracing::info!("connection layer: io_uring ({buffers})"),
-        None => tracing::info!("connection layer: epoll"),
-    }
-    Ok(uring)
+    Ok(match uring_buffers {
+        Some(buffers) => {
+            tracing::info!("connection layer: io_uring ({buffers})");
+            Backend::Uring
+        }
+        None => {
+            tracing::info!("connection layer: epoll");
+            Backend::Epoll
+        }
+    })
 }
 
 /// What is served, as opened at start.
@@ -878,8 +896,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => (None, None),
     };
-    let uring = choose_io(args.io)?;
-    metrics.set_io(if uring.is_some() { "uring" } else { "epoll" });
+    let backend = choose_io(args.io)?;
+    metrics.set_io(backend);
     let shared = Arc::new(Shared::default());
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     let mut wakers = Vec::new();
@@ -898,15 +916,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             metrics: Arc::clone(&metrics),
             thread,
         };
-        loops.push(if uring.is_some() {
-            EventLoop::Uring(Box::new(
+        loops.push(match backend {
+            Backend::Uring => EventLoop::Uring(Box::new(
                 UringWorker::new(l, waker, shared, config, counted, stack)
                     .context("cannot set up io_uring")?,
-            ))
-        } else {
-            EventLoop::Epoll(Box::new(Worker::new(
+            )),
+            Backend::Epoll => EventLoop::Epoll(Box::new(Worker::new(
                 l, waker, shared, config, counted, stack,
-            )?))
+            )?)),
         });
     }
     // What the control thread watches: a pack (not a live preview: it
@@ -942,11 +959,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // the first thread starts, so that every thread is inside it.
     match identity {
         Some(identity) => {
-            let backend = if uring.is_some() {
-                sandbox::Backend::Uring
-            } else {
-                sandbox::Backend::Epoll
-            };
             let plan = sandbox_plan(
                 identity,
                 backend,

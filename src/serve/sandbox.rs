@@ -37,6 +37,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use super::net::Backend;
+
 /// The Landlock ABI whose rights kiln asks for: the newest it was tested
 /// on (Linux 6.15 and later). An older kernel enforces what it knows (best
 /// effort); the start-up log says which.
@@ -45,16 +47,6 @@ const LANDLOCK_ABI: ABI = ABI::V7;
 /// The exit status after a system call outside the list: 128 + SIGSYS, as
 /// a shell reports a process killed by that signal.
 pub const DENIED_SYSCALL_EXIT: i32 = 128 + libc::SIGSYS;
-
-/// The event loop the serving threads run: each makes its own system calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// Readiness with epoll, then read, writev, sendfile (`net::poller`).
-    Epoll,
-    /// Completions with io_uring: socket I/O goes through the ring, whose
-    /// operations seccomp does not see (the ring is restricted instead).
-    Uring,
-}
 
 /// A test on one argument of a system call: `(arg & mask) == value`.
 #[derive(Clone, Copy, Debug)]
@@ -845,18 +837,8 @@ extern "C" fn on_denied_syscall(
         len += n;
     };
     put(b"kiln: sandbox: system call ");
-    let mut digits = [0u8; 12];
-    let mut at = digits.len();
-    let mut rest = number.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    put(&digits[at..]);
+    // `itoa` writes into a stack buffer: async-signal-safe.
+    put(itoa::Buffer::new().format(number).as_bytes());
     put(b" is not allowed; exiting\n");
     // SAFETY: write(2) and _exit(2) are async-signal-safe; a failed write
     // changes nothing.

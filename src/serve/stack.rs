@@ -17,10 +17,11 @@ use super::date::DateCache;
 use super::handler::{Scratch, Sites};
 use super::http1;
 use super::http2;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Scheme};
 use super::net::clock::monotonic_us;
 use super::net::conn::Expiry;
 use super::net::{self, Backing, Output, Step, Wait};
+use super::request_context::RequestContext;
 use super::server_headers::ServerHeaders;
 use super::tls::TlsSession;
 
@@ -180,7 +181,7 @@ enum Protocol {
 /// Hands plaintext to the connection's protocol; output goes to `out`.
 fn protocol_input(
     proto: &mut Protocol,
-    ctx: &mut http1::Context<'_>,
+    ctx: &mut RequestContext<'_>,
     h2: &mut http2::Scratch,
     bytes: &[u8],
     out: &mut Output,
@@ -227,7 +228,7 @@ fn protocol_input(
 }
 
 /// Asks the protocol for the output it has without input.
-fn protocol_resume(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut Output) -> Step {
+fn protocol_resume(proto: &mut Protocol, ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
     match proto {
         Protocol::Http1 { conn, .. } => conn.resume(ctx, out),
         Protocol::Http2(conn) => conn.resume(ctx, out),
@@ -238,7 +239,7 @@ fn protocol_resume(proto: &mut Protocol, ctx: &mut http1::Context<'_>, out: &mut
 fn protocol_expire(
     proto: &mut Protocol,
     expiry: Expiry,
-    ctx: &mut http1::Context<'_>,
+    ctx: &mut RequestContext<'_>,
     out: &mut Output,
 ) {
     match proto {
@@ -286,7 +287,7 @@ impl Protocols {
 /// `Protocols` (the plaintext buffers stay free for the same call).
 macro_rules! context {
     ($p:expr, $session:expr) => {
-        http1::Context {
+        RequestContext {
             sites: &$p.sites,
             scratch: &mut $p.scratch,
             date: &$p.date,
@@ -299,7 +300,11 @@ macro_rules! context {
             peer: $session.peer,
             draining: $p.draining,
             https_redirect: $session.https_redirect,
-            tls: $session.tls.is_some(),
+            scheme: if $session.tls.is_some() {
+                Scheme::Https
+            } else {
+                Scheme::Http
+            },
             metrics: &$p.config.metrics,
             thread: $p.thread,
             started_us: $p.turn_us,

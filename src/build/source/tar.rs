@@ -57,12 +57,52 @@ const MAX_LINK_HOPS: usize = 40;
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
+/// Why a link entry yields no file (a warning names the entry and this).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum LinkError {
+    #[error("link without a target")]
+    NoTarget,
+    #[error("link target is not UTF-8")]
+    NotUtf8,
+    /// The target's name is refused as an entry's would be (`normalise`).
+    #[error("{0}")]
+    BadName(String),
+    #[error("links to the root directory")]
+    Root,
+    #[error("absolute target {0:?} points outside the archive")]
+    Absolute(String),
+    #[error("target {0:?} points outside the archive")]
+    Outside(String),
+    #[error("target {target:?} is outside {folder}/, the folder left out")]
+    OutsideTopFolder { target: String, folder: String },
+    #[error("target {0:?} is removed by --strip-components")]
+    Stripped(String),
+    #[error("target {0:?} is not a regular file")]
+    NotRegularFile(String),
+    #[error("target {0:?} is not a file in the archive")]
+    Missing(String),
+    #[error("too many levels of links")]
+    TooManyHops,
+    #[error("symbolic link loop into {0:?}")]
+    Loop(String),
+}
+
+impl LinkError {
+    /// The link leads out of the site: counted as such in the summary.
+    fn leads_out(&self) -> bool {
+        matches!(
+            self,
+            LinkError::Absolute(_) | LinkError::Outside(_) | LinkError::OutsideTopFolder { .. }
+        )
+    }
+}
+
 /// A link entry, resolved once the whole archive has been read.
 struct Link {
     /// Where the link sits (normalised).
     path: String,
     /// Normalised archive path of the target; `Err` says why it cannot be.
-    target: Result<String, String>,
+    target: Result<String, LinkError>,
     /// A symbolic link (may name a directory) rather than a hard link.
     symbolic: bool,
     /// The link entry's own mtime, given to the files it yields.
@@ -270,20 +310,20 @@ fn read_entries(
         } else if kind.is_symlink() || kind.is_hard_link() {
             claim(&mut claimed, &path).map_err(|p| fail(&p))?;
             let target = match entry.link_name_bytes() {
-                None => Err("link without a target".to_owned()),
+                None => Err(LinkError::NoTarget),
                 Some(t) => match std::str::from_utf8(&t) {
-                    Err(_) => Err("link target is not UTF-8".to_owned()),
-                    Ok(t) if kind.is_hard_link() => {
-                        normalise(t).and_then(|p| p.ok_or_else(|| "links to the root".into()))
-                    }
+                    Err(_) => Err(LinkError::NotUtf8),
+                    Ok(t) if kind.is_hard_link() => match normalise(t) {
+                        Ok(Some(p)) => Ok(p),
+                        Ok(None) => Err(LinkError::Root),
+                        Err(why) => Err(LinkError::BadName(why)),
+                    },
                     // Resolved where the link sits in the archive, so that
                     // `../public/x` from `public/a` stays inside.
                     Ok(t) => resolve_symlink(&full_path, t),
                 }
                 .and_then(|target| {
-                    strip_components(&target, strip).ok_or_else(|| {
-                        format!("target {target:?} is removed by --strip-components")
-                    })
+                    strip_components(&target, strip).ok_or(LinkError::Stripped(target))
                 }),
             };
             links.push(Link {
@@ -338,7 +378,7 @@ fn read_entries(
         .map(|(i, f)| (f.path.clone(), Some(i)))
         .collect();
     index.extend(links.iter().map(|l| (l.path.clone(), None)));
-    let by_path: HashMap<&str, &Result<String, String>> =
+    let by_path: HashMap<&str, &Result<String, LinkError>> =
         links.iter().map(|l| (l.path.as_str(), &l.target)).collect();
     let mut taken: HashSet<String> = source.files.iter().map(|f| f.path.clone()).collect();
     let mut resolved = Vec::new();
@@ -378,7 +418,7 @@ fn read_entries(
                 }
             }
             Err(why) => {
-                if why.contains("outside") {
+                if why.leads_out() {
                     source.left_out.push((link.path.clone(), Why::OutsideLink));
                 }
                 source
@@ -405,8 +445,9 @@ fn strip_top_folder(source: &mut Source, links: &mut [Link], folder: &str) {
     for link in links {
         link.path = strip(&link.path).unwrap_or_default();
         if let Ok(target) = &link.target {
-            link.target = strip(target).ok_or_else(|| {
-                format!("target {target:?} is outside {prefix}, the folder left out")
+            link.target = strip(target).ok_or_else(|| LinkError::OutsideTopFolder {
+                target: target.clone(),
+                folder: folder.to_owned(),
             });
         }
     }
@@ -439,7 +480,7 @@ fn expand_dir_link(
     link: &str,
     dir: &str,
     files: &[SourceFile],
-) -> Option<Result<Vec<(String, usize)>, String>> {
+) -> Option<Result<Vec<(String, usize)>, LinkError>> {
     let prefix = format!("{dir}/");
     let copies: Vec<(String, usize)> = files
         .iter()
@@ -453,7 +494,7 @@ fn expand_dir_link(
         return None;
     }
     if format!("{link}/").starts_with(&prefix) {
-        return Some(Err(format!("symbolic link loop into {dir:?}")));
+        return Some(Err(LinkError::Loop(dir.to_owned())));
     }
     Some(Ok(copies))
 }
@@ -468,22 +509,22 @@ fn claim(claimed: &mut HashSet<String>, path: &str) -> Result<(), String> {
 
 /// Follows a chain of links to a regular file; the index of that file.
 fn follow(
-    start: &Result<String, String>,
+    start: &Result<String, LinkError>,
     index: &HashMap<String, Option<usize>>,
-    links: &HashMap<&str, &Result<String, String>>,
-) -> Result<usize, String> {
+    links: &HashMap<&str, &Result<String, LinkError>>,
+) -> Result<usize, LinkError> {
     let mut target = start.clone()?;
     for _ in 0..MAX_LINK_HOPS {
         match index.get(&target) {
             Some(Some(i)) => return Ok(*i),
             Some(None) => match links.get(target.as_str()) {
                 Some(next) => target = (*next).clone()?,
-                None => return Err(format!("target {target:?} is not a regular file")),
+                None => return Err(LinkError::NotRegularFile(target)),
             },
-            None => return Err(format!("target {target:?} is not a file in the archive")),
+            None => return Err(LinkError::Missing(target)),
         }
     }
-    Err("too many levels of links".into())
+    Err(LinkError::TooManyHops)
 }
 
 /// Normalises an entry name: `.` and empty components are dropped; `None`
@@ -523,11 +564,9 @@ fn strip_components(path: &str, n: usize) -> Option<String> {
 
 /// The archive path a symbolic link at `link` with target `target` names,
 /// or why it points outside the archive.
-fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
+fn resolve_symlink(link: &str, target: &str) -> Result<String, LinkError> {
     if target.starts_with('/') {
-        return Err(format!(
-            "absolute target {target:?} points outside the archive"
-        ));
+        return Err(LinkError::Absolute(target.to_owned()));
     }
     let mut parts: Vec<&str> = link.split('/').collect();
     parts.pop();
@@ -536,14 +575,14 @@ fn resolve_symlink(link: &str, target: &str) -> Result<String, String> {
             "" | "." => {}
             ".." => {
                 if parts.pop().is_none() {
-                    return Err(format!("target {target:?} points outside the archive"));
+                    return Err(LinkError::Outside(target.to_owned()));
                 }
             }
             p => parts.push(p),
         }
     }
     if parts.is_empty() {
-        return Err("links to the root directory".into());
+        return Err(LinkError::Root);
     }
     Ok(parts.join("/"))
 }
@@ -608,7 +647,14 @@ mod tests {
             Ok("a/c.txt".into())
         );
         assert_eq!(resolve_symlink("link", "./x/y"), Ok("x/y".into()));
-        assert!(resolve_symlink("a/link", "../../etc/passwd").is_err());
-        assert!(resolve_symlink("link", "/etc/passwd").is_err());
+        assert_eq!(
+            resolve_symlink("a/link", "../../etc/passwd"),
+            Err(LinkError::Outside("../../etc/passwd".into()))
+        );
+        assert_eq!(
+            resolve_symlink("link", "/etc/passwd"),
+            Err(LinkError::Absolute("/etc/passwd".into()))
+        );
+        assert_eq!(resolve_symlink("a/link", ".."), Err(LinkError::Root));
     }
 }

@@ -7,19 +7,15 @@ pub mod body;
 pub mod parse;
 pub mod request_line;
 
-use std::net::IpAddr;
-use std::sync::Arc;
-
-use super::access_log::{AccessLog, Entry};
+use super::access_log::Entry;
 use super::date::DateCache;
-use super::handler::{self, Body, Extra, Method, Response, Scratch, Sites};
-use super::metrics::{Answered, Metrics, Protocol};
-use super::net::clock::monotonic_us;
+use super::handler::{self, Body, Extra, Method, Response};
+use super::metrics::Protocol;
 use super::net::conn::Expiry;
 use super::net::{Step, Wait};
 use super::output::{Output, push_u64};
+use super::request_context::RequestContext;
 use super::server_headers::ServerHeaders;
-use crate::pack::Encoding;
 pub use body::{Discard, Progress};
 pub use parse::{Parsed, RequestHead, parse_request};
 
@@ -48,81 +44,6 @@ pub struct Batch {
     /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
     /// requests, to be served once this batch is sent.
     pub more: bool,
-}
-
-/// Everything a batch needs besides the bytes; borrowed from the thread.
-pub struct Context<'w> {
-    /// What requests are answered from.
-    pub sites: &'w Arc<Sites>,
-    /// The handler's reusable buffers.
-    pub scratch: &'w mut Scratch,
-    /// This second's `Date` line.
-    pub date: &'w DateCache,
-    /// The server's own header lines, per set of lines a response overrides.
-    pub server_headers: &'w ServerHeaders,
-    /// This thread's access log, when enabled.
-    pub log: Option<&'w mut AccessLog>,
-    /// The client address, for the access log.
-    pub peer: Option<IpAddr>,
-    /// The server is shutting down: answer what was asked, then close.
-    pub draining: bool,
-    /// `--redirect-https` on a cleartext connection: the HTTPS port to
-    /// send requests to.
-    pub https_redirect: Option<u16>,
-    /// The connection speaks TLS (the metrics' scheme).
-    pub tls: bool,
-    /// Where responses are counted, and this thread's index there.
-    pub metrics: &'w Metrics,
-    pub thread: usize,
-    /// With an access log: when the requests being answered began
-    /// (monotonic microseconds; see `Entry::duration_us`); else 0.
-    pub started_us: u64,
-}
-
-impl Context<'_> {
-    /// Counts an answered request in the metrics, by the site it went to
-    /// (`site`: its slot, if one answered).
-    #[inline]
-    pub fn count(
-        &self,
-        protocol: Protocol,
-        site: Option<u32>,
-        status: u16,
-        body_bytes: u64,
-        encoding: Option<Encoding>,
-    ) {
-        let site = site.and_then(|slot| self.sites.site(slot));
-        let stats = site.map_or(self.metrics.unrouted(), |s| s.stats());
-        stats.thread(self.thread).count(&Answered {
-            protocol,
-            tls: self.tls,
-            status,
-            body_bytes,
-            encoding: encoding.filter(|_| body_bytes > 0),
-        });
-    }
-
-    /// Whether requests are logged: an entry is built only then.
-    #[inline]
-    pub fn logs(&self) -> bool {
-        self.log.is_some()
-    }
-
-    /// Writes the access-log line of `entry` (its peer and duration are
-    /// filled in here).
-    pub fn log(&mut self, entry: Entry<'_>) {
-        if let Some(log) = self.log.as_deref_mut() {
-            let duration_us = monotonic_us().saturating_sub(self.started_us);
-            log.record(
-                self.date.second(),
-                &Entry {
-                    peer: self.peer,
-                    duration_us,
-                    ..entry
-                },
-            );
-        }
-    }
 }
 
 /// How the response says what happens to the connection.
@@ -238,7 +159,7 @@ fn write_response(
 
 /// Answers a request that could not be parsed (or timed out) and asks for
 /// the connection to close.
-pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
+pub fn write_error(out: &mut Output, ctx: &mut RequestContext<'_>, status: u16) {
     let body: &'static [u8] = match status {
         400 => b"400 Bad Request\n",
         408 => b"408 Request Timeout\n",
@@ -281,7 +202,7 @@ pub fn write_error(out: &mut Output, ctx: &mut Context<'_>, status: u16) {
 pub fn serve_batch(
     buf: &[u8],
     discard: &mut Discard,
-    ctx: &mut Context<'_>,
+    ctx: &mut RequestContext<'_>,
     out: &mut Output,
 ) -> Batch {
     let mut batch = Batch::default();
@@ -399,13 +320,13 @@ pub struct Conn {
     /// serve them before reading more.
     backlog: bool,
     /// With an access log: when the request at the start of `partial`
-    /// began arriving (see `Context::started_us`); 0 otherwise.
+    /// began arriving (see `RequestContext::started_us`); 0 otherwise.
     started_us: u64,
 }
 
 impl Conn {
     /// Answers what `bytes` (just read) complete, into `out`.
-    pub fn input(&mut self, bytes: &[u8], ctx: &mut Context<'_>, out: &mut Output) -> Step {
+    pub fn input(&mut self, bytes: &[u8], ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
         let mut partial = std::mem::take(&mut self.partial);
         let from_partial = !partial.is_empty();
         if from_partial {
@@ -456,13 +377,13 @@ impl Conn {
     }
 
     /// Serves the requests left over from a full batch.
-    pub fn resume(&mut self, ctx: &mut Context<'_>, out: &mut Output) -> Step {
+    pub fn resume(&mut self, ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
         self.input(&[], ctx, out)
     }
 
     /// The head did not arrive in time: 408. An idle connection closes
     /// without a word.
-    pub fn expire(&mut self, expiry: Expiry, ctx: &mut Context<'_>, out: &mut Output) {
+    pub fn expire(&mut self, expiry: Expiry, ctx: &mut RequestContext<'_>, out: &mut Output) {
         if expiry == Expiry::Stalled {
             write_error(out, ctx, 408);
             out.seal();

@@ -26,9 +26,9 @@ use crate::serve::metrics::Protocol;
 use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
+use crate::serve::request_context::RequestContext;
 use crate::serve::server_headers::ServerHeaders;
 
-use super::super::http1::Context;
 use super::frame::{self, ErrorCode, ErrorScope, Frame, FrameError, Parsed, setting};
 use super::priority::Priority;
 use super::request::{FieldError, RequestFields};
@@ -278,7 +278,7 @@ impl Conn {
     pub fn input(
         &mut self,
         bytes: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
     ) -> Step {
@@ -311,7 +311,7 @@ impl Conn {
     }
 
     /// The loop sent the last output and the step had `more`: more DATA.
-    pub fn resume(&mut self, ctx: &mut Context<'_>, out: &mut Output) -> Step {
+    pub fn resume(&mut self, ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
         self.finish_turn(ctx, out, true)
     }
 
@@ -355,7 +355,12 @@ impl Conn {
     }
 
     /// Sends what flow control and the step allow, and says what next.
-    fn finish_turn(&mut self, ctx: &mut Context<'_>, out: &mut Output, progress: bool) -> Step {
+    fn finish_turn(
+        &mut self,
+        ctx: &mut RequestContext<'_>,
+        out: &mut Output,
+        progress: bool,
+    ) -> Step {
         if ctx.draining && !self.goaway_sent {
             self.go_away(ErrorCode::NO_ERROR, "", out);
         }
@@ -404,7 +409,7 @@ impl Conn {
     fn frames(
         &mut self,
         buf: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -448,7 +453,7 @@ impl Conn {
     fn frame(
         &mut self,
         frame: Frame<'_>,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -703,7 +708,7 @@ impl Conn {
         end_stream: bool,
         len: usize,
         flow_len: u32,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
         answered: &mut bool,
     ) -> Result<(), ConnectionError> {
@@ -776,7 +781,7 @@ impl Conn {
         &mut self,
         block: &Block,
         bytes: &[u8],
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         h2: &mut Scratch,
         out: &mut Output,
         answered: &mut bool,
@@ -915,7 +920,7 @@ impl Conn {
         &mut self,
         i: usize,
         request: &RequestFields,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
     ) {
         let req = request.request();
@@ -937,7 +942,7 @@ impl Conn {
         status: u16,
         body: &'static [u8],
         request: Option<&RequestFields>,
-        ctx: &mut Context<'_>,
+        ctx: &mut RequestContext<'_>,
         out: &mut Output,
     ) {
         let resp = handler::builtin(status, body);
@@ -1176,17 +1181,8 @@ impl Digits {
         self.len += text.len();
     }
 
-    fn push(&mut self, mut value: u64) {
-        let start = self.len;
-        loop {
-            self.bytes[self.len] = b'0' + (value % 10) as u8;
-            self.len += 1;
-            value /= 10;
-            if value == 0 {
-                break;
-            }
-        }
-        self.bytes[start..self.len].reverse();
+    fn push(&mut self, value: u64) {
+        self.text(itoa::Buffer::new().format(value).as_bytes());
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -1197,7 +1193,7 @@ impl Digits {
 /// Counts a response and logs it; `site` is the slot of the site that
 /// answered.
 fn record(
-    ctx: &mut Context<'_>,
+    ctx: &mut RequestContext<'_>,
     request: Option<&RequestFields>,
     site: Option<u32>,
     status: u16,
@@ -1267,7 +1263,7 @@ mod tests {
         /// Sends `bytes`; returns the step and every frame the server
         /// wrote (with every `resume` it asked for).
         fn send(&mut self, bytes: &[u8]) -> (Step, Vec<Sent>) {
-            let mut ctx = Context {
+            let mut ctx = RequestContext {
                 sites: &self.sites,
                 scratch: &mut self.scratch,
                 date: &self.date,
@@ -1276,7 +1272,7 @@ mod tests {
                 peer: None,
                 draining: self.draining,
                 https_redirect: None,
-                tls: false,
+                scheme: crate::serve::metrics::Scheme::Http,
                 metrics: &self.metrics,
                 thread: 0,
                 started_us: 0,

@@ -12,7 +12,7 @@ use super::{Backing, Output, Seg};
 const IOV_MAX: usize = 1024;
 
 /// Result of a non-blocking syscall.
-pub enum Io {
+pub enum Outcome {
     Done(usize),
     WouldBlock,
     /// A signal interrupted the call: retry it.
@@ -21,22 +21,22 @@ pub enum Io {
     Closed,
 }
 
-fn classify(n: isize) -> Io {
+fn classify(n: isize) -> Outcome {
     if n >= 0 {
-        return Io::Done(n as usize);
+        return Outcome::Done(n as usize);
     }
     match io::Error::last_os_error().raw_os_error() {
-        Some(libc::EAGAIN) => Io::WouldBlock,
-        Some(libc::EINTR) => Io::Interrupted,
-        _ => Io::Closed,
+        Some(libc::EAGAIN) => Outcome::WouldBlock,
+        Some(libc::EINTR) => Outcome::Interrupted,
+        _ => Outcome::Closed,
     }
 }
 
-pub fn read(fd: RawFd, buf: &mut [u8]) -> Io {
+pub fn read(fd: RawFd, buf: &mut [u8]) -> Outcome {
     // SAFETY: `buf` is valid for `len` bytes.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     match classify(n) {
-        Io::Done(0) => Io::Closed,
+        Outcome::Done(0) => Outcome::Closed,
         other => other,
     }
 }
@@ -111,9 +111,9 @@ pub fn send(
             // SAFETY: both descriptors are open; `offset` is a valid pointer.
             let n = unsafe { libc::sendfile(fd, file, &mut offset, chunk) };
             match classify(n) {
-                Io::Done(0) => return Flush::Failed,
-                Io::Interrupted => {}
-                Io::Done(n) => {
+                Outcome::Done(0) => return Flush::Failed,
+                Outcome::Interrupted => {}
+                Outcome::Done(n) => {
                     let n = n as u64;
                     if n == len {
                         next += 1;
@@ -128,8 +128,8 @@ pub fn send(
                         }
                     }
                 }
-                Io::WouldBlock => return Flush::Blocked(next),
-                Io::Closed => return Flush::Failed,
+                Outcome::WouldBlock => return Flush::Blocked(next),
+                Outcome::Closed => return Flush::Failed,
             }
             continue;
         }
@@ -139,10 +139,10 @@ pub fn send(
         // SAFETY: every iovec points into `bytes` or the mapping, both alive.
         let n = unsafe { libc::writev(fd, iov.as_ptr(), count as i32) };
         let sent = match classify(n) {
-            Io::Done(n) => n,
-            Io::Interrupted => continue,
-            Io::WouldBlock => return Flush::Blocked(next),
-            Io::Closed => return Flush::Failed,
+            Outcome::Done(n) => n,
+            Outcome::Interrupted => continue,
+            Outcome::WouldBlock => return Flush::Blocked(next),
+            Outcome::Closed => return Flush::Failed,
         };
         next = advance(segs, next, sent);
         if sent != total {

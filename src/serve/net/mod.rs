@@ -83,16 +83,26 @@ pub struct LoopConfig {
     pub sendfile_min: u64,
 }
 
-/// Which connection layer serves: `--io`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Io {
-    /// io_uring where the kernel offers every operation kiln uses, else
-    /// epoll.
-    Auto,
-    /// io_uring, or fail to start.
-    Uring,
-    /// epoll.
+/// The connection layer the loops run, chosen once at start: each makes
+/// its own system calls (the sandbox allows those of this one), and the
+/// metrics name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Readiness with epoll, then read, writev, sendfile (`worker`).
     Epoll,
+    /// Completions with io_uring: socket I/O goes through the ring, whose
+    /// operations seccomp does not see (the ring is restricted instead).
+    Uring,
+}
+
+impl Backend {
+    /// The name `--io` and the metrics give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Epoll => "epoll",
+            Backend::Uring => "uring",
+        }
+    }
 }
 
 /// One thread's event loop, on the back end chosen at start.

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
-use super::io::{self, Flush, Io, Pending, Sent, SparePending};
+use super::io::{self, Flush, Outcome, Pending, Sent, SparePending};
 use super::poller::{Event, Poller};
 use super::{
     ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
@@ -298,10 +298,10 @@ impl<S: Stack> Worker<S> {
                 continue;
             }
             let n = match io::read(conn.fd, &mut self.read_buf) {
-                Io::Interrupted => continue,
-                Io::Done(n) => n,
-                Io::WouldBlock => return,
-                Io::Closed => {
+                Outcome::Interrupted => continue,
+                Outcome::Done(n) => n,
+                Outcome::WouldBlock => return,
+                Outcome::Closed => {
                     self.close(idx);
                     return;
                 }
@@ -412,9 +412,9 @@ impl<S: Stack> Worker<S> {
     fn drain_lingering(&mut self, idx: usize) {
         for _ in 0..16 {
             match io::read(self.conns[idx].fd, &mut self.read_buf) {
-                Io::Done(_) | Io::Interrupted => {}
-                Io::WouldBlock => return,
-                Io::Closed => break,
+                Outcome::Done(_) | Outcome::Interrupted => {}
+                Outcome::WouldBlock => return,
+                Outcome::Closed => break,
             }
         }
         self.close(idx);
