@@ -282,6 +282,34 @@ fn sighup_reads_the_whole_folder_again() {
 }
 
 #[test]
+fn a_change_lost_to_an_overflowed_event_queue_reloads_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), true);
+    let server = Server::start(&[dir.path().to_str().unwrap()]);
+    // Read, not changed: the kernel's queue of events per inotify instance.
+    let queued: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Stopped, the server reads no event: a scratch file renamed back and
+    // forth (two events a rename, none merged) fills the queue, and the
+    // real change after it is dropped by the kernel.
+    server.signal(libc::SIGSTOP);
+    let (here, there) = (dir.path().join(".scratch-1"), dir.path().join(".scratch-2"));
+    std::fs::write(&here, b"").unwrap();
+    for _ in 0..queued / 2 + 1 {
+        std::fs::rename(&here, &there).unwrap();
+        std::fs::rename(&there, &here).unwrap();
+    }
+    version_pack(&dir.path().join("a.example.pack"), "a2");
+    server.signal(libc::SIGCONT);
+    wait_for(&server, "a.example", "200 a2");
+    wait_for_log(&server, "the inotify event queue overflowed");
+    assert_eq!(version_of(&server, "b.example"), "200 b");
+}
+
+#[test]
 fn a_bad_pack_at_start_leaves_the_other_sites_serving() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), true);

@@ -15,6 +15,7 @@ pub mod date;
 pub mod handler;
 pub mod http1;
 pub mod http2;
+pub mod inotify;
 pub mod listen;
 pub mod load;
 pub mod metrics;
