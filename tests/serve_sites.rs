@@ -5,7 +5,8 @@
 //! their own site, a host no site serves gets 421 without a default, and
 //! each site is added, replaced and removed on its own while the others
 //! keep serving; certificates beside the packs are chosen by SNI and
-//! reloaded pair by pair.
+//! reloaded pair by pair; a change lost to an overflowed inotify queue is
+//! caught by reloading everything.
 
 mod common;
 
@@ -278,6 +279,59 @@ fn sighup_reads_the_whole_folder_again() {
         server.stderr_text()
     );
     assert_eq!(version_of(&server, "a.example"), "200 a");
+    assert_eq!(version_of(&server, "b.example"), "200 b");
+}
+
+/// Waits (bounded) until every thread of the server is stopped (state T
+/// in /proc), as SIGSTOP reaches them asynchronously.
+fn wait_stopped(server: &Server) {
+    let tasks = format!("/proc/{}/task", server.child.id());
+    let stopped = || {
+        std::fs::read_dir(&tasks).unwrap().flatten().all(|task| {
+            // A thread gone meanwhile reads nothing either. The state
+            // follows the command name, which is in parentheses.
+            std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+        })
+    };
+    let start = Instant::now();
+    while !stopped() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{tasks}: not stopped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_change_lost_to_an_overflowed_event_queue_reloads_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), true);
+    let server = Server::start(&[dir.path().to_str().unwrap()]);
+    // Read, not changed: the kernel's queue of events per inotify instance.
+    let queued: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Stopped, the server reads no event: a scratch file renamed back and
+    // forth (two events a rename, none merged) fills the queue, and the
+    // real change after it is dropped by the kernel.
+    server.signal(libc::SIGSTOP);
+    wait_stopped(&server);
+    let (here, there) = (dir.path().join(".scratch-1"), dir.path().join(".scratch-2"));
+    std::fs::write(&here, b"").unwrap();
+    for _ in 0..queued / 2 + 1 {
+        std::fs::rename(&here, &there).unwrap();
+        std::fs::rename(&there, &here).unwrap();
+    }
+    version_pack(&dir.path().join("a.example.pack"), "a2");
+    server.signal(libc::SIGCONT);
+    wait_for(&server, "a.example", "200 a2");
+    wait_for_log(&server, "the inotify event queue overflowed");
     assert_eq!(version_of(&server, "b.example"), "200 b");
 }
 

@@ -2,19 +2,20 @@
 //! a second one forces exit; SIGHUP: reload everything) and an inotify
 //! watch on the directories of what is served (a pack replaced by rename
 //! or rewritten, a pack added to or removed from a folder of sites, a
-//! certificate or key replaced: reload that). A reload opens and verifies
-//! a new pack before publishing it; a bad one is logged and the old one
-//! keeps serving, site by site.
+//! certificate or key replaced: reload that; an overflowed event queue:
+//! reload everything, as the lost events could have said anything). A
+//! reload opens and verifies a new pack before publishing it; a bad one is
+//! logged and the old one keeps serving, site by site.
 //!
 //! Without this thread the server would ignore SIGTERM and SIGHUP (they are
 //! blocked everywhere) and could only be killed, so whatever ends it — an
 //! error it cannot get past, or a panic — shuts the server down, and
 //! `serve::run` reports it with a non-zero exit.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::handler::{Site, Sites};
+use super::inotify;
 use super::load::{Folder, SiteSource, open_site};
 use super::metrics::{Metrics, SiteStats};
 use super::net::{Shared, Waker};
@@ -84,6 +86,8 @@ pub struct Watch {
 /// What a batch of inotify events changed.
 #[derive(Default)]
 struct Changes {
+    /// The kernel's event queue overflowed: anything may have changed.
+    overflowed: bool,
     pack: bool,
     certificate: bool,
     /// Names in a folder of sites that changed.
@@ -94,11 +98,14 @@ impl Watch {
     /// What the events in `buf` changed.
     fn changes(&self, buf: &[u8]) -> Changes {
         let mut changes = Changes::default();
-        for (wd, name) in events(buf) {
-            for f in self.files.iter().filter(|f| f.wd == wd) {
+        for event in inotify::events(buf) {
+            changes.overflowed |= event.overflowed();
+            for f in self.files.iter().filter(|f| f.wd == event.wd) {
                 match f.role {
-                    Role::Folder => changes.in_folder.push(name.clone()),
-                    _ if f.name != name => {}
+                    Role::Folder => changes
+                        .in_folder
+                        .push(OsStr::from_bytes(event.name).to_os_string()),
+                    _ if f.name.as_bytes() != event.name => {}
                     Role::Pack => changes.pack = true,
                     Role::Certificate => changes.certificate = true,
                 }
@@ -333,24 +340,6 @@ fn reload_one(source: &SiteSource, stats: &Arc<SiteStats>) -> Option<Arc<Site>> 
     }
 }
 
-/// The directory watch and name of each inotify event in `buf`.
-fn events(buf: &[u8]) -> Vec<(libc::c_int, OsString)> {
-    let header = std::mem::size_of::<libc::inotify_event>();
-    let mut names = Vec::new();
-    let mut at = 0;
-    while at + header <= buf.len() {
-        // SAFETY: the kernel wrote a whole event header here; read unaligned.
-        let ev: libc::inotify_event =
-            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-        let name_end = (at + header + ev.len as usize).min(buf.len());
-        let raw = &buf[at + header..name_end];
-        let len = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
-        names.push((ev.wd, OsString::from_vec(raw[..len].to_vec())));
-        at = name_end;
-    }
-    names
-}
-
 /// The running control thread.
 pub struct Control {
     /// Returns why the loop ended (it never ends otherwise).
@@ -579,8 +568,19 @@ fn run(
                     );
                     watched = None;
                 }
-            } else if reloader.files_changed(watch.changes(&buf[..n as usize])) {
-                timers.certificates = Some(now + CERTIFICATE_QUIET);
+            } else {
+                let changes = watch.changes(&buf[..n as usize]);
+                if changes.overflowed {
+                    // The events dropped may have replaced any pack or
+                    // certificate: read everything again, as SIGHUP does.
+                    tracing::warn!(
+                        "the inotify event queue overflowed (changes were lost): reloading every site and certificate"
+                    );
+                    timers.certificates = None;
+                    reloader.reload_all();
+                } else if reloader.files_changed(changes) {
+                    timers.certificates = Some(now + CERTIFICATE_QUIET);
+                }
             }
         }
     }

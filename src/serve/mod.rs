@@ -15,6 +15,7 @@ pub mod date;
 pub mod handler;
 pub mod http1;
 pub mod http2;
+pub mod inotify;
 pub mod listen;
 pub mod load;
 pub mod metrics;
@@ -880,16 +881,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (tls_reload, tls_config) = match &tls_source {
         Some(source) => {
             let (resolver, config) = load_tls(source, args.tls_self_signed_out.as_deref())?;
-            // The hand-off of keys to the kernel is built and tested against
-            // known vectors (tls::ktls) but not switched on: no machine here
-            // has kTLS to prove it on, so records stay in userspace.
-            match tls::ktls::probe() {
-                Ok(()) => tracing::info!(
-                    "kTLS: this kernel takes TLS offload, but kiln does not hand keys to it yet; TLS records are encrypted in userspace"
+            // The hand-off of keys to the kernel (tls::ktls) is the cargo
+            // feature `ktls`, off by default and never called: no machine
+            // here has kTLS to prove it on, so records stay in userspace.
+            match tls::kernel_offers_ktls() {
+                Ok(true) => tracing::info!(
+                    "kTLS: this kernel offers it, but kiln encrypts TLS records in userspace"
                 ),
-                Err(e) => tracing::info!(
-                    "kTLS: not available ({e}); TLS records are encrypted in userspace"
+                Ok(false) => tracing::info!(
+                    "kTLS: this kernel does not offer it (no tls module loaded); kiln encrypts TLS records in userspace"
                 ),
+                Err(e) => {
+                    tracing::info!("kTLS: unknown ({e}); kiln encrypts TLS records in userspace")
+                }
             }
             let given = given.clone().expect("given when there is a source");
             (Some(control::TlsReload { given, resolver }), Some(config))

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use super::handler::{Site, Sites};
+use super::inotify;
 use super::load::log_build_warnings;
 use super::metrics::SiteStats;
 use super::stack::CurrentSites;
@@ -238,24 +239,13 @@ impl Preview {
 /// True when the inotify events in `buf` name something the build reads:
 /// not an ignored name (an editor's swap file, a VCS directory).
 fn relevant_events(buf: &[u8]) -> bool {
-    let header = std::mem::size_of::<libc::inotify_event>();
-    let mut at = 0;
-    let mut relevant = false;
-    while at + header <= buf.len() {
-        // SAFETY: the kernel wrote a whole event header here; read unaligned.
-        let ev: libc::inotify_event =
-            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
-        let end = (at + header + ev.len as usize).min(buf.len());
-        let raw = &buf[at + header..end];
-        let name = &raw[..raw.iter().position(|&c| c == 0).unwrap_or(raw.len())];
-        // A name in a subdirectory is ignored wherever the root `.well-known`
-        // exception does not apply; checked as if at the root, which only
-        // errs towards a rebuild.
-        let ignored = std::str::from_utf8(name).is_ok_and(|n| is_ignored_entry(true, n));
-        relevant |= ev.mask & libc::IN_Q_OVERFLOW != 0 || name.is_empty() || !ignored;
-        at = end;
-    }
-    relevant
+    inotify::events(buf).any(|event| {
+        // A name in a subdirectory is ignored wherever the root
+        // `.well-known` exception does not apply; checked as if at the
+        // root, which only errs towards a rebuild.
+        let ignored = std::str::from_utf8(event.name).is_ok_and(|n| is_ignored_entry(true, n));
+        event.overflowed() || event.name.is_empty() || !ignored
+    })
 }
 
 /// Adds a watch for every directory under `root` the build would read

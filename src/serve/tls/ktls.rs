@@ -2,6 +2,13 @@
 //! connection's traffic keys to Linux, so that the socket itself encrypts what
 //! is written to it and decrypts what is read from it.
 //!
+//! Built only with the cargo feature `ktls` (off by default) and called by
+//! nothing in the server: no machine kiln is tested on has kTLS, so the
+//! hand-off cannot be proven end to end, and records are sealed in userspace
+//! by `record` (see docs/tls.md). Check it with
+//! `cargo clippy --all-targets --features ktls -- -D warnings` and
+//! `cargo test --lib --features ktls tls::`.
+//!
 //! Why: with the record layer in the kernel, a TLS connection is served like a
 //! plain one. `sendfile` goes straight from the page cache to the socket and
 //! `writev` sends plaintext head and body in one call; without kTLS every body
@@ -9,21 +16,23 @@
 //! (`record`), and out again.
 //!
 //! How, per connection:
-//! 1. Once per process, [`probe`]. If it fails, never try: ENOENT means the
+//! 1. Once per process, `tls::kernel_offers_ktls` (`tls` among
+//!    `/proc/sys/net/ipv4/tcp_available_ulp`). If it says no, never try: the
 //!    kernel has no `tls` upper-layer protocol, or has it as a module that is
-//!    not loaded and the process lacks `CAP_NET_ADMIN` to have it auto-loaded
-//!    (`modprobe tls` fixes that).
+//!    not loaded (`modprobe tls` fixes that).
 //! 2. Finish the handshake with rustls' unbuffered API
-//!    (`ServerConfig::enable_secret_extraction` set), as `session` does: its
-//!    flights are written straight into the output, so everything rustls
-//!    produced is the caller's to send before the kernel's records, and the
-//!    records it read were whole and processed, their plaintext taken out
-//!    (the handshake is over only once the client's Finished is read).
-//! 3. `dangerous_into_kernel_connection()` gives the `tx` and `rx` halves,
-//!    each a sequence number and [`rustls::ConnectionTrafficSecrets`] (a
-//!    hand-off after `record` sealed or opened records takes its sequence
-//!    numbers, and its keys after a KeyUpdate); [`crypto_info`] for each,
-//!    then [`enable`] on the socket.
+//!    (`ServerConfig::enable_secret_extraction` set) and get all of its
+//!    output onto the wire before extracting: the last handshake flight and,
+//!    in TLS 1.3, the NewSessionTicket records rustls encodes when the
+//!    client's Finished arrives; the kernel's records must follow them.
+//!    Equally, everything the peer sent must be whole records rustls has
+//!    processed: the rx sequence number counts the records rustls decrypted,
+//!    and bytes of a record not yet processed are the caller's to feed the
+//!    kernel's socket first.
+//! 3. `UnbufferedServerConnection::dangerous_into_kernel_connection()` (as
+//!    `session` does for `record`), then [`crypto_info`] for its `tx` and
+//!    `rx` halves (each a sequence number and
+//!    [`rustls::ConnectionTrafficSecrets`]), then [`enable`] on the socket.
 //! 4. From then on `read`, `write`, `writev` and `sendfile` on the socket carry
 //!    plaintext.
 //!
@@ -37,37 +46,21 @@
 //!   limits, as `record` does.
 //! - No close_notify is sent on close (that would take `sendmsg` with a
 //!   record-type control message); the connection just ends.
-//! - If [`enable`] fails, the socket may be half-switched (the ULP attached,
-//!   one direction's keys taken): the connection can only be closed, though
-//!   `record` still holds the keys. Hence [`probe`] first. A kernel that has the ULP can still refuse
+//! - If [`enable`] fails, rustls' state is already gone (extraction consumed
+//!   it) and the socket may be half-switched: the connection can only be
+//!   closed. Hence the probe first. A kernel that has the ULP can still refuse
 //!   a cipher or TLS 1.3 if it is old; that shows up as an error from
 //!   [`enable`].
 
 use std::fmt;
 use std::io;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 
 /// The upper-layer protocol name `TCP_ULP` takes. The kernel copies at most
 /// `optlen` bytes and terminates the name itself, so no NUL is needed.
 const ULP_NAME: &[u8] = b"tls";
-
-/// Whether this kernel accepts the TLS upper-layer protocol, found out on a
-/// real connection: the ULP can only be attached to an established TCP
-/// socket, so a loopback connection is made and dropped again.
-///
-/// `Ok` if it does; otherwise the error `setsockopt(TCP_ULP, "tls")` gave
-/// (ENOENT when there is no `tls` module to be had), or the error of setting
-/// up the loopback connection. Everything opened is closed before returning.
-pub fn probe() -> io::Result<()> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    let _client = TcpStream::connect(listener.local_addr()?)?;
-    // The accepted end, like the sockets the server switches.
-    let (accepted, _) = listener.accept()?;
-    setsockopt(accepted.as_raw_fd(), libc::SOL_TCP, libc::TCP_ULP, ULP_NAME)
-}
 
 /// The largest of the kernel structures below: AES-256-GCM and
 /// ChaCha20-Poly1305 are both 56 bytes.
@@ -335,6 +328,8 @@ fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &[u8]) ->
 mod tests {
     use std::collections::HashSet;
     use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
     use std::sync::Arc;
 
     /// What a test found about this machine, on stderr; a stream that
@@ -354,6 +349,7 @@ mod tests {
 
     use super::*;
 
+    use super::super::kernel_offers_ktls;
     use super::super::rfc8448::*;
 
     /// Consecutive bytes from `start`: made-up key material that is easy to
@@ -379,35 +375,6 @@ mod tests {
     // The expected structures below are written for a little-endian host
     // (x86_64, aarch64): the first four bytes are the host-order u16s version
     // (0x0303 or 0x0304) and cipher_type (51 = 0x33, 52 = 0x34, 54 = 0x36).
-
-    #[test]
-    fn probe_says_whether_the_kernel_has_the_tls_ulp() {
-        match probe() {
-            Ok(()) => report(format_args!(
-                "this kernel accepts the TLS ULP: kTLS is available"
-            )),
-            Err(err) => {
-                report(format_args!("no kTLS on this kernel: {err}"));
-                assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
-            }
-        }
-    }
-
-    #[test]
-    fn probe_leaves_no_descriptor_open() {
-        let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
-        let before = open();
-        for _ in 0..200 {
-            let _ = probe();
-        }
-        // Each probe opens three sockets, so even one left open each time
-        // adds 200; other tests running meanwhile hold a few at most.
-        assert!(
-            open() < before + 200,
-            "{before} descriptors before, {} after",
-            open()
-        );
-    }
 
     #[test]
     fn constants_and_layouts_match_linux_tls_h() {
@@ -825,7 +792,7 @@ mod tests {
 
     #[test]
     fn enable_without_kernel_support_fails_on_the_ulp() {
-        if probe().is_ok() {
+        if kernel_offers_ktls().unwrap() {
             report(format_args!(
                 "kTLS available: kernel_round_trip covers enable"
             ));
@@ -845,8 +812,8 @@ mod tests {
     /// fail a plain read on an alert with EIO.
     #[test]
     fn kernel_round_trip() {
-        if let Err(err) = probe() {
-            report(format_args!("no kTLS on this kernel ({err}): skipped"));
+        if !kernel_offers_ktls().unwrap() {
+            report(format_args!("no kTLS on this kernel: skipped"));
             return;
         }
         let (mut server, mut client) = loopback_pair();

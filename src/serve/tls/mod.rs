@@ -2,8 +2,9 @@
 //! (no async runtime). `certs` loads and chooses certificates, `session`
 //! is one connection's TLS state between the loop and the protocol (rustls
 //! for the handshake), `record` seals and opens records after it, in
-//! place, with the keys rustls hands over; `ktls` would hand the same keys
-//! to the kernel where it can take them.
+//! place, with the keys rustls hands over; `ktls` (the cargo feature
+//! `ktls`, off by default) would hand the same keys to the kernel where
+//! it can take them, and is not called by the server.
 //!
 //! Settings (RFC 8446 and the choices): TLS 1.3 and 1.2, AEAD
 //! suites only, X25519 and P-256 key exchange, session resumption by
@@ -13,12 +14,14 @@
 //! (AES-128-GCM first) wins over the client's.
 
 pub mod certs;
+#[cfg(feature = "ktls")]
 pub mod ktls;
 pub mod record;
 #[cfg(test)]
 mod rfc8448;
 pub mod session;
 
+use std::io;
 use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
@@ -104,6 +107,24 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// The upper-layer protocols TCP can attach now: `tls` is there when the
+/// kernel has kTLS built in or its module loaded (one that could be loaded
+/// on demand is not listed: `modprobe tls`).
+const AVAILABLE_ULP: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
+
+/// Whether the kernel offers kTLS, read from `AVAILABLE_ULP` (no socket
+/// opened); the error names the file when it cannot be read.
+pub fn kernel_offers_ktls() -> io::Result<bool> {
+    std::fs::read_to_string(AVAILABLE_ULP)
+        .map(|list| lists_tls(&list))
+        .map_err(|e| io::Error::new(e.kind(), format!("{AVAILABLE_ULP}: {e}")))
+}
+
+/// Whether a space-separated list of upper-layer protocols has `tls`.
+fn lists_tls(list: &str) -> bool {
+    list.split_ascii_whitespace().any(|ulp| ulp == "tls")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +140,14 @@ mod tests {
         let (first, second) = (make(), make());
         assert!(Arc::ptr_eq(&first.ticketer, &second.ticketer));
         assert!(Arc::ptr_eq(&first.session_storage, &second.session_storage));
+    }
+
+    #[test]
+    fn tls_is_found_among_the_available_upper_layer_protocols() {
+        assert!(lists_tls("espintcp mptcp tls\n"));
+        assert!(lists_tls("tls\n"));
+        assert!(!lists_tls("espintcp mptcp\n"));
+        assert!(!lists_tls("tlsx smc\n"));
+        assert!(!lists_tls(""));
     }
 }

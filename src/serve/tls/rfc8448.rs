@@ -1,9 +1,10 @@
-//! RFC 8448 §3 test vectors shared by the kTLS and record-layer tests.
+//! RFC 8448 §3 test vectors shared by the record-layer tests and (with the
+//! `ktls` feature) the kTLS ones.
 
 // RFC 8448 §3 ("Simple 1-RTT Handshake"), "{server} derive write traffic
 // keys for application data" and the client's counterpart, TLS 1.3 with
 // TLS_AES_128_GCM_SHA256. Checked against several independent copies of
-// the RFC text; the record tests (`ktls`'s kernel model and `record`)
+// the RFC text; the record tests (`record`, and `ktls`'s kernel model)
 // check them again, through AES-GCM, against the RFC's encrypted records.
 pub const RFC8448_SERVER_KEY: [u8; 16] = [
     0x9f, 0x02, 0x28, 0x3b, 0x6c, 0x9c, 0x07, 0xef, 0xc2, 0x6b, 0xb9, 0xf2, 0xac, 0x92, 0xe3, 0x56,
