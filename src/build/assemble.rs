@@ -12,16 +12,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Write as _};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 
+use super::Progress;
 use super::compress::{
-    CompressOptions, encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
+    BROTLI_PIECE_BYTES, BROTLI_PIECE_HISTORY, CompressOptions, encode_br_in_parallel,
+    encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
@@ -76,8 +79,8 @@ pub struct AssembleInput<'a> {
     pub cache: &'a CachePolicy,
     /// The parsed `_headers` (empty when absent or disabled).
     pub header_rules: &'a [HeaderRule],
-    /// Show a progress bar on stderr while compressing.
-    pub progress: bool,
+    /// How the compression's progress shows on stderr.
+    pub progress: Progress,
     /// File data held in memory at once: a batch's contents and their
     /// encoded variants. A file that alone needs more is streamed.
     pub buffer_bytes: u64,
@@ -220,8 +223,30 @@ pub fn assemble(
         .map(|(f, t)| !encodings.is_empty() && is_compressible(t) && worth_trying(f.len))
         .collect();
     let CompressionPlan { jobs, first_hashes } = firing.plan_compression(files, &wants)?;
+    if input.progress != Progress::Silent {
+        let brotli_bytes = jobs
+            .iter()
+            .filter(|job| job.encoding == Encoding::Br)
+            .map(|job| files[job.file].len)
+            .chain(
+                (0..files.len())
+                    .filter(|&i| wants[i] && firing.cost(&files[i], true) > half)
+                    .filter(|_| encodings.contains(&Encoding::Br))
+                    .map(|i| files[i].len),
+            )
+            .sum();
+        if let Some(note) = long_build_note(brotli_bytes, input.compress.brotli_quality) {
+            let _ = writeln!(std::io::stderr(), "kiln: note: {note}");
+        }
+    }
     let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
+    // Dropped when the bodies are written: ends the progress lines.
+    let (written, wait) = std::sync::mpsc::channel::<()>();
     let bodies = std::thread::scope(|scope| {
+        if input.progress == Progress::Lines && bar.length().unwrap_or(0) > 0 {
+            let bar = &bar;
+            scope.spawn(move || log_progress(bar, &wait));
+        }
         if !compressor.is_idle() {
             let mut workers = 0;
             for i in 0..rayon::current_num_threads().max(1) {
@@ -236,7 +261,9 @@ pub fn assemble(
         }
         // Dropped however the writer ends, so that no worker waits on.
         let _stop = compressor.stop_on_drop();
-        firing.fire_all(writer, files, &wants, &first_hashes, &compressor)
+        let bodies = firing.fire_all(writer, files, &wants, &first_hashes, &compressor);
+        drop(written);
+        bodies
     })?;
     bar.finish_and_clear();
     release_batch_memory();
@@ -672,7 +699,17 @@ impl Firing<'_> {
         let mut done = Vec::new();
         for (encoding, settings) in self.encodings.clone() {
             let compress = |writer: &mut PackWriter| {
-                compress_streamed(writer, file, &identity, encoding, self.input)
+                compress_streamed(
+                    writer,
+                    file,
+                    &identity,
+                    encoding,
+                    &Streaming {
+                        input: self.input,
+                        bar: self.bar,
+                        memory: self.batch_bytes,
+                    },
+                )
             };
             let (body, reused, damaged) = match self.plan(&hash, encoding, settings) {
                 Plan::Reuse(None) => (None, true, false),
@@ -687,7 +724,9 @@ impl Firing<'_> {
                 }
                 Plan::Compress => (compress(writer)?, false, false),
             };
-            self.bar.inc(file.len);
+            if reused {
+                self.bar.inc(file.len);
+            }
             self.count(reused, damaged);
             if let Some(b) = &body {
                 count_fresh(&mut self.result.per_encoding, encoding, b);
@@ -730,17 +769,53 @@ impl Firing<'_> {
     }
 }
 
+/// What compressing a streamed file needs besides the writer.
+struct Streaming<'a> {
+    input: &'a AssembleInput<'a>,
+    /// Advanced by the bytes compressed.
+    bar: &'a ProgressBar,
+    /// File data the pieces of a brotli body may hold at once: the
+    /// writer's half of the buffer, which holds no batch meanwhile.
+    memory: u64,
+}
+
 /// Makes `encoding` of a file's identity body, already stored as
 /// `identity`, by reading it back from the pack in pieces; the body when
-/// worth keeping (else it is cut off again).
+/// worth keeping (else it is cut off again). A brotli body made of several
+/// pieces has them compressed on every core (`encode_br_in_parallel`).
 fn compress_streamed(
     writer: &mut PackWriter,
     file: &SourceFile,
     identity: &BodyRef,
     encoding: Encoding,
-    input: &AssembleInput<'_>,
+    streaming: &Streaming<'_>,
 ) -> anyhow::Result<Option<BodyRef>> {
+    let input = streaming.input;
     let write_err = || format!("{}: cannot write", input.out_name);
+    let failed = || format!("{}: {} compression failed", file.shown(), encoding.token());
+    if encoding == Encoding::Br && identity.len > BROTLI_PIECE_BYTES {
+        let stored = writer.stored_file().with_context(write_err)?;
+        let read = |at: u64, n: usize| {
+            let mut bytes = vec![0; n];
+            stored.read_exact_at(&mut bytes, identity.off + at)?;
+            Ok(bytes)
+        };
+        // A piece in flight holds its input (history and piece) and at
+        // most as much output as input.
+        let in_flight = streaming.memory / (2 * BROTLI_PIECE_BYTES + BROTLI_PIECE_HISTORY);
+        let mut body = writer.body_writer();
+        encode_br_in_parallel(
+            &read,
+            identity.len,
+            input.compress,
+            rayon::current_num_threads(),
+            in_flight,
+            &|n| streaming.bar.inc(n),
+            &mut body,
+        )
+        .with_context(failed)?;
+        return keep_or_discard(body, identity.len, input);
+    }
     let mut source = writer.body_reader(identity).with_context(write_err)?;
     let mut body = writer.body_writer();
     encode_to(
@@ -750,8 +825,19 @@ fn compress_streamed(
         input.compress,
         &mut body,
     )
-    .with_context(|| format!("{}: {} compression failed", file.shown(), encoding.token()))?;
-    if worth_keeping(identity.len, body.written()) {
+    .with_context(failed)?;
+    streaming.bar.inc(identity.len);
+    keep_or_discard(body, identity.len, input)
+}
+
+/// Stores an encoded body that passes the keep rule, or cuts it off.
+fn keep_or_discard(
+    body: crate::pack::BodyWriter<'_>,
+    identity_len: u64,
+    input: &AssembleInput<'_>,
+) -> anyhow::Result<Option<BodyRef>> {
+    let write_err = || format!("{}: cannot write", input.out_name);
+    if worth_keeping(identity_len, body.written()) {
         Ok(Some(body.finish().with_context(write_err)?))
     } else {
         body.discard().with_context(write_err)?;
@@ -774,6 +860,86 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// Compression time after which a build starts writing progress lines.
+const PROGRESS_FIRST_LINE: Duration = Duration::from_secs(1);
+/// Time between two progress lines.
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(10);
+/// Brotli's speed at quality 11 and 10 on one core, in bytes a second, for
+/// the estimate of a long build (measured on text: bench/COMPRESSION.md).
+const BROTLI_11_RATE: u64 = 250_000;
+const BROTLI_10_RATE: u64 = 500_000;
+/// An estimated compression time above which a build suggests
+/// `--compression fast`.
+const LONG_BUILD: Duration = Duration::from_secs(60);
+
+/// The note that suggests `--compression fast`, when brotli at `quality`
+/// on `brotli_bytes` looks like more than `LONG_BUILD` on this machine's
+/// cores.
+fn long_build_note(brotli_bytes: u64, quality: u32) -> Option<String> {
+    let rate = match quality {
+        11.. => BROTLI_11_RATE,
+        10 => BROTLI_10_RATE,
+        _ => return None,
+    };
+    let cores = rayon::current_num_threads().max(1) as u64;
+    let seconds = brotli_bytes / (rate * cores);
+    (seconds > LONG_BUILD.as_secs()).then(|| {
+        format!(
+            "{} MiB to compress with brotli at quality {quality}: about {} min on {cores} cores; \
+             --compression fast takes about a hundredth of that, for bodies about a third larger",
+            brotli_bytes >> 20,
+            seconds.div_ceil(60)
+        )
+    })
+}
+
+/// Writes a line on stderr when the compression has taken
+/// `PROGRESS_FIRST_LINE`, then one every `PROGRESS_LINE_EVERY` until
+/// `written` says the bodies are written (or is dropped), then one with the
+/// time taken; a build done sooner writes none. A line that cannot be
+/// written is dropped.
+fn log_progress(bar: &ProgressBar, written: &std::sync::mpsc::Receiver<()>) {
+    use std::sync::mpsc::RecvTimeoutError::Timeout;
+    let started = Instant::now();
+    if !matches!(written.recv_timeout(PROGRESS_FIRST_LINE), Err(Timeout)) {
+        return;
+    }
+    let total = bar.length().unwrap_or(0);
+    let mib = |bytes: u64| format!("{:.1}", bytes as f64 / f64::from(1 << 20));
+    let _ = writeln!(
+        std::io::stderr(),
+        "kiln: compressing {} MiB (each encoding counted), a line every {} s",
+        mib(total),
+        PROGRESS_LINE_EVERY.as_secs()
+    );
+    loop {
+        let done = bar.position();
+        let percent = done * 100 / total.max(1);
+        let left = if done > 0 {
+            let secs =
+                started.elapsed().as_secs_f64() * (total - done.min(total)) as f64 / done as f64;
+            format!(", about {} s left", secs.round() as u64)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "kiln: compressing: {percent} % ({} of {} MiB){left}",
+            mib(done),
+            mib(total)
+        );
+        if !matches!(written.recv_timeout(PROGRESS_LINE_EVERY), Err(Timeout)) {
+            break;
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "kiln: compressed {} MiB in {:.1} s",
+        mib(bar.position()),
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// The progress bar of the compression: one unit per byte per encoding of
 /// each compressible file large enough to be tried.
 fn progress_bar(
@@ -782,15 +948,16 @@ fn progress_bar(
     types: &[String],
     encodings: usize,
 ) -> ProgressBar {
-    if !input.progress {
-        return ProgressBar::hidden();
-    }
     let total: u64 = files
         .iter()
         .zip(types)
         .filter(|(f, t)| is_compressible(t) && worth_trying(f.len))
         .map(|(f, _)| f.len * encodings as u64)
         .sum();
+    if input.progress != Progress::Bar {
+        // Counted all the same: the progress lines read it.
+        return ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    }
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template(

@@ -73,7 +73,9 @@ pub struct BuildArgs {
     pub output: PathBuf,
     /// Encodings to store besides identity, for compressible types only:
     /// a comma-separated subset of br, zstd, gzip, or "none". An encoded
-    /// variant is kept only if it saves at least 10 % and 100 bytes.
+    /// variant is kept only if it saves at least 10 % and 100 bytes. zstd
+    /// is not in the default: every browser that accepts it accepts
+    /// brotli, whose bodies are smaller (bench/COMPRESSION.md).
     #[arg(long, value_name = "LIST", default_value = "br,gzip")]
     pub compress: String,
     /// Compression levels: max (brotli 11, zstd 19, gzip 9: the smallest
@@ -161,6 +163,19 @@ pub struct BuildArgs {
     pub verbose: bool,
 }
 
+/// How a build shows the progress of its compression on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing (`--quiet`, previews).
+    Silent,
+    /// A bar redrawn in place: stderr is a terminal.
+    Bar,
+    /// A line now and then, and a note when the compression looks long:
+    /// stderr is a pipe or a file (a CI log, a service's journal), where a
+    /// bar would show nothing until the end.
+    Lines,
+}
+
 /// All the switches of a build.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuildOptions {
@@ -174,8 +189,8 @@ pub struct BuildOptions {
     pub headers_file: bool,
     /// Read the root `_redirects`.
     pub redirects_file: bool,
-    /// Draw a progress bar on stderr.
-    pub progress: bool,
+    /// How the compression's progress shows on stderr.
+    pub progress: Progress,
     /// The most an archive may expand to (`--max-source-bytes`).
     pub max_source_bytes: u64,
     /// Leading components dropped from archive names (`--strip-components`;
@@ -209,7 +224,7 @@ impl Default for BuildOptions {
             routes: RouteOptions::default(),
             headers_file: true,
             redirects_file: true,
-            progress: false,
+            progress: Progress::Silent,
             max_source_bytes: source::DEFAULT_MAX_SOURCE_BYTES,
             strip_components: None,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
@@ -740,7 +755,11 @@ impl BuildArgs {
             },
             headers_file: !self.no_headers_file,
             redirects_file: !self.no_redirects_file,
-            progress: !self.quiet && std::io::stderr().is_terminal(),
+            progress: match (self.quiet, std::io::stderr().is_terminal()) {
+                (true, _) => Progress::Silent,
+                (false, true) => Progress::Bar,
+                (false, false) => Progress::Lines,
+            },
             max_source_bytes: self.max_source_bytes,
             strip_components: self.strip_components,
             buffer_bytes: self.buffer_bytes.max(1),

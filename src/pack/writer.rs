@@ -412,6 +412,13 @@ impl PackWriter {
         ))
     }
 
+    /// The file being written, flushed, for positioned reads of the bodies
+    /// stored so far (from several threads at once).
+    pub fn stored_file(&mut self) -> io::Result<Arc<File>> {
+        self.out.flush()?;
+        Ok(Arc::clone(&self.reread))
+    }
+
     /// The stored body with BLAKE3 `hash`, counted as de-duplicated.
     fn stored_body(&mut self, hash: &[u8; 32]) -> Option<BodyRef> {
         let &(off, len) = self.bodies.get(hash)?;
