@@ -173,7 +173,16 @@ fn page_problems(load: &Value, reload: bool, protocol: &str) -> Vec<String> {
     for f in load["failed"].as_array().unwrap() {
         complain(format!("request for {} failed: {}", f["url"], f["error"]));
     }
+    // Chromium logs a document's own error status to the console (with the
+    // reason phrase over HTTP/1.1, none over h2): on the not-found page that
+    // line is the expected 404, not a fault.
+    let own_status = format!(
+        "console: Failed to load resource: the server responded with a status of {page_status} ("
+    );
     for e in load["errors"].as_array().unwrap() {
+        if page_status != 200 && e.as_str().is_some_and(|e| e.starts_with(&own_status)) {
+            continue;
+        }
         complain(format!("the page reported {e}"));
     }
     // Resource Timing also lists what the browser fetched beyond the page's
