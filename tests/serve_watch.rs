@@ -162,12 +162,33 @@ fn links_out_of_the_site_are_not_served_links_inside_are() {
 
     // Links made while it runs: resolved by the rebuild, in the sandbox.
     symlink("/etc/passwd", root.join("passwd.txt")).unwrap();
+    write(&root, ".git/config", "repository secrets");
+    symlink(".git", root.join("repo")).unwrap();
     symlink("index.html", root.join("home.html")).unwrap();
     wait_until("the new link inside", &server, || {
         body(&server, "/home.html").0 == 200
     });
     assert_eq!(body(&server, "/passwd.txt").0, 404);
     assert_eq!(body(&server, "/secret.txt").0, 404);
+    assert_eq!(body(&server, "/repo/config").0, 404);
+    // A rebuild logs only what is new: the first link's warning once.
+    let log = server.stderr_text();
+    assert_eq!(
+        log.matches("secret.txt: symbolic link to ../secret.txt skipped")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "repo: symbolic link to .git skipped, it leads to a name the build leaves out"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains("passwd.txt: symbolic link to /etc/passwd skipped"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -816,7 +816,12 @@ fn compress_streamed(
         .with_context(failed)?;
         return keep_or_discard(body, identity.len, input);
     }
-    let mut source = writer.body_reader(identity).with_context(write_err)?;
+    // Counted as it is read, so that a long encoding moves the progress
+    // lines too, not only at its end.
+    let mut source = ProgressReader {
+        inner: writer.body_reader(identity).with_context(write_err)?,
+        bar: streaming.bar,
+    };
     let mut body = writer.body_writer();
     encode_to(
         &mut source,
@@ -826,7 +831,6 @@ fn compress_streamed(
         &mut body,
     )
     .with_context(failed)?;
-    streaming.bar.inc(identity.len);
     keep_or_discard(body, identity.len, input)
 }
 
@@ -860,14 +864,29 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
+/// A reader that moves a progress bar by the bytes read through it.
+struct ProgressReader<'a, R> {
+    inner: R,
+    bar: &'a ProgressBar,
+}
+
+impl<R: Read> Read for ProgressReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bar.inc(n as u64);
+        Ok(n)
+    }
+}
+
 /// Compression time after which a build starts writing progress lines.
 const PROGRESS_FIRST_LINE: Duration = Duration::from_secs(1);
 /// Time between two progress lines.
 const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(10);
 /// Brotli's speed at quality 11 and 10 on one core, in bytes a second, for
-/// the estimate of a long build (measured on text: bench/COMPRESSION.md).
-const BROTLI_11_RATE: u64 = 250_000;
-const BROTLI_10_RATE: u64 = 500_000;
+/// the estimate of a long build (measured on text with a release build on
+/// a quiet machine: bench/COMPRESSION.md).
+const BROTLI_11_RATE: u64 = 650_000;
+const BROTLI_10_RATE: u64 = 1_800_000;
 /// An estimated compression time above which a build suggests
 /// `--compression fast`.
 const LONG_BUILD: Duration = Duration::from_secs(60);

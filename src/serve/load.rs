@@ -139,7 +139,13 @@ pub fn open_site(site: &SiteSource) -> anyhow::Result<Pack> {
 /// Logs what a preview build skipped (links out of the site, special
 /// files), as `kiln build` prints it.
 pub fn log_build_warnings(report: &BuildReport) {
-    for warning in &report.warnings {
+    log_new_build_warnings(report, &[]);
+}
+
+/// Logs the warnings of `report` that are not among `said` already (a
+/// rebuild of a preview repeats those of the builds before it).
+pub fn log_new_build_warnings(report: &BuildReport, said: &[String]) {
+    for warning in report.warnings.iter().filter(|w| !said.contains(w)) {
         tracing::warn!("{warning}");
     }
 }

@@ -25,7 +25,7 @@ use anyhow::{Context as _, bail};
 
 use super::handler::{Site, Sites};
 use super::inotify;
-use super::load::log_build_warnings;
+use super::load::{log_build_warnings, log_new_build_warnings};
 use super::metrics::SiteStats;
 use super::stack::CurrentSites;
 use crate::build::compress::Level;
@@ -62,6 +62,9 @@ pub struct Preview {
     inotify: OwnedFd,
     /// The site being served; its pack is the base of the next build.
     served: Arc<Site>,
+    /// The warnings of the last build that worked, already logged: a
+    /// rebuild logs only new ones.
+    warnings: Vec<String>,
     /// The last build failed: the next one that works says so, even when
     /// it serves what was served before (a broken file put back), so that
     /// the error is not the log's last word.
@@ -104,6 +107,7 @@ pub fn start(
         opts,
         inotify,
         served: Arc::clone(&served),
+        warnings: report.warnings,
         failing: false,
     };
     Ok((served, preview))
@@ -188,7 +192,7 @@ impl Preview {
     fn rebuild(&mut self, current: &CurrentSites) {
         let started = Instant::now();
         let built = build_preview_with(&self.dir, &self.opts, self.served.pack());
-        let (pack, report) = match built {
+        let (pack, mut report) = match built {
             Ok(built) => built,
             Err(e) => {
                 self.served
@@ -200,7 +204,8 @@ impl Preview {
                 return;
             }
         };
-        log_build_warnings(&report);
+        log_new_build_warnings(&report, &self.warnings);
+        self.warnings = std::mem::take(&mut report.warnings);
         let recovered = std::mem::take(&mut self.failing);
         let diff = self.served.pack().map(|old| Diff::new(old, &pack));
         let line = match &diff {

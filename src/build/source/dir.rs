@@ -78,7 +78,7 @@ pub fn resolve_link(link: &Path, root: FileId) -> std::io::Result<LinkTarget> {
     let mut at = link.to_path_buf();
     for _ in 0..MAX_LINK_HOPS {
         if !fs::symlink_metadata(&at)?.file_type().is_symlink() {
-            let (mut dir, mut name_below) = if fs::metadata(&at)?.is_dir() {
+            let (mut dir, file_name) = if fs::metadata(&at)?.is_dir() {
                 (at, None)
             } else {
                 let name = at.file_name().map(|n| n.to_os_string());
@@ -88,28 +88,22 @@ pub fn resolve_link(link: &Path, root: FileId) -> std::io::Result<LinkTarget> {
                     .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
                 (dir, name)
             };
-            let mut left_out = false;
+            // Each directory climbed through, with its parent: named only
+            // once the root is found above them, as only then are the
+            // parents inside the tree (and readable in the sandbox).
+            let mut climbed: Vec<(PathBuf, FileId)> = Vec::new();
             for _ in 0..MAX_DEPTH {
                 let here = fs::metadata(&dir)?;
                 let id = (here.dev(), here.ino());
-                let at_root = id == root;
-                left_out |= name_below.as_ref().is_some_and(|n| {
-                    n.to_str()
-                        .is_none_or(|n| why_ignored_entry(at_root, n).is_some())
-                });
-                if at_root {
-                    return Ok(if left_out {
-                        LinkTarget::LeftOut
-                    } else {
-                        LinkTarget::Inside
-                    });
+                if id == root {
+                    return names_left_out(file_name.as_deref(), &climbed);
                 }
                 let up = dir.join("..");
                 let parent = fs::metadata(&up)?;
                 if (parent.dev(), parent.ino()) == id {
                     return Ok(LinkTarget::Outside);
                 }
-                name_below = name_in(&up, id)?;
+                climbed.push((up.clone(), id));
                 dir = up;
             }
             return Ok(LinkTarget::Outside);
@@ -121,6 +115,34 @@ pub fn resolve_link(link: &Path, root: FileId) -> std::io::Result<LinkTarget> {
         };
     }
     Ok(LinkTarget::Outside)
+}
+
+/// Whether a link that resolves under the root leads to (or through) a
+/// name the build leaves out: the target file's own `file_name`, and each
+/// directory of `climbed` (from the target's up to the root's child, each
+/// with its parent) looked up by identity in its parent.
+fn names_left_out(
+    file_name: Option<&std::ffi::OsStr>,
+    climbed: &[(PathBuf, FileId)],
+) -> std::io::Result<LinkTarget> {
+    let left_out = |name: &std::ffi::OsStr, at_root: bool| {
+        name.to_str()
+            .is_none_or(|n| why_ignored_entry(at_root, n).is_some())
+    };
+    if let Some(name) = file_name
+        && left_out(name, climbed.is_empty())
+    {
+        return Ok(LinkTarget::LeftOut);
+    }
+    for (depth, (parent, id)) in climbed.iter().enumerate() {
+        let at_root = depth + 1 == climbed.len();
+        if let Some(name) = name_in(parent, *id)?
+            && left_out(&name, at_root)
+        {
+            return Ok(LinkTarget::LeftOut);
+        }
+    }
+    Ok(LinkTarget::Inside)
 }
 
 /// The name of the entry of directory `dir` whose identity is `id`, if it
