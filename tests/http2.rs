@@ -96,11 +96,7 @@ fn h2spec_passes_every_case_over_h2c_and_tls() {
 /// bytes (not decoded) and the same representation headers.
 #[test]
 fn curl_gets_every_variant_as_over_http1() {
-    let curl_has_http2 = Command::new("curl")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"));
-    if !curl_has_http2 {
+    if !common::curl_has_http2() {
         eprintln!("curl without HTTP/2; skipped");
         return;
     }

@@ -917,3 +917,12 @@ Referrer-Policy: strict-origin-when-cross-origin\r\nX-Frame-Options: SAMEORIGIN\
 X-XSS-Protection: 0\r\nCross-Origin-Opener-Policy: same-origin\r\n"
     )
 }
+
+/// Whether the curl on PATH speaks HTTP/2 (tests that use it skip
+/// themselves, saying so, where it does not).
+pub fn curl_has_http2() -> bool {
+    Command::new("curl")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
+}
