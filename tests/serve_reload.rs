@@ -164,17 +164,7 @@ fn a_replaced_archive_site_is_fired_again_inside_the_sandbox() {
     let tar = |version: &str| {
         std::fs::write(site.join("version.txt"), version).unwrap();
         let incoming = dir.path().join("incoming.tar");
-        let status = std::process::Command::new("tar")
-            .args([
-                "cf",
-                incoming.to_str().unwrap(),
-                "-C",
-                site.to_str().unwrap(),
-                ".",
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        tar_contents(&incoming, &site, "-cf");
         std::fs::rename(&incoming, &archive).unwrap();
     };
     tar("one");

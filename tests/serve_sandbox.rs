@@ -618,17 +618,7 @@ fn previews_start_every_time_on_a_busy_machine() {
     let site = dir.path().join("site");
     text_site(&site, 400);
     let archive = dir.path().join("site.tar");
-    let status = Command::new("tar")
-        .args([
-            "-cf",
-            archive.to_str().unwrap(),
-            "-C",
-            site.to_str().unwrap(),
-            ".",
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    tar_contents(&archive, &site, "-cf");
     let _busy = BusyCores::start(3);
     for round in 0..10 {
         for source in [&site, &archive] {

@@ -31,18 +31,6 @@ fn site_folder(dir: &Path, version: &str) {
     std::fs::write(dir.join("version.txt"), version).unwrap();
 }
 
-fn tar(archive: &Path, dir: &Path, flags: &str) {
-    let status = Command::new("tar")
-        .arg(flags)
-        .arg(archive)
-        .arg("-C")
-        .arg(dir)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// `/version.txt` as `host` is served it: status and body.
 fn version(server: &Server, host: &str) -> String {
     let mut c = server.connect();
@@ -76,7 +64,7 @@ fn a_file_is_taken_for_what_it_holds_not_for_its_name() {
     site_folder(&site, "from the archive");
     for (name, flags) in [("plain.pack", "-cf"), ("gzip.pack", "-czf")] {
         let archive = dir.path().join(name);
-        tar(&archive, &site, flags);
+        tar_contents(&archive, &site, flags);
         let server = Server::start(&[archive.to_str().unwrap()]);
         assert_eq!(version(&server, "t"), "200 from the archive", "{name}");
         let log = server.stderr_text();

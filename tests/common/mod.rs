@@ -926,3 +926,17 @@ pub fn curl_has_http2() -> bool {
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("HTTP2"))
 }
+
+/// Archives the contents of `dir` (not the folder itself) into `archive`
+/// with the system's tar; `flags` is tar's first argument (`-cf`, `-czf`).
+pub fn tar_contents(archive: &Path, dir: &Path, flags: &str) {
+    let status = Command::new("tar")
+        .arg(flags)
+        .arg(archive)
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success(), "tar {flags} {}", archive.display());
+}
