@@ -230,7 +230,11 @@ impl Reloader {
             Served::Nothing => {}
             Served::One { source, stats } => {
                 if let Some(site) = reload_one(source, stats) {
+                    let routes = site.pack().map_or(0, |p| p.route_count());
                     self.current.publish(Sites::single(site));
+                    // Said once published: a client that reads the line
+                    // and asks again must get the new pack.
+                    tracing::info!("reloaded {}: {routes} routes", source.path.display());
                 }
             }
             Served::Folder(folder) => {
@@ -324,9 +328,7 @@ fn reload_one(source: &SiteSource, stats: &Arc<SiteStats>) -> Option<Arc<Site>> 
     let path = source.path.as_path();
     match open_site(source) {
         Ok(pack) => {
-            let routes = pack.route_count();
             stats.loads.fetch_add(1, Ordering::Relaxed);
-            tracing::info!("reloaded {}: {routes} routes", path.display());
             Some(Site::new(pack, 0, Arc::clone(stats)))
         }
         Err(e) => {
