@@ -2,6 +2,8 @@
 //! serves it from that file with near-zero work per request.
 //!
 //! Layout (see `ARCHITECTURE.md` for the full code map and invariants):
+//! - [`acme`]: automatic certificates — the ACME client process and the
+//!   state folder it shares with the server.
 //! - [`pack`]: the pack format — writer, memory-mapped reader, verifier.
 //! - [`build`]: `kiln build` — reads a directory or tar, decides routes,
 //!   compresses and prepares every response's headers, writes the pack.
@@ -12,6 +14,7 @@
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
 //!   that maps a request to prepared pack bytes.
 
+pub mod acme;
 pub mod build;
 pub mod diff;
 pub mod hpack;

@@ -1,0 +1,53 @@
+//! The flags `kiln serve --acme` and `kiln acme` share, each with its
+//! `KILN_*` variable.
+
+use std::path::PathBuf;
+
+/// Let's Encrypt's production directory: the CA when none is named.
+pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+/// Let's Encrypt's staging directory (`--acme-staging`).
+pub const LETS_ENCRYPT_STAGING: &str = "https://acme-staging-v02.api.letsencrypt.org/directory";
+
+/// Which CA, which account, and where the state lives.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct AcmeArgs {
+    /// The account's contact address, to which the CA may send notices.
+    #[arg(long = "acme-email", value_name = "ADDRESS", env = "KILN_ACME_EMAIL")]
+    pub email: Option<String>,
+    /// The CA's ACME directory URL [default: Let's Encrypt].
+    #[arg(
+        long = "acme-ca",
+        value_name = "URL",
+        conflicts_with = "staging",
+        env = "KILN_ACME_CA"
+    )]
+    pub ca: Option<String>,
+    /// Use Let's Encrypt's staging CA (for trials: browsers do not trust
+    /// its certificates).
+    #[arg(long = "acme-staging", env = "KILN_ACME_STAGING")]
+    pub staging: bool,
+    /// Trust the root certificates in this PEM file for the CA's own
+    /// HTTPS (a private CA), instead of the system's.
+    #[arg(long = "acme-ca-root", value_name = "PEM", env = "KILN_ACME_CA_ROOT")]
+    pub ca_root: Option<PathBuf>,
+    /// The state folder: accounts, certificates, keys, renewal state
+    /// (created with mode 0700).
+    #[arg(
+        long = "acme-dir",
+        value_name = "DIR",
+        default_value = "/var/lib/kiln/acme",
+        env = "KILN_ACME_DIR"
+    )]
+    pub dir: PathBuf,
+}
+
+impl AcmeArgs {
+    /// The directory URL of the CA these flags name.
+    pub fn directory_url(&self) -> &str {
+        match (&self.ca, self.staging) {
+            (Some(url), _) => url,
+            (None, true) => LETS_ENCRYPT_STAGING,
+            (None, false) => LETS_ENCRYPT,
+        }
+    }
+}
