@@ -23,7 +23,7 @@ use rayon::prelude::*;
 
 use super::Progress;
 use super::compress::{
-    BROTLI_PIECE_BYTES, BROTLI_PIECE_HISTORY, CompressOptions, encode_br_in_parallel,
+    BROTLI_PIECE_BYTES, CompressOptions, brotli_cut, brotli_quality, encode_br_in_parallel,
     encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
@@ -224,7 +224,7 @@ pub fn assemble(
         .collect();
     let CompressionPlan { jobs, first_hashes } = firing.plan_compression(files, &wants)?;
     if input.progress != Progress::Silent {
-        let brotli_bytes = jobs
+        let brotli_lengths = jobs
             .iter()
             .filter(|job| job.encoding == Encoding::Br)
             .map(|job| files[job.file].len)
@@ -233,9 +233,8 @@ pub fn assemble(
                     .filter(|&i| wants[i] && firing.cost(&files[i], true) > half)
                     .filter(|_| encodings.contains(&Encoding::Br))
                     .map(|i| files[i].len),
-            )
-            .sum();
-        if let Some(note) = long_build_note(brotli_bytes, input.compress.brotli_quality) {
+            );
+        if let Some(note) = long_build_note(brotli_lengths, input.compress) {
             let _ = writeln!(std::io::stderr(), "kiln: note: {note}");
         }
     }
@@ -802,7 +801,8 @@ fn compress_streamed(
         };
         // A piece in flight holds its input (history and piece) and at
         // most as much output as input.
-        let in_flight = streaming.memory / (2 * BROTLI_PIECE_BYTES + BROTLI_PIECE_HISTORY);
+        let cut = brotli_cut(identity.len);
+        let in_flight = streaming.memory / (2 * cut.piece + cut.history);
         let mut body = writer.body_writer();
         encode_br_in_parallel(
             &read,
@@ -891,22 +891,26 @@ const BROTLI_10_RATE: u64 = 1_800_000;
 /// `--compression fast`.
 const LONG_BUILD: Duration = Duration::from_secs(60);
 
-/// The note that suggests `--compression fast`, when brotli at `quality`
-/// on `brotli_bytes` looks like more than `LONG_BUILD` on this machine's
-/// cores.
-fn long_build_note(brotli_bytes: u64, quality: u32) -> Option<String> {
-    let rate = match quality {
-        11.. => BROTLI_11_RATE,
-        10 => BROTLI_10_RATE,
-        _ => return None,
-    };
+/// The note that suggests `--compression fast`, when brotli on bodies of
+/// these lengths looks like more than `LONG_BUILD` on this machine's cores.
+fn long_build_note(lengths: impl Iterator<Item = u64>, opts: &CompressOptions) -> Option<String> {
+    let (mut bytes, mut core_seconds) = (0, 0);
+    for len in lengths {
+        let rate = match brotli_quality(len, opts) {
+            11.. => BROTLI_11_RATE,
+            10 => BROTLI_10_RATE,
+            _ => continue,
+        };
+        bytes += len;
+        core_seconds += len / rate;
+    }
     let cores = rayon::current_num_threads().max(1) as u64;
-    let seconds = brotli_bytes / (rate * cores);
+    let seconds = core_seconds / cores;
     (seconds > LONG_BUILD.as_secs()).then(|| {
         format!(
-            "{} MiB to compress with brotli at quality {quality}: about {} min on {cores} cores; \
+            "{} MiB to compress with brotli at quality 10 or 11: about {} min on {cores} cores; \
              --compression fast takes about a hundredth of that, for bodies about a third larger",
-            brotli_bytes >> 20,
+            bytes >> 20,
             seconds.div_ceil(60)
         )
     })

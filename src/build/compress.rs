@@ -43,8 +43,8 @@ pub const MIN_SAVED_PERCENT: usize = 10;
 /// `encoder_outputs_are_pinned` fails when that happens.
 pub const ENCODER_EPOCH: u32 = 1;
 
-/// A brotli body longer than this is made in pieces of this many bytes (see
-/// the module documentation); a shorter one is one stream, as before.
+/// A brotli body longer than this is made in pieces (see the module
+/// documentation); a shorter one is one stream, as before.
 pub const BROTLI_PIECE_BYTES: u64 = 4 << 20;
 /// Input just before a piece that its matches may refer to. On the first
 /// 32 MiB of the 200 MiB text of bench/COMPRESSION.md at quality 11, 4 MiB
@@ -52,6 +52,21 @@ pub const BROTLI_PIECE_BYTES: u64 = 4 << 20;
 /// 8 MiB 1.4 % for the CPU time of one stream, 12 MiB 0.8 % for 18 % more;
 /// 8 MiB also lets two pieces work at once in the default buffer.
 pub const BROTLI_PIECE_HISTORY: u64 = 8 << 20;
+/// A brotli body longer than this is a large one: it is made at
+/// `CompressOptions::brotli_large_quality` (10 at the default levels), in
+/// pieces of `BROTLI_LARGE_PIECE_BYTES`. Quality 11 makes about 0.7 MB a
+/// second on one core, so past this size it would take more than half a
+/// minute on two; quality 10 is about twice as fast, and on the 200 MiB
+/// text of bench/COMPRESSION.md its one stream is 2.6 % larger than
+/// quality 11's.
+pub const BROTLI_LARGE_BYTES: u64 = 32 << 20;
+/// The pieces of a large brotli body and their history: the history is
+/// the whole window (a window of 2^24 bytes reaches back 2^24 − 16), so a
+/// piece loses no match that one stream would make; the pieces are short
+/// enough that two fit at once in the default 64 MiB buffer (a piece in
+/// flight holds its history, itself and its output: 16 + 2 × 8 MiB).
+pub const BROTLI_LARGE_PIECE_BYTES: u64 = 8 << 20;
+pub const BROTLI_LARGE_PIECE_HISTORY: u64 = 16 << 20;
 
 /// Smallest and largest brotli window, log2 of bytes.
 const BROTLI_MIN_LGWIN: u32 = 10;
@@ -83,6 +98,8 @@ pub struct CompressOptions {
     pub encodings: Vec<Encoding>,
     /// Brotli quality, 0–11.
     pub brotli_quality: u32,
+    /// Brotli quality of a body over `BROTLI_LARGE_BYTES`, 0–11.
+    pub brotli_large_quality: u32,
     /// Largest brotli window, log2 of bytes, 10–24; a body gets the
     /// smallest window that holds it, up to this (as the brotli tool does).
     pub brotli_lgwin: u32,
@@ -102,13 +119,14 @@ impl Default for CompressOptions {
 impl CompressOptions {
     /// The levels of `level`, for the default `br,gzip` set.
     pub fn at(level: Level) -> Self {
-        let (brotli_quality, gzip_level, zstd_level) = match level {
-            Level::Max => (11, 9, 19),
-            Level::Fast => (3, 1, 3),
+        let (brotli_quality, brotli_large_quality, gzip_level, zstd_level) = match level {
+            Level::Max => (11, 10, 9, 19),
+            Level::Fast => (3, 3, 1, 3),
         };
         CompressOptions {
             encodings: vec![Encoding::Br, Encoding::Gzip],
             brotli_quality,
+            brotli_large_quality,
             brotli_lgwin: BROTLI_MAX_LGWIN,
             gzip: GzipMode::Deflate(gzip_level),
             zstd_level,
@@ -146,9 +164,12 @@ pub fn settings_id(encoding: Encoding, opts: &CompressOptions) -> u64 {
     let settings = match encoding {
         Encoding::Identity => "identity".to_owned(),
         Encoding::Br => format!(
-            "br quality={} max-lgwin={} pieces={BROTLI_PIECE_BYTES} history={BROTLI_PIECE_HISTORY}",
+            "br quality={} max-lgwin={} pieces={BROTLI_PIECE_BYTES} history={BROTLI_PIECE_HISTORY} \
+             large={BROTLI_LARGE_BYTES} quality={} pieces={BROTLI_LARGE_PIECE_BYTES} \
+             history={BROTLI_LARGE_PIECE_HISTORY}",
             opts.brotli_quality,
-            opts.brotli_lgwin.clamp(BROTLI_MIN_LGWIN, BROTLI_MAX_LGWIN)
+            opts.brotli_lgwin.clamp(BROTLI_MIN_LGWIN, BROTLI_MAX_LGWIN),
+            opts.brotli_large_quality,
         ),
         Encoding::Zstd => format!("zstd level={}", opts.zstd_level),
         Encoding::Gzip => match opts.gzip {
@@ -191,7 +212,7 @@ pub fn encode_to(
         }
         Encoding::Br => {
             let params = brotli::enc::BrotliEncoderParams {
-                quality: opts.brotli_quality as i32,
+                quality: brotli_quality(len, opts) as i32,
                 lgwin: brotli_window(len, opts.brotli_lgwin) as i32,
                 size_hint: usize::try_from(len).unwrap_or(usize::MAX),
                 ..Default::default()
@@ -228,10 +249,44 @@ pub fn encode_to(
     Ok(())
 }
 
+/// The brotli quality of a body of `len` bytes.
+pub fn brotli_quality(len: u64, opts: &CompressOptions) -> u32 {
+    if len > BROTLI_LARGE_BYTES {
+        opts.brotli_large_quality
+    } else {
+        opts.brotli_quality
+    }
+}
+
+/// How a brotli body longer than `BROTLI_PIECE_BYTES` is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BrotliCut {
+    /// The length of every piece but the last.
+    pub piece: u64,
+    /// How much of the input before a piece primes it.
+    pub history: u64,
+}
+
+/// How a brotli body of `len` bytes is cut (when it is longer than
+/// `BROTLI_PIECE_BYTES`; else it is one stream).
+pub fn brotli_cut(len: u64) -> BrotliCut {
+    if len > BROTLI_LARGE_BYTES {
+        BrotliCut {
+            piece: BROTLI_LARGE_PIECE_BYTES,
+            history: BROTLI_LARGE_PIECE_HISTORY,
+        }
+    } else {
+        BrotliCut {
+            piece: BROTLI_PIECE_BYTES,
+            history: BROTLI_PIECE_HISTORY,
+        }
+    }
+}
+
 /// How many pieces a brotli body of `len` bytes is made of.
 pub fn brotli_pieces(len: u64) -> u64 {
     if len > BROTLI_PIECE_BYTES {
-        len.div_ceil(BROTLI_PIECE_BYTES)
+        len.div_ceil(brotli_cut(len).piece)
     } else {
         1
     }
@@ -251,11 +306,12 @@ pub struct BrotliPiece {
 impl BrotliPiece {
     /// Piece `index` of a body of `len` bytes.
     pub fn of(len: u64, index: u64) -> BrotliPiece {
-        let start = index * BROTLI_PIECE_BYTES;
+        let cut = brotli_cut(len);
+        let start = index * cut.piece;
         BrotliPiece {
-            history: start.saturating_sub(BROTLI_PIECE_HISTORY),
+            history: start.saturating_sub(cut.history),
             start,
-            end: (start + BROTLI_PIECE_BYTES).min(len),
+            end: (start + cut.piece).min(len),
         }
     }
 }
@@ -283,10 +339,13 @@ pub fn brotli_piece(
     }
     let mut state = BrotliEncoderStateStruct::new(brotli::enc::StandardAlloc::default());
     state.params = brotli::enc::BrotliEncoderParams {
-        quality: opts.brotli_quality as i32,
+        quality: brotli_quality(len, opts) as i32,
         // Every piece of a body has the same window, the one the joined
         // stream declares: it holds a piece and its history.
-        lgwin: brotli_window(BROTLI_PIECE_BYTES + BROTLI_PIECE_HISTORY, opts.brotli_lgwin) as i32,
+        lgwin: brotli_window(
+            brotli_cut(len).piece + brotli_cut(len).history,
+            opts.brotli_lgwin,
+        ) as i32,
         size_hint: size,
         appendable: true,
         catable: piece.start > 0,
@@ -719,6 +778,45 @@ mod tests {
         };
         let pieces = encode(&text, Encoding::Br, &opts).unwrap();
         assert!(decode(Encoding::Br, &pieces) == text);
+    }
+
+    /// A body over `BROTLI_LARGE_BYTES` is made at the large quality, in
+    /// the longer pieces; one just under it at the quality asked for, in
+    /// the short ones. Both decode to their input.
+    #[test]
+    fn a_large_brotli_body_has_its_own_quality_and_pieces() {
+        let opts = CompressOptions {
+            brotli_quality: 2,
+            brotli_large_quality: 1,
+            ..CompressOptions::default()
+        };
+        assert_eq!(brotli_quality(BROTLI_LARGE_BYTES, &opts), 2);
+        assert_eq!(brotli_quality(BROTLI_LARGE_BYTES + 1, &opts), 1);
+        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES), 8);
+        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES + 1), 5);
+        let len = BROTLI_LARGE_BYTES + 12_345;
+        assert_eq!(
+            BrotliPiece::of(len, 1),
+            BrotliPiece {
+                history: 0,
+                start: BROTLI_LARGE_PIECE_BYTES,
+                end: 2 * BROTLI_LARGE_PIECE_BYTES,
+            }
+        );
+        let text = varied_text(len as usize);
+        let large = encode(&text, Encoding::Br, &opts).unwrap();
+        assert!(decode(Encoding::Br, &large) == text);
+        let asked = CompressOptions {
+            brotli_large_quality: 2,
+            ..opts.clone()
+        };
+        let at_two = encode(&text, Encoding::Br, &asked).unwrap();
+        assert!(decode(Encoding::Br, &at_two) == text);
+        assert!(large != at_two, "the large quality was not used");
+        assert_ne!(
+            settings_id(Encoding::Br, &opts),
+            settings_id(Encoding::Br, &asked)
+        );
     }
 
     /// A failed read of a piece fails the body; no thread is left waiting.

@@ -78,8 +78,8 @@ pub struct BuildArgs {
     /// brotli, whose bodies are smaller (bench/COMPRESSION.md).
     #[arg(long, value_name = "LIST", default_value = "br,gzip")]
     pub compress: String,
-    /// Compression levels: max (brotli 11, zstd 19, gzip 9: the smallest
-    /// bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
+    /// Compression levels: max (brotli 11, or 10 for a file over 32 MiB;
+    /// zstd 19, gzip 9: the smallest bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
     /// CPU time; on the Python docs, brotli bodies a third larger, gzip
     /// 40 %).
     #[arg(long, value_enum, default_value = "max")]
@@ -90,7 +90,8 @@ pub struct BuildArgs {
     /// deflate level for gzip variants (0-9; default: by --compression).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=9))]
     pub gzip_level: Option<u32>,
-    /// Brotli quality (0-11; default: by --compression).
+    /// Brotli quality of every file, however large (0-11; default: by
+    /// --compression).
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=11))]
     pub brotli_quality: Option<u32>,
     /// zstd level (1-22; default: by --compression).
@@ -728,6 +729,8 @@ impl BuildArgs {
             compress: CompressOptions {
                 encodings: parse_encodings(&self.compress)?,
                 brotli_quality: self.brotli_quality.unwrap_or(preset.brotli_quality),
+                // A quality asked for is the quality of every body.
+                brotli_large_quality: self.brotli_quality.unwrap_or(preset.brotli_large_quality),
                 gzip: match self.gzip {
                     GzipTool::Deflate => {
                         GzipMode::Deflate(self.gzip_level.unwrap_or(preset_gzip_level))
