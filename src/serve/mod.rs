@@ -763,21 +763,119 @@ fn pack_gauges(current: &CurrentSites) -> Vec<metrics::PackGauges> {
     current.sites().iter().filter_map(|s| s.gauges()).collect()
 }
 
+/// `kiln serve`, step by step, in the order the sandbox sets: everything
+/// is opened, bound and built on one thread, the sandbox entered, and only
+/// then do threads start (each step says why it is where it is).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    // A log line that cannot be written is dropped: by default the
-    // subscriber reports the failure by printing to stderr, which panics
-    // when stderr is a closed pipe or a full device, and the thread logging
-    // dies.
+    init_logging();
+    let settings = read_settings(&args)?;
+    // Blocked before anything starts a thread (a preview build starts
+    // rayon's pool): a thread spawned earlier would keep the default action,
+    // and SIGHUP or SIGTERM would kill the process instead of reaching the
+    // control thread. A signal during the preview build waits for it.
+    let signals = control::block_signals().context("cannot set up signal handling")?;
+    let metrics = Metrics::new(settings.threads, now_unix());
+    let opened = open_served(&args, &metrics)?;
+    let access_log = open_access_log(&args)?;
+    let activated = sort_activated(settings.activated);
+    let certificates = certificates(&args, &settings.listens, &activated, &opened.served)?;
+    let (listeners, metrics_listeners) =
+        bind_listeners(&args, &settings.listens, settings.threads, activated)?;
+    let stack_config = stack_config(
+        &args,
+        &listeners,
+        certificates.tls_listener,
+        access_log,
+        &metrics,
+    );
+    let urls = serving_urls(&listeners)?;
+    let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates)?;
+    let backend = choose_io(args.io)?;
+    metrics.set_io(backend);
+    let shared = Arc::new(Shared::default());
+    let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
+    let Loops { loops, wakers } = build_loops(
+        listeners,
+        backend,
+        &shared,
+        &settings.loop_config,
+        &metrics,
+        &current,
+        &stack_config,
+    )?;
+    let watched = watch_for_reloads(&opened.served, certificates.given.as_ref());
+    let announcement = announcement(&opened.what, &urls, settings.threads, &metrics_listeners);
+    enter_sandbox(
+        settings.identity,
+        backend,
+        opened.path.as_deref(),
+        certificates.source.as_ref(),
+    )?;
+    let handles = start_threads(opened.preview, &current, metrics_listeners, &metrics, loops)?;
+    // Every loop runs: ready for systemd; then the control thread (reloads
+    // and shutdown), and the line for whoever started kiln.
+    if let Some(n) = &settings.notifier {
+        n.ready(&announcement["kiln: ".len()..]);
+    }
+    let reloader = control::Reloader {
+        served: opened.served,
+        tls: tls_reload,
+        current,
+        metrics,
+        notifier: settings.notifier,
+    };
+    let control = control::spawn(
+        signals,
+        reloader,
+        watched,
+        settings.shutdown_delay,
+        Arc::clone(&shared),
+        wakers,
+    )?;
+    say(&announcement);
+    drain(handles, control)
+}
+
+/// Logs to stderr, set up first so that every later step can log. A log
+/// line that cannot be written is dropped: by default the subscriber
+/// reports the failure by printing to stderr, which panics when stderr is
+/// a closed pipe or a full device, and the thread logging dies.
+fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
-    // Both read (and clear) the environment: before any thread starts.
+}
+
+/// What the environment and the flags ask for, checked before anything is
+/// opened.
+struct Settings {
+    /// The sockets systemd passed.
+    activated: Vec<systemd::Activated>,
+    /// systemd's notification socket, when it gave one.
+    notifier: Option<systemd::Notifier>,
+    /// The addresses `--listen` and `--listen-tls` ask for.
+    listens: Vec<(Listen, u32)>,
+    /// Every loop's timeouts and connection limit.
+    loop_config: Arc<LoopConfig>,
+    /// `--shutdown-delay`.
+    shutdown_delay: Duration,
+    /// Event loops, one per thread.
+    threads: usize,
+    /// The user the sandbox switches to; `None` with `--no-sandbox`.
+    identity: Option<sandbox::Identity>,
+}
+
+/// Reads systemd's variables and checks the flags, first: systemd's
+/// listeners and notifier read and clear the environment, which is safe
+/// only while the process has one thread; and a bad flag is said before
+/// anything is opened.
+fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     let activated = systemd::listeners()?;
     let notifier = systemd::Notifier::from_env();
-    let listens = listen_addresses(&args, !activated.is_empty())?;
+    let listens = listen_addresses(args, !activated.is_empty())?;
     let header_timeout_ms = seconds_ms("header-timeout", args.header_timeout)?;
     let keepalive_timeout_ms = seconds_ms("keepalive-timeout", args.keepalive_timeout)?;
     let send_timeout_ms = seconds_ms("send-timeout", args.send_timeout)?;
@@ -805,44 +903,117 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         Some(sandbox::resolve_user(args.user.as_deref())?)
     };
-    // Blocked before anything starts a thread (a preview build starts
-    // rayon's pool): a thread spawned earlier would keep the default action,
-    // and SIGHUP or SIGTERM would kill the process instead of reaching the
-    // control thread. A signal during the preview build waits for it.
-    let signals = control::block_signals().context("cannot set up signal handling")?;
-    let metrics = Metrics::new(threads, now_unix());
-    let opened = open_served(&args, &metrics)?;
-    let access_log = open_access_log(&args)?;
-    let config = Arc::new(LoopConfig {
+    let loop_config = Arc::new(LoopConfig {
         header_timeout_ms,
         keepalive_timeout_ms,
         send_timeout_ms,
         max_connections,
         sendfile_min: args.sendfile_min,
     });
-    let mut metrics_listeners = Vec::new();
-    let mut activated_serving = Vec::new();
+    Ok(Settings {
+        activated,
+        notifier,
+        listens,
+        loop_config,
+        shutdown_delay,
+        threads,
+        identity,
+    })
+}
+
+/// The sockets systemd passed, by what they are for.
+struct Activated {
+    /// Connections to serve, each with its stack tag.
+    serving: Vec<(std::net::TcpListener, u32)>,
+    /// The metrics listener's.
+    metrics: Vec<std::net::TcpListener>,
+}
+
+/// Sorts systemd's sockets by their names (cleartext, TLS, metrics) and
+/// says which it got: before the TLS flags are checked, since a TLS socket
+/// of systemd's needs certificates as a `--listen-tls` address does.
+fn sort_activated(activated: Vec<systemd::Activated>) -> Activated {
+    let mut sorted = Activated {
+        serving: Vec::new(),
+        metrics: Vec::new(),
+    };
     for a in activated {
         match a.purpose {
-            systemd::Purpose::Cleartext => activated_serving.push((a.listener, stack::CLEARTEXT)),
-            systemd::Purpose::Tls => activated_serving.push((a.listener, stack::TLS)),
-            systemd::Purpose::Metrics => metrics_listeners.push(a.listener),
+            systemd::Purpose::Cleartext => sorted.serving.push((a.listener, stack::CLEARTEXT)),
+            systemd::Purpose::Tls => sorted.serving.push((a.listener, stack::TLS)),
+            systemd::Purpose::Metrics => sorted.metrics.push(a.listener),
         }
         tracing::info!("listening on a socket from systemd: {}", a.name);
     }
-    let has_tls_listener = listens.iter().any(|(_, tag)| *tag == stack::TLS)
-        || activated_serving.iter().any(|(_, tag)| *tag == stack::TLS);
+    sorted
+}
+
+/// The certificates at start, when a listener speaks TLS.
+struct Certificates {
+    /// Some listener (systemd's too) speaks TLS.
+    tls_listener: bool,
+    /// As the command line gives them (or the self-signed mode): what a
+    /// reload reads again, and what is watched.
+    given: Option<tls::Source>,
+    /// With those of a folder of sites: what is loaded, and what the
+    /// sandbox lets be read again.
+    source: Option<tls::Source>,
+}
+
+/// Checks the TLS flags against the listeners and what is served (a
+/// folder of sites may hold its own pairs): after opening what is served,
+/// before any port is bound, so that a mistake in the flags is said
+/// without taking a port.
+fn certificates(
+    args: &ServeArgs,
+    listens: &[(Listen, u32)],
+    activated: &Activated,
+    served: &control::Served,
+) -> anyhow::Result<Certificates> {
+    let tls_listener = listens.iter().any(|(_, tag)| *tag == stack::TLS)
+        || activated.serving.iter().any(|(_, tag)| *tag == stack::TLS);
     let in_folder =
-        matches!(&opened.served, control::Served::Folder(f) if !f.certificate_pairs().is_empty());
-    let given = given_certificates(&args, &listens, has_tls_listener, in_folder)?;
-    let tls_source = given
+        matches!(served, control::Served::Folder(f) if !f.certificate_pairs().is_empty());
+    let given = given_certificates(args, listens, tls_listener, in_folder)?;
+    let source = given
         .as_ref()
-        .map(|g| control::certificate_source(g, &opened.served));
-    let mut listeners = bind_all(&listens, threads)?;
-    add_activated(&mut listeners, activated_serving)?;
+        .map(|g| control::certificate_source(g, served));
+    Ok(Certificates {
+        tls_listener,
+        given,
+        source,
+    })
+}
+
+/// Binds every thread's listeners, adds systemd's sockets to them, and
+/// binds the metrics listener: before the sandbox, and before the steps
+/// that need the ports the kernel chose for port 0 (the HTTPS port
+/// `--redirect-https` names, the start-up line).
+fn bind_listeners(
+    args: &ServeArgs,
+    listens: &[(Listen, u32)],
+    threads: usize,
+    activated: Activated,
+) -> anyhow::Result<(Vec<Listeners>, Vec<std::net::TcpListener>)> {
+    let mut listeners = bind_all(listens, threads)?;
+    add_activated(&mut listeners, activated.serving)?;
+    let mut metrics_listeners = activated.metrics;
     if let Some(value) = &args.metrics {
         metrics_listeners.extend(bind_metrics(value)?);
     }
+    Ok((listeners, metrics_listeners))
+}
+
+/// What every connection's stack is configured with: the server's own
+/// headers, the access log, the HTTPS redirect. Once the listeners are
+/// bound, for the TLS port a redirect names.
+fn stack_config(
+    args: &ServeArgs,
+    listeners: &[Listeners],
+    has_tls_listener: bool,
+    access_log: Option<Arc<access_log::Sink>>,
+    metrics: &Arc<Metrics>,
+) -> Arc<StackConfig> {
     let https_port = listeners[0]
         .iter()
         .find(|(_, tag)| *tag == stack::TLS)
@@ -854,7 +1025,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // TLS responses may carry it.
     let hsts_on_cleartext = args.hsts && !has_tls_listener;
     let hsts = server_headers::hsts_value(args.hsts_max_age, !args.hsts_no_subdomains);
-    let stack_config = Arc::new(StackConfig {
+    Arc::new(StackConfig {
         server_headers: ServerHeaders::with_hsts(
             security,
             Some(hsts.as_str()).filter(|_| hsts_on_cleartext),
@@ -866,8 +1037,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),
-        metrics: Arc::clone(&metrics),
-    });
+        metrics: Arc::clone(metrics),
+    })
+}
+
+/// The URLs the server answers on, for the start-up line; none is an
+/// error (systemd may have passed only a metrics socket). Checked once
+/// bound, before the certificates are loaded and said.
+fn serving_urls(listeners: &[Listeners]) -> anyhow::Result<Vec<String>> {
     let urls: Vec<String> = listeners[0]
         .iter()
         .filter_map(|(l, tag)| {
@@ -878,7 +1055,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if urls.is_empty() {
         bail!("no address to listen on");
     }
-    let (tls_reload, tls_config) = match &tls_source {
+    Ok(urls)
+}
+
+/// Loads the certificates (a self-signed one made and said), when a
+/// listener speaks TLS, and says whether the kernel offers kTLS: once the
+/// server is known to listen, before the sandbox, which lets only the
+/// pairs' files be read again.
+fn load_tls_at_start(
+    args: &ServeArgs,
+    certificates: &Certificates,
+) -> anyhow::Result<(Option<control::TlsReload>, Option<Arc<ServerConfig>>)> {
+    Ok(match &certificates.source {
         Some(source) => {
             let (resolver, config) = load_tls(source, args.tls_self_signed_out.as_deref())?;
             // The hand-off of keys to the kernel (tls::ktls) is the cargo
@@ -895,29 +1083,49 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                     tracing::info!("kTLS: unknown ({e}); kiln encrypts TLS records in userspace")
                 }
             }
-            let given = given.clone().expect("given when there is a source");
+            let given = certificates
+                .given
+                .clone()
+                .expect("given when there is a source");
             (Some(control::TlsReload { given, resolver }), Some(config))
         }
         None => (None, None),
-    };
-    let backend = choose_io(args.io)?;
-    metrics.set_io(backend);
-    let shared = Arc::new(Shared::default());
-    let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
+    })
+}
+
+/// The event loops, built and not running yet, and the wakers the control
+/// thread stops them with.
+struct Loops {
+    loops: Vec<EventLoop<Protocols>>,
+    wakers: Vec<Arc<Waker>>,
+}
+
+/// Builds every thread's event loop (its epoll instance or ring, its
+/// waker, its stack) on the chosen connection layer: before the sandbox,
+/// which allows only the calls a running loop makes.
+fn build_loops(
+    listeners: Vec<Listeners>,
+    backend: Backend,
+    shared: &Arc<Shared>,
+    config: &Arc<LoopConfig>,
+    metrics: &Arc<Metrics>,
+    current: &Arc<CurrentSites>,
+    stack_config: &Arc<StackConfig>,
+) -> anyhow::Result<Loops> {
     let mut wakers = Vec::new();
     let mut loops = Vec::new();
     for (thread, l) in listeners.into_iter().enumerate() {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
         let stack = Protocols::new(
-            Arc::clone(&current),
-            Arc::clone(&stack_config),
-            args.sendfile_min,
+            Arc::clone(current),
+            Arc::clone(stack_config),
+            config.sendfile_min,
             thread,
         );
-        let (shared, config) = (Arc::clone(&shared), Arc::clone(&config));
+        let (shared, config) = (Arc::clone(shared), Arc::clone(config));
         let counted = net::Counted {
-            metrics: Arc::clone(&metrics),
+            metrics: Arc::clone(metrics),
             thread,
         };
         loops.push(match backend {
@@ -930,10 +1138,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             )?)),
         });
     }
-    // What the control thread watches: a pack (not a live preview: it
-    // rebuilds on its own), a folder of sites, the certificates.
+    Ok(Loops { loops, wakers })
+}
+
+/// Sets the inotify watches of what the control thread reloads: a pack
+/// (not a live preview: it rebuilds on its own), a folder of sites, the
+/// certificates. Before the sandbox, as everything opened; a failure only
+/// leaves SIGHUP to reload.
+fn watch_for_reloads(
+    served: &control::Served,
+    given: Option<&tls::Source>,
+) -> Option<control::Watch> {
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
-    match &opened.served {
+    match served {
         control::Served::One { source, .. } => {
             watched_files.push((&source.path, control::Role::Pack));
         }
@@ -942,33 +1159,58 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         control::Served::Nothing => {}
     }
-    if let Some(tls::Source::Files(pairs)) = &given {
+    if let Some(tls::Source::Files(pairs)) = given {
         for pair in pairs {
             watched_files.push((&pair.cert, control::Role::Certificate));
             watched_files.push((&pair.key, control::Role::Certificate));
         }
     }
-    let watched = match control::watch(&watched_files) {
+    match control::watch(&watched_files) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!("cannot watch files for replacement ({e}); reload with SIGHUP");
             None
         }
-    };
+    }
+}
+
+/// The start-up line: what is served, on which URLs, with how many
+/// threads, and the metrics addresses, read while the metrics listener's
+/// sockets are still here (they go to its thread).
+fn announcement(
+    what: &str,
+    urls: &[String],
+    threads: usize,
+    metrics_listeners: &[std::net::TcpListener],
+) -> String {
     let metrics_addrs: Vec<SocketAddr> = metrics_listeners
         .iter()
         .filter_map(|l| l.local_addr().ok())
         .collect();
-    // Everything is open and every worker built: the sandbox goes up before
-    // the first thread starts, so that every thread is inside it.
+    let mut announcement = format!(
+        "kiln: serving {what} on {} with {threads} {}",
+        urls.join(" "),
+        if threads == 1 { "thread" } else { "threads" }
+    );
+    if !metrics_addrs.is_empty() {
+        let addrs: Vec<String> = metrics_addrs.iter().map(SocketAddr::to_string).collect();
+        announcement.push_str(&format!("; metrics on {}", addrs.join(" ")));
+    }
+    announcement
+}
+
+/// Enters the sandbox (or says it is off). Everything is open and every
+/// worker built: the sandbox goes up before the first thread starts, so
+/// that every thread is inside it.
+fn enter_sandbox(
+    identity: Option<sandbox::Identity>,
+    backend: Backend,
+    site: Option<&Path>,
+    tls_source: Option<&tls::Source>,
+) -> anyhow::Result<()> {
     match identity {
         Some(identity) => {
-            let plan = sandbox_plan(
-                identity,
-                backend,
-                opened.path.as_deref(),
-                tls_source.as_ref(),
-            );
+            let plan = sandbox_plan(identity, backend, site, tls_source);
             #[cfg(debug_assertions)]
             sandbox::debug_exiting_thread();
             sandbox::enter(&plan)?;
@@ -980,12 +1222,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     #[cfg(debug_assertions)]
     sandbox::debug_probes();
-    if let Some(preview) = opened.preview {
-        watch::spawn(preview, Arc::clone(&current))?;
+    Ok(())
+}
+
+/// Starts the live preview's watcher, the metrics listener and the event
+/// loops, each on its own thread: only now, inside the sandbox.
+fn start_threads(
+    preview: Option<watch::Preview>,
+    current: &Arc<CurrentSites>,
+    metrics_listeners: Vec<std::net::TcpListener>,
+    metrics: &Arc<Metrics>,
+    loops: Vec<EventLoop<Protocols>>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<std::io::Result<()>>>> {
+    if let Some(preview) = preview {
+        watch::spawn(preview, Arc::clone(current))?;
     }
     if !metrics_listeners.is_empty() {
-        let current = Arc::clone(&current);
-        metrics::spawn_listener(metrics_listeners, Arc::clone(&metrics), move || {
+        let current = Arc::clone(current);
+        metrics::spawn_listener(metrics_listeners, Arc::clone(metrics), move || {
             pack_gauges(&current)
         })
         .context("cannot start the metrics listener")?;
@@ -998,35 +1252,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .spawn(move || event_loop.run())?,
         );
     }
-    let mut announcement = format!(
-        "kiln: serving {} on {} with {threads} {}",
-        opened.what,
-        urls.join(" "),
-        if threads == 1 { "thread" } else { "threads" }
-    );
-    if !metrics_addrs.is_empty() {
-        let addrs: Vec<String> = metrics_addrs.iter().map(SocketAddr::to_string).collect();
-        announcement.push_str(&format!("; metrics on {}", addrs.join(" ")));
-    }
-    if let Some(n) = &notifier {
-        n.ready(&announcement["kiln: ".len()..]);
-    }
-    let reloader = control::Reloader {
-        served: opened.served,
-        tls: tls_reload,
-        current,
-        metrics,
-        notifier,
-    };
-    let control = control::spawn(
-        signals,
-        reloader,
-        watched,
-        shutdown_delay,
-        Arc::clone(&shared),
-        wakers,
-    )?;
-    say(&announcement);
+    Ok(handles)
+}
+
+/// Waits for the event loops to end (a shutdown drains them), then says
+/// why the server stopped: last, as the process ends when `run` returns.
+fn drain(
+    handles: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+    control: control::Control,
+) -> anyhow::Result<()> {
     for h in handles {
         match h.join() {
             Ok(Ok(())) => {}

@@ -4,10 +4,16 @@
 //!
 //! A request is answered as soon as its header section and, when it has
 //! content, its END_STREAM have arrived: the HEADERS frame goes out at
-//! once (the prepared HPACK block of the pack, plus `:status`, `date`,
-//! `server` and the few per-response fields), the body follows in DATA
-//! frames straight from the pack mapping, as flow control and RFC 9218
-//! priorities allow, at most `STEP_BYTES` per turn.
+//! once, the body follows in DATA frames straight from the pack mapping,
+//! as flow control and RFC 9218 priorities allow.
+//!
+//! This file is the connection itself: the preface and SETTINGS, each
+//! frame dispatched by type, stream states, flow-control windows both
+//! ways, field blocks across CONTINUATION frames, GOAWAY. Apart from it,
+//! as h2's `proto/streams/` and H2O's `scheduler.c` keep them:
+//! - `respond.rs` — a response as frames: HEADERS and CONTINUATION from
+//!   the prepared HPACK block, DATA from the mapping; counted and logged.
+//! - `schedule.rs` — which stream's DATA goes next, and how much a turn.
 //!
 //! Limits (each with its reason at its constant): streams in flight,
 //! header list and block sizes, frames that make the server work for
@@ -15,23 +21,24 @@
 //! being answered: the rapid-reset attack), and the time a stream may wait
 //! on a closed flow-control window (the header deadline).
 
+mod respond;
+mod schedule;
+#[cfg(test)]
+mod test_peer;
+
 use std::sync::Arc;
 
-use crate::hpack::{self, DecodeError, Decoder};
-use crate::pack::Encoding;
-use crate::serve::access_log::Entry;
-use crate::serve::date::DateCache;
-use crate::serve::handler::{self, Body, Extra, Method, Response, Site, Sites};
-use crate::serve::metrics::Protocol;
+use crate::hpack::{DecodeError, Decoder};
+use crate::serve::handler::Site;
 use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
 use crate::serve::request_context::RequestContext;
-use crate::serve::server_headers::ServerHeaders;
 
 use super::frame::{self, ErrorCode, ErrorScope, Frame, FrameError, Parsed, setting};
 use super::priority::Priority;
 use super::request::{FieldError, RequestFields};
+use respond::Remaining;
 
 /// Streams a client may have in flight (advertised in SETTINGS and
 /// enforced with REFUSED_STREAM): browsers open up to 100.
@@ -61,10 +68,6 @@ const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 /// never came, until the header deadline ended the connection.
 const STREAM_WINDOW: u32 = MAX_DISCARDED_BODY as u32 + 1;
 
-/// Body bytes written per loop turn over all streams: bounds the output a
-/// slow client holds, and lets the loop read in between.
-const STEP_BYTES: usize = 128 * 1024;
-
 /// The connection-level receive window kiln keeps open: request content
 /// is dropped as it arrives, so the window is topped up at once.
 const CONNECTION_WINDOW: u32 = 1 << 20;
@@ -85,9 +88,6 @@ const EARLY_PRIORITIES: usize = 8;
 /// them are ignored (§5.1 "closed") instead of answered.
 const RESET_MEMORY: usize = 16;
 
-/// `server: kiln`: static name index 54, literal without indexing.
-const SERVER_FIELD: [u8; 7] = [0x0f, 0x27, 0x04, b'k', b'i', b'l', b'n'];
-
 /// The dynamic table every HPACK decoder starts with (RFC 7541 §4.2), and
 /// the most kiln uses of a larger one: the server's own fields take less.
 const TABLE_SIZE: u32 = frame::DEFAULT_HEADER_TABLE_SIZE;
@@ -100,24 +100,6 @@ pub struct Scratch {
     fields: RequestFields,
     /// HPACK's Huffman-decoded strings.
     hpack: Vec<u8>,
-}
-
-/// What is left of a response body.
-#[derive(Clone, Copy, Debug)]
-enum Remaining {
-    /// Bytes of the pack of the site at slot `pack`, from the mapping.
-    Pack { pack: u32, off: u64, len: u64 },
-    /// A built-in message.
-    Static(&'static [u8]),
-}
-
-impl Remaining {
-    fn len(&self) -> u64 {
-        match self {
-            Remaining::Pack { len, .. } => *len,
-            Remaining::Static(bytes) => bytes.len() as u64,
-        }
-    }
 }
 
 /// A stream kiln is still busy with: content arriving, or a body to send.
@@ -915,142 +897,6 @@ impl Conn {
         Ok(())
     }
 
-    /// Answers the request on `self.streams[i]`.
-    fn respond(
-        &mut self,
-        i: usize,
-        request: &RequestFields,
-        ctx: &mut RequestContext<'_>,
-        out: &mut Output,
-    ) {
-        let req = request.request();
-        if request.target().len() > 8 * 1024 {
-            self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
-            return;
-        }
-        let resp = handler::answer(ctx.sites, &req, ctx.https_redirect, ctx.scratch);
-        let head_only = req.method == Method::Head;
-        self.write_response(i, &resp, head_only, ctx.date, ctx.server_headers, out);
-        let sent = if head_only { 0 } else { resp.body.len() };
-        let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
-        record(ctx, Some(request), site, status, sent, encoding);
-    }
-
-    fn respond_builtin(
-        &mut self,
-        i: usize,
-        status: u16,
-        body: &'static [u8],
-        request: Option<&RequestFields>,
-        ctx: &mut RequestContext<'_>,
-        out: &mut Output,
-    ) {
-        let resp = handler::builtin(status, body);
-        self.write_response(i, &resp, false, ctx.date, ctx.server_headers, out);
-        record(ctx, request, None, status, resp.body.len(), None);
-    }
-
-    /// HEADERS (and CONTINUATION) now; the body is left for `send_data`.
-    fn write_response(
-        &mut self,
-        i: usize,
-        resp: &Response<'_>,
-        head_only: bool,
-        date: &DateCache,
-        server_headers: &ServerHeaders,
-        out: &mut Output,
-    ) {
-        let body = match resp.body {
-            _ if head_only => None,
-            Body::Empty => None,
-            Body::Static(bytes) => Some(Remaining::Static(bytes)),
-            Body::Pack { pack, off, len } => Some(Remaining::Pack { pack, off, len }),
-        }
-        .filter(|b| b.len() > 0);
-        let stream = &mut self.streams[i];
-        stream.answered = true;
-        stream.body = body;
-        let id = stream.id;
-        let end_stream = body.is_none();
-
-        let start = out.bytes.len();
-        out.bytes.extend_from_slice(&[0; frame::FRAME_HEADER_LEN]);
-        let b = &mut out.bytes;
-        if std::mem::take(&mut self.table_resize) {
-            hpack::encode_table_size_update(0, b);
-            if self.table_max > 0 {
-                hpack::encode_table_size_update(self.table_max as usize, b);
-            }
-        }
-        hpack::encode_status(resp.status, b);
-        let key = server_headers.key(resp.overrides);
-        match self.indexed {
-            Some(indexed) if indexed == key => {
-                b.extend_from_slice(server_headers.hpack_indexed(key));
-            }
-            None if server_headers.hpack_indexing(key).1 <= self.table_max as usize => {
-                b.extend_from_slice(server_headers.hpack_indexing(key).0);
-                self.indexed = Some(key);
-            }
-            _ => {
-                b.extend_from_slice(&SERVER_FIELD);
-                b.extend_from_slice(server_headers.hpack(key));
-            }
-        }
-        b.extend_from_slice(date.hpack());
-        b.extend_from_slice(resp.hpack);
-        match resp.extra {
-            Extra::Nothing => {}
-            Extra::Length => encode_number(b"content-length", resp.body.len(), b),
-            Extra::Range { start, end, total } => {
-                let mut value = Digits::default();
-                value.text(b"bytes ");
-                value.push(start);
-                value.text(b"-");
-                value.push(end);
-                value.text(b"/");
-                value.push(total);
-                hpack::encode_field(b"content-range", value.as_bytes(), b);
-                encode_number(b"content-length", end - start + 1, b);
-            }
-            Extra::Unsatisfiable { total } => {
-                let mut value = Digits::default();
-                value.text(b"bytes */");
-                value.push(total);
-                hpack::encode_field(b"content-range", value.as_bytes(), b);
-                encode_number(b"content-length", 0, b);
-            }
-            Extra::Location(location) => {
-                hpack::encode_field(b"location", location, b);
-                encode_number(b"content-length", 0, b);
-            }
-        }
-        let block_len = out.bytes.len() - start - frame::FRAME_HEADER_LEN;
-        let max = self.peer_max_frame as usize;
-        if block_len <= max {
-            let header = frame::headers_frame_header(id, block_len as u32, end_stream, true);
-            out.bytes[start..start + frame::FRAME_HEADER_LEN].copy_from_slice(&header);
-        } else {
-            // Rare: a block beyond the client's frame size goes out in
-            // pieces, HEADERS then CONTINUATION frames.
-            let block = out.bytes.split_off(start + frame::FRAME_HEADER_LEN);
-            out.bytes.truncate(start);
-            for (n, piece) in block.chunks(max).enumerate() {
-                let last = (n + 1) * max >= block.len();
-                let header = if n == 0 {
-                    frame::headers_frame_header(id, piece.len() as u32, end_stream, last)
-                } else {
-                    frame::continuation_frame_header(id, piece.len() as u32, last)
-                };
-                out.bytes.extend_from_slice(&header);
-                out.bytes.extend_from_slice(piece);
-            }
-        }
-        if end_stream {
-            self.stream_sent(i, out);
-        }
-    }
-
     /// The response on `self.streams[i]` is all sent: forget the stream,
     /// unless the request is still arriving (then ask the client to stop,
     /// §8.1).
@@ -1061,307 +907,13 @@ impl Conn {
             self.reset_stream(s.id, ErrorCode::NO_ERROR, out);
         }
     }
-
-    /// Whether some stream has body left and the windows let it go.
-    fn can_send(&self) -> bool {
-        self.send_window > 0
-            && self
-                .streams
-                .iter()
-                .any(|s| s.body.is_some() && s.send_window > 0)
-    }
-
-    /// Writes DATA frames, most urgent streams first (RFC 9218): within an
-    /// urgency, non-incremental responses one at a time in stream order,
-    /// incremental ones a frame each in turn. Returns the body bytes
-    /// written.
-    fn send_data(&mut self, current: &Sites, out: &mut Output) -> usize {
-        let mut sent = 0;
-        while sent < STEP_BYTES && self.send_window > 0 {
-            let Some(i) = self.next_stream() else {
-                break;
-            };
-            let s = &mut self.streams[i];
-            let Some(body) = s.body else {
-                break;
-            };
-            let allowed = (self.send_window.min(s.send_window) as u64)
-                .min(u64::from(self.peer_max_frame))
-                .min((STEP_BYTES - sent) as u64);
-            let n = body.len().min(allowed);
-            let last = n == body.len();
-            out.bytes
-                .extend_from_slice(&frame::data_frame_header(s.id, n as u32, last));
-            match body {
-                Remaining::Pack { pack, off, len } => {
-                    match &s.site {
-                        Some(site) if !current.site(pack).is_some_and(|c| Arc::ptr_eq(site, c)) => {
-                            // Started before a reload: copied from the
-                            // pack it started on, which this output does
-                            // not point into.
-                            let pack = site.pack().map_or(&[][..], |p| p.bytes());
-                            let range = off as usize..(off + n) as usize;
-                            out.bytes.extend_from_slice(&pack[range]);
-                        }
-                        _ => out.pack_body(pack, off, n),
-                    }
-                    s.body = Some(Remaining::Pack {
-                        pack,
-                        off: off + n,
-                        len: len - n,
-                    });
-                }
-                Remaining::Static(bytes) => {
-                    out.bytes.extend_from_slice(&bytes[..n as usize]);
-                    s.body = Some(Remaining::Static(&bytes[n as usize..]));
-                }
-            }
-            s.send_window -= n as i64;
-            self.send_window -= n as i64;
-            sent += n as usize;
-            self.round_robin = s.id;
-            if last {
-                self.stream_sent(i, out);
-            }
-        }
-        sent
-    }
-
-    /// The stream whose DATA goes next, if any may be sent.
-    fn next_stream(&self) -> Option<usize> {
-        let ready = |s: &&Stream| s.body.is_some() && s.send_window > 0;
-        let urgency = self
-            .streams
-            .iter()
-            .filter(ready)
-            .map(|s| s.priority.urgency)
-            .min()?;
-        let at = |s: &&Stream| ready(s) && s.priority.urgency == urgency;
-        // Streams are kept in the order they were opened: the first
-        // non-incremental one goes whole before the next.
-        if let Some(i) = self
-            .streams
-            .iter()
-            .position(|s| at(&s) && !s.priority.incremental)
-        {
-            return Some(i);
-        }
-        self.streams
-            .iter()
-            .position(|s| at(&s) && s.id > self.round_robin)
-            .or_else(|| self.streams.iter().position(|s| at(&s)))
-    }
-}
-
-/// A numeric field, as HTTP/2 sends `content-length`.
-fn encode_number(name: &[u8], value: u64, out: &mut Vec<u8>) {
-    let mut digits = Digits::default();
-    digits.push(value);
-    hpack::encode_field(name, digits.as_bytes(), out);
-}
-
-/// A short field value built on the stack (`content-range`, a length).
-struct Digits {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl Default for Digits {
-    fn default() -> Self {
-        Digits {
-            bytes: [0; 64],
-            len: 0,
-        }
-    }
-}
-
-impl Digits {
-    fn text(&mut self, text: &[u8]) {
-        self.bytes[self.len..self.len + text.len()].copy_from_slice(text);
-        self.len += text.len();
-    }
-
-    fn push(&mut self, value: u64) {
-        self.text(itoa::Buffer::new().format(value).as_bytes());
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
-/// Counts a response and logs it; `site` is the slot of the site that
-/// answered.
-fn record(
-    ctx: &mut RequestContext<'_>,
-    request: Option<&RequestFields>,
-    site: Option<u32>,
-    status: u16,
-    bytes: u64,
-    encoding: Option<Encoding>,
-) {
-    ctx.count(Protocol::Http2, site, status, bytes, encoding);
-    if ctx.logs() {
-        ctx.log(Entry {
-            peer: None,
-            request: request.map(|r| (r.method_token(), r.target(), "HTTP/2.0")),
-            host: request.and_then(RequestFields::host),
-            status,
-            bytes,
-            encoding,
-            duration_us: 0,
-            referer: request.and_then(RequestFields::referer),
-            user_agent: request.and_then(RequestFields::user_agent),
-        });
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::frame::{FRAME_HEADER_LEN, PREFACE, frame_type};
+    use super::super::frame::{PREFACE, flag, frame_type};
+    use super::test_peer::*;
     use super::*;
-    use crate::serve::handler::{Scratch as HandlerScratch, Site, Sites};
-
-    /// A client side for the tests: frames built with the frame writers
-    /// and the HPACK encoder, the server's output read back with `parse`.
-    struct Peer {
-        conn: Conn,
-        sites: std::sync::Arc<Sites>,
-        metrics: std::sync::Arc<crate::serve::metrics::Metrics>,
-        scratch: HandlerScratch,
-        date: DateCache,
-        headers: ServerHeaders,
-        h2: Scratch,
-        draining: bool,
-    }
-
-    /// One frame the server sent, owned.
-    #[derive(Debug)]
-    struct Sent {
-        frame_type: u8,
-        flags: u8,
-        stream: u32,
-        payload: Vec<u8>,
-    }
-
-    impl Peer {
-        fn new() -> Peer {
-            Peer {
-                conn: Conn::new(),
-                sites: Sites::single(Site::dummy(crate::serve::metrics::SiteStats::new(
-                    "_default", 1,
-                ))),
-                metrics: crate::serve::metrics::Metrics::new(1, 0),
-                scratch: HandlerScratch::default(),
-                date: DateCache::new(),
-                headers: ServerHeaders::new(false, false),
-                h2: Scratch::default(),
-                draining: false,
-            }
-        }
-
-        /// Sends `bytes`; returns the step and every frame the server
-        /// wrote (with every `resume` it asked for).
-        fn send(&mut self, bytes: &[u8]) -> (Step, Vec<Sent>) {
-            let mut ctx = RequestContext {
-                sites: &self.sites,
-                scratch: &mut self.scratch,
-                date: &self.date,
-                server_headers: &self.headers,
-                log: None,
-                peer: None,
-                draining: self.draining,
-                https_redirect: None,
-                scheme: crate::serve::metrics::Scheme::Http,
-                metrics: &self.metrics,
-                thread: 0,
-                started_us: 0,
-            };
-            let mut out = Output::new(0, u64::MAX);
-            let mut step = self.conn.input(bytes, &mut ctx, &mut self.h2, &mut out);
-            let mut wire = flatten(&out);
-            while step.more() {
-                out.clear();
-                step = self.conn.resume(&mut ctx, &mut out);
-                wire.extend(flatten(&out));
-            }
-            (step, frames(&wire))
-        }
-    }
-
-    fn flatten(out: &Output) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for seg in &out.segs {
-            match *seg {
-                crate::serve::output::Seg::Own { start, end } => {
-                    bytes.extend_from_slice(&out.bytes[start..end]);
-                }
-                other => panic!("the dummy site has no pack: {other:?}"),
-            }
-        }
-        bytes
-    }
-
-    fn frames(mut wire: &[u8]) -> Vec<Sent> {
-        let mut sent = Vec::new();
-        while wire.len() >= FRAME_HEADER_LEN {
-            let len = u32::from_be_bytes([0, wire[0], wire[1], wire[2]]) as usize;
-            sent.push(Sent {
-                frame_type: wire[3],
-                flags: wire[4],
-                stream: u32::from_be_bytes([wire[5], wire[6], wire[7], wire[8]]) & 0x7fff_ffff,
-                payload: wire[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len].to_vec(),
-            });
-            wire = &wire[FRAME_HEADER_LEN + len..];
-        }
-        assert!(wire.is_empty(), "a partial frame in the output");
-        sent
-    }
-
-    fn header(len: usize, frame_type: u8, flags: u8, stream: u32) -> Vec<u8> {
-        let mut h = (len as u32).to_be_bytes()[1..].to_vec();
-        h.push(frame_type);
-        h.push(flags);
-        h.extend_from_slice(&stream.to_be_bytes());
-        h
-    }
-
-    fn get_block(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
-        let mut block = Vec::new();
-        for (name, value) in [
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":authority", "localhost"),
-            (":path", path),
-        ]
-        .iter()
-        .chain(extra)
-        {
-            hpack::encode_field(name.as_bytes(), value.as_bytes(), &mut block);
-        }
-        block
-    }
-
-    fn headers(stream: u32, end_stream: bool, block: &[u8]) -> Vec<u8> {
-        let flags = flag::END_HEADERS | if end_stream { flag::END_STREAM } else { 0 };
-        let mut f = header(block.len(), frame_type::HEADERS, flags, stream);
-        f.extend_from_slice(block);
-        f
-    }
-
-    fn start() -> Vec<u8> {
-        let mut bytes = PREFACE.to_vec();
-        bytes.extend(header(0, frame_type::SETTINGS, 0, 0));
-        bytes
-    }
-
-    fn goaway_code(sent: &[Sent]) -> Option<ErrorCode> {
-        sent.iter()
-            .find(|f| f.frame_type == frame_type::GOAWAY)
-            .map(|f| ErrorCode(u32::from_be_bytes(f.payload[4..8].try_into().unwrap())))
-    }
-
-    use super::super::frame::flag;
 
     #[test]
     fn a_get_is_answered_with_headers_and_data() {
@@ -1393,69 +945,6 @@ mod tests {
         assert_eq!(sent[4].payload, b"Hello World!");
         assert_eq!(sent[4].flags & flag::END_STREAM, flag::END_STREAM);
         assert_eq!(step.wait(), Some(Wait::Idle));
-    }
-
-    /// Every HEADERS payload of `sent`, decoded in order on one decoder
-    /// of `table` bytes (as the client's), as (name, value) lists.
-    fn decode_all(sent: &[Sent], table: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut decoder = Decoder::new(table);
-        sent.iter()
-            .filter(|f| f.frame_type == frame_type::HEADERS)
-            .map(|f| {
-                let mut fields = Vec::new();
-                decoder
-                    .decode(&f.payload, &mut Vec::new(), 1 << 16, |n, v| {
-                        fields.push((n.to_vec(), v.to_vec()));
-                        Ok::<(), ()>(())
-                    })
-                    .expect("the client decodes every block");
-                fields
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_server_fields_go_once_then_by_index() {
-        let mut peer = Peer::new();
-        peer.headers = ServerHeaders::new(true, true);
-        let mut bytes = start();
-        for stream in [1, 3, 5] {
-            bytes.extend(headers(stream, true, &get_block("/", &[])));
-        }
-        let (_, sent) = peer.send(&bytes);
-        let blocks = decode_all(&sent, 4096);
-        assert_eq!(blocks.len(), 3);
-        assert!(blocks[0].contains(&(b"x-frame-options".to_vec(), b"SAMEORIGIN".to_vec())));
-        let sizes: Vec<usize> = sent
-            .iter()
-            .filter(|f| f.frame_type == frame_type::HEADERS)
-            .map(|f| f.payload.len())
-            .collect();
-        assert!(sizes[1] + 100 < sizes[0], "{sizes:?}");
-        // Same fields, in any order (the date may tick between them).
-        let names = |b: &Vec<(Vec<u8>, Vec<u8>)>| {
-            let mut n: Vec<Vec<u8>> = b.iter().map(|(n, _)| n.clone()).collect();
-            n.sort();
-            n
-        };
-        assert_eq!(names(&blocks[0]), names(&blocks[2]));
-    }
-
-    #[test]
-    fn a_client_without_a_dynamic_table_gets_stateless_blocks() {
-        let mut peer = Peer::new();
-        peer.headers = ServerHeaders::new(true, true);
-        let mut bytes = PREFACE.to_vec();
-        bytes.extend(header(6, frame_type::SETTINGS, 0, 0));
-        bytes.extend(setting::HEADER_TABLE_SIZE.to_be_bytes());
-        bytes.extend(0u32.to_be_bytes());
-        for stream in [1, 3] {
-            bytes.extend(headers(stream, true, &get_block("/", &[])));
-        }
-        let (_, sent) = peer.send(&bytes);
-        let blocks = decode_all(&sent, 0);
-        assert_eq!(blocks.len(), 2);
-        assert!(blocks[1].contains(&(b"server".to_vec(), b"kiln".to_vec())));
     }
 
     #[test]
@@ -1602,28 +1091,6 @@ mod tests {
             goaway_code(&frames(&flatten(&out))),
             Some(ErrorCode::NO_ERROR)
         );
-    }
-
-    #[test]
-    fn urgent_streams_go_first() {
-        let mut peer = Peer::new();
-        let mut bytes = PREFACE.to_vec();
-        // No window until both requests are in.
-        bytes.extend(header(6, frame_type::SETTINGS, 0, 0));
-        bytes.extend(setting::INITIAL_WINDOW_SIZE.to_be_bytes());
-        bytes.extend(0u32.to_be_bytes());
-        bytes.extend(headers(1, true, &get_block("/a", &[])));
-        bytes.extend(headers(3, true, &get_block("/b", &[("priority", "u=0")])));
-        bytes.extend(header(6, frame_type::SETTINGS, 0, 0));
-        bytes.extend(setting::INITIAL_WINDOW_SIZE.to_be_bytes());
-        bytes.extend(65_535u32.to_be_bytes());
-        let (_, sent) = peer.send(&bytes);
-        let order: Vec<u32> = sent
-            .iter()
-            .filter(|f| f.frame_type == frame_type::DATA)
-            .map(|f| f.stream)
-            .collect();
-        assert_eq!(order, [3, 1]);
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //!   hands them out (RFC 9113 §8.2, §8.3), those the handler reads kept.
 //! - `conn.rs` — the connection: preface, SETTINGS exchange, stream
 //!   states, flow control, field blocks across CONTINUATION frames,
-//!   requests handed to `handler::answer` like HTTP/1's, DATA scheduled by
-//!   RFC 9218 priorities, and the limits that keep a client honest.
+//!   requests handed to `handler::answer` like HTTP/1's, GOAWAY, and the
+//!   limits that keep a client honest. Its parts: `conn/respond.rs`, a
+//!   response as HEADERS, CONTINUATION and DATA frames; `conn/schedule.rs`,
+//!   which stream's DATA goes next (RFC 9218 priorities).
 //!
 //! Field blocks are HPACK-coded (RFC 7541); the codec lives in
 //! `crate::hpack`, apart from this module: the frame layer only carries a
