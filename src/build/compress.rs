@@ -15,7 +15,9 @@
 //! `BROTLI_PIECE_HISTORY` bytes before them as brotli's custom dictionary
 //! (their matches reach back into the previous piece as one stream's
 //! would), and the pieces are joined by `brotli::concat` into one ordinary
-//! brotli stream that any decoder reads.
+//! brotli stream that any decoder reads. A body over `BROTLI_LARGE_BYTES`
+//! is made at a lower quality (10 by default) in shorter pieces primed with
+//! the whole window: bench/COMPRESSION.md has the trade-off measured.
 //!
 //! The keep rule: an encoded variant is stored only if it saves at least
 //! 10 % of the identity size **and** at least 100 bytes. Below that a client
