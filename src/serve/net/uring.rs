@@ -25,13 +25,15 @@
 
 use std::collections::VecDeque;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use io_uring::register::Restriction;
 use io_uring::types::BufRingEntry;
 use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
+use rustix::io::{Errno, ReadWriteFlags};
+use rustix::net::{Shutdown, SocketFlags};
 
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
@@ -41,6 +43,10 @@ use super::{
     Shared, Stack, Step, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
+use crate::sys;
+
+/// The poll mask of the waker's `PollAdd`: readable.
+const POLL_IN: u32 = rustix::event::PollFlags::IN.bits() as u32;
 
 /// Submission queue entries; a full queue is flushed with an extra enter.
 const SQ_ENTRIES: u32 = 2048;
@@ -166,7 +172,7 @@ impl Buffers {
             Ok(m) => m,
             Err(e) => {
                 // SAFETY: `ring` was mapped just above with this length.
-                unsafe { libc::munmap(ring.cast(), Self::ring_bytes()) };
+                let _ = unsafe { rustix::mm::munmap(ring.cast(), Self::ring_bytes()) };
                 return Err(e);
             }
         };
@@ -281,27 +287,17 @@ impl Drop for Buffers {
         // SAFETY: both were mapped by `new` with these lengths; the ring
         // that used them is dropped first (field order of `UringWorker`).
         unsafe {
-            libc::munmap(self.ring.cast(), Self::ring_bytes());
-            libc::munmap(self.memory.cast(), BUF_MEMORY);
+            let _ = rustix::mm::munmap(self.ring.cast(), Self::ring_bytes());
+            let _ = rustix::mm::munmap(self.memory.cast(), BUF_MEMORY);
         }
     }
 }
 
 fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: a fresh private anonymous mapping; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
+    use rustix::mm::{MapFlags, ProtFlags};
+    let prot = ProtFlags::READ | ProtFlags::WRITE;
+    // SAFETY: a fresh private anonymous mapping, aliasing nothing.
+    let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::PRIVATE) }?;
     Ok(p.cast())
 }
 
@@ -318,31 +314,13 @@ struct Pipe {
 
 impl Pipe {
     fn new() -> std::io::Result<Pipe> {
-        let mut ends = [0; 2];
-        // SAFETY: pipe2 fills two descriptors, which we own from here.
-        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are fresh and ours.
-        let (read, write) =
-            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         // A larger pipe means fewer splices per body; the kernel may refuse
         // (pipe-max-size), and then the default size does.
-        // SAFETY: fcntl on our descriptor.
-        let size = unsafe {
-            libc::fcntl(
-                write.as_raw_fd(),
-                libc::F_SETPIPE_SZ,
-                PIPE_SIZE as libc::c_int,
-            )
-        };
-        let size = if size > 0 {
-            size as usize
-        } else {
-            // SAFETY: as above.
-            let current = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-            usize::try_from(current).unwrap_or(0).max(4096)
-        };
+        let size = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE)
+            .or_else(|_| rustix::pipe::fcntl_getpipe_size(&write))
+            .unwrap_or(0)
+            .max(4096);
         Ok(Pipe { read, write, size })
     }
 
@@ -352,19 +330,15 @@ impl Pipe {
     fn empty(&self) -> bool {
         let mut scratch = [0u8; 16 * 1024];
         loop {
-            let mut queued: libc::c_int = 0;
-            // SAFETY: FIONREAD writes one int.
-            if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut queued) } != 0 {
+            let Ok(queued) = rustix::io::ioctl_fionread(&self.read) else {
                 return false;
-            }
-            if queued <= 0 {
+            };
+            if queued == 0 {
                 return true;
             }
             let want = scratch.len().min(queued as usize);
-            // SAFETY: `scratch` holds `want` bytes; the pipe holds at least
-            // that many, so the read does not block.
-            let n = unsafe { libc::read(self.read.as_raw_fd(), scratch.as_mut_ptr().cast(), want) };
-            if n <= 0 {
+            // The pipe holds at least `want` bytes: the read does not block.
+            if !matches!(rustix::io::read(&self.read, &mut scratch[..want]), Ok(1..)) {
                 return false;
             }
         }
@@ -383,7 +357,7 @@ struct Outgoing {
     /// First segment not fully sent.
     next: usize,
     /// The iovecs of the `writev` in flight, read by the kernel.
-    iov: Vec<libc::iovec>,
+    iov: Vec<sys::Iovec>,
     /// The pipe of a splice in progress, and how many bytes it holds.
     pipe: Option<Pipe>,
     /// Bytes spliced into `pipe` and not yet out of it.
@@ -405,13 +379,7 @@ impl Outgoing {
             bytes: Vec::new(),
             segs: Vec::new(),
             next: 0,
-            iov: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                };
-                IOVECS
-            ],
+            iov: vec![sys::iovec(&[]); IOVECS],
             pipe: None,
             in_pipe: 0,
             op: 0,
@@ -714,8 +682,8 @@ impl<S: Stack> UringWorker<S> {
             Ok(_) => Ok(()),
             Err(e)
                 if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                    Errno::from_io_error(&e),
+                    Some(Errno::TIME | Errno::INTR | Errno::BUSY)
                 ) =>
             {
                 Ok(())
@@ -782,7 +750,7 @@ impl<S: Stack> UringWorker<S> {
     }
 
     fn arm_waker(&mut self) {
-        let entry = opcode::PollAdd::new(types::Fd(self.waker.raw()), libc::POLLIN as u32)
+        let entry = opcode::PollAdd::new(types::Fd(self.waker.raw()), POLL_IN)
             .multi(true)
             .build()
             .user_data(tag(Kind::Wake, 0, 0));
@@ -811,7 +779,7 @@ impl<S: Stack> UringWorker<S> {
             // one where it would otherwise wait for room (a `writev`
             // into a full socket), and nothing here makes a blocking call.
             let entry = opcode::AcceptMulti::new(types::Fd(fd))
-                .flags(libc::SOCK_CLOEXEC)
+                .flags(SocketFlags::CLOEXEC.bits() as i32)
                 .build()
                 .user_data(tag(Kind::Accept, 0, i));
             self.push(entry);
@@ -849,12 +817,12 @@ impl<S: Stack> UringWorker<S> {
             let Some(tag) = self.listeners.get(listener).map(|l| l.tag) else {
                 // Accepted while shutting down: the listener is gone.
                 // SAFETY: the descriptor is fresh and ours.
-                unsafe { libc::close(fd) };
+                unsafe { rustix::io::close(fd) };
                 return;
             };
             if self.drain_deadline.is_some() {
                 // SAFETY: as above.
-                unsafe { libc::close(fd) };
+                unsafe { rustix::io::close(fd) };
                 return;
             }
             self.accept_error_logged = false;
@@ -867,9 +835,9 @@ impl<S: Stack> UringWorker<S> {
                 self.pause_accepts();
             }
         } else {
-            match -result {
-                libc::ECANCELED | libc::EINTR | libc::ECONNABORTED => {}
-                libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+            match Errno::from_raw_os_error(-result) {
+                Errno::CANCELED | Errno::INTR | Errno::CONNABORTED => {}
+                Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM => {
                     if !self.accept_error_logged {
                         self.accept_error_logged = true;
                         tracing::warn!(
@@ -879,9 +847,7 @@ impl<S: Stack> UringWorker<S> {
                     }
                     self.pause_accepts();
                 }
-                errno => {
-                    tracing::warn!("accept: {}", std::io::Error::from_raw_os_error(errno))
-                }
+                errno => tracing::warn!("accept: {}", std::io::Error::from(errno)),
             }
         }
         self.arm_accepts();
@@ -889,18 +855,7 @@ impl<S: Stack> UringWorker<S> {
 
     fn register(&mut self, fd: RawFd, tag: u32) {
         let peer = if self.stack.wants_peer() {
-            // SAFETY: zeroed sockaddr_storage is a valid out-parameter.
-            let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: `addr`/`len` describe a valid buffer.
-            let ok = unsafe {
-                libc::getpeername(
-                    fd,
-                    (&mut addr as *mut libc::sockaddr_storage).cast(),
-                    &mut len,
-                )
-            } == 0;
-            if ok { peer_ip(&addr) } else { None }
+            peer_ip(rustix::net::getpeername(borrowed(fd)).ok().flatten())
         } else {
             None
         };
@@ -973,12 +928,12 @@ impl<S: Stack> UringWorker<S> {
             self.release_if_done(idx);
             return;
         }
-        if result == -libc::ENOBUFS {
+        if result == -Errno::NOBUFS.raw_os_error() {
             slot.starved = true;
             self.starved.push(idx);
             return;
         }
-        if result == -libc::ECANCELED {
+        if result == -Errno::CANCELED.raw_os_error() {
             // Reading was paused on purpose (`held` is full); it resumes
             // here if the stack took the held input meanwhile.
             self.keep_reading(idx);
@@ -1144,11 +1099,16 @@ impl<S: Stack> UringWorker<S> {
                 &*backing,
                 &send.segs[send.next..],
                 &mut send.iov,
+                sys::iovec,
             ) else {
                 return self.fail_send(idx);
             };
             send.op = tag(Kind::Send, generation, idx);
-            let rw_flags = if send.nowait { libc::RWF_NOWAIT } else { 0 };
+            let rw_flags = if send.nowait {
+                ReadWriteFlags::NOWAIT.bits() as i32
+            } else {
+                0
+            };
             opcode::Writev::new(types::Fd(fd), send.iov.as_ptr(), count as u32)
                 .rw_flags(rw_flags)
                 .build()
@@ -1265,8 +1225,8 @@ impl<S: Stack> UringWorker<S> {
         slot.paused = false;
         // A syscall, not an operation: a shutdown operation runs on a
         // kernel worker, and would resolve the descriptor there, later.
-        // SAFETY: valid descriptor; failure means it is already gone.
-        unsafe { libc::shutdown(slot.fd, libc::SHUT_WR) };
+        // Failure means the connection is already gone.
+        let _ = rustix::net::shutdown(borrowed(slot.fd), Shutdown::Write);
         self.keep_reading(idx);
     }
 
@@ -1423,9 +1383,14 @@ impl<S: Stack> Swept for UringWorker<S> {
 /// Whether the socket holds bytes not read yet (FIONREAD; the filter
 /// allows this `ioctl`).
 fn unread(fd: RawFd) -> bool {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) == 0 && queued > 0 }
+    rustix::io::ioctl_fionread(borrowed(fd)).is_ok_and(|queued| queued > 0)
+}
+
+/// `fd` borrowed for one call.
+fn borrowed(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: callers pass a socket the loop holds open (a slot's, until
+    // it is released) for the whole call; the borrow is not kept.
+    unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
 #[cfg(test)]
@@ -1448,7 +1413,7 @@ mod tests {
         ring.submitter().register_enable_rings().unwrap();
         let nop = opcode::Nop::new().build().user_data(1);
         let waker = Waker::new().unwrap();
-        let poll = opcode::PollAdd::new(types::Fd(waker.raw()), libc::POLLIN as u32)
+        let poll = opcode::PollAdd::new(types::Fd(waker.raw()), POLL_IN)
             .build()
             .user_data(2);
         // SAFETY: neither entry points to memory.
@@ -1463,6 +1428,7 @@ mod tests {
             .map(|c| (c.user_data(), c.result()))
             .collect();
         results.sort();
-        assert_eq!(results, [(1, -libc::EACCES), (2, libc::POLLIN as i32)]);
+        let denied = -Errno::ACCESS.raw_os_error();
+        assert_eq!(results, [(1, denied), (2, POLL_IN as i32)]);
     }
 }
