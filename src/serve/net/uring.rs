@@ -297,7 +297,8 @@ fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
     use rustix::mm::{MapFlags, ProtFlags};
     let prot = ProtFlags::READ | ProtFlags::WRITE;
     // SAFETY: a fresh private anonymous mapping, aliasing nothing.
-    let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::PRIVATE) }?;
+    let p =
+        unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::PRIVATE) }?;
     Ok(p.cast())
 }
 
