@@ -579,7 +579,7 @@ mod tests {
     fn woken(waker: &Waker) -> bool {
         let mut count = [0u8; 8];
         // SAFETY: the waker's eventfd is open while `waker` lives.
-        let fd = unsafe { BorrowedFd::borrow_raw(waker.raw()) };
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(waker.raw()) };
         let n = rustix::io::read(fd, &mut count);
         n == Ok(8) && u64::from_ne_bytes(count) > 0
     }

@@ -264,7 +264,7 @@ fn connection_budget(threads: usize, addresses: usize) -> usize {
             current: limit.maximum,
             maximum: limit.maximum,
         };
-        if setrlimit(Resource::Nofile, raised.clone()).is_ok() {
+        if setrlimit(Resource::Nofile, raised).is_ok() {
             limit = raised;
         }
     }

@@ -22,7 +22,7 @@
 //! model and why each system call is on the list.
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -32,12 +32,16 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
+use rustix::fs::Access as FileAccess;
+use rustix::process::{Gid, Uid, getegid, geteuid};
+use rustix::thread;
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
 };
 
 use super::net::Backend;
+use crate::sys::{self, seccomp};
 
 /// The Landlock ABI whose rights kiln asks for: the newest it was tested
 /// on (Linux 6.15 and later). An older kernel enforces what it knows (best
@@ -46,7 +50,7 @@ const LANDLOCK_ABI: ABI = ABI::V7;
 
 /// The exit status after a system call outside the list: 128 + SIGSYS, as
 /// a shell reports a process killed by that signal.
-pub const DENIED_SYSCALL_EXIT: i32 = 128 + libc::SIGSYS;
+pub const DENIED_SYSCALL_EXIT: i32 = sys::DENIED_SYSCALL_EXIT;
 
 /// A test on one argument of a system call: `(arg & mask) == value`.
 #[derive(Clone, Copy, Debug)]
@@ -65,7 +69,7 @@ pub struct Syscall {
     /// The libc constant it is known by (`SYS_read`).
     pub constant: &'static str,
     /// Its number on this architecture.
-    pub nr: libc::c_long,
+    pub nr: i64,
     /// Let through only when one of these holds; empty: with any
     /// arguments.
     pub only_if: Vec<ArgTest>,
@@ -86,14 +90,14 @@ macro_rules! sys {
     ($constant:ident) => {
         Syscall {
             constant: stringify!($constant),
-            nr: libc::$constant,
+            nr: seccomp::$constant,
             only_if: Vec::new(),
         }
     };
     ($constant:ident, if arg $arg:literal & $mask:expr => $value:expr) => {
         Syscall {
             constant: stringify!($constant),
-            nr: libc::$constant,
+            nr: seccomp::$constant,
             only_if: vec![ArgTest {
                 arg: $arg,
                 mask: $mask as u32,
@@ -104,7 +108,7 @@ macro_rules! sys {
     ($constant:ident, if arg $arg:literal in [$($value:expr),+]) => {
         Syscall {
             constant: stringify!($constant),
-            nr: libc::$constant,
+            nr: seccomp::$constant,
             only_if: vec![$(ArgTest {
                 arg: $arg,
                 mask: u32::MAX,
@@ -140,7 +144,7 @@ fn common_syscalls() -> Vec<Syscall> {
         // std's IO-safety check before each close in debug builds; a
         // preview pack's in-memory file is duplicated for reading back
         // (`File::try_clone`).
-        sys!(SYS_fcntl, if arg 1 in [libc::F_GETFD, libc::F_DUPFD_CLOEXEC]),
+        sys!(SYS_fcntl, if arg 1 in [seccomp::F_GETFD, seccomp::F_DUPFD_CLOEXEC]),
         // Reloads: file sizes and types, `Path::exists`, a directory walk.
         sys!(SYS_fstat),
         sys!(SYS_newfstatat),
@@ -165,8 +169,8 @@ fn common_syscalls() -> Vec<Syscall> {
         // guard pages; never executable. mremap: glibc's realloc of a
         // block above its mmap threshold (not in the suite).
         sys!(SYS_brk),
-        sys!(SYS_mmap, if arg 2 & libc::PROT_EXEC => 0),
-        sys!(SYS_mprotect, if arg 2 & libc::PROT_EXEC => 0),
+        sys!(SYS_mmap, if arg 2 & seccomp::PROT_EXEC => 0),
+        sys!(SYS_mprotect, if arg 2 & seccomp::PROT_EXEC => 0),
         sys!(SYS_munmap),
         sys!(SYS_mremap),
         sys!(SYS_madvise),
@@ -187,10 +191,10 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_gettid),
         sys!(SYS_rt_sigprocmask),
         sys!(SYS_rt_sigaction, if arg 0 & u32::MAX => GLIBC_SIGSETXID),
-        sys!(SYS_prctl, if arg 0 & u32::MAX => libc::PR_SET_NAME),
+        sys!(SYS_prctl, if arg 0 & u32::MAX => seccomp::PR_SET_NAME),
         // The control thread's wait on the signalfd and inotify; the
-        // metrics listener's waits.
-        sys!(SYS_poll),
+        // metrics listener's waits (rustix's poll is ppoll).
+        sys!(SYS_ppoll),
         // Connections: the epoll loops', and the metrics listener's on
         // either back end.
         sys!(SYS_accept4),
@@ -217,8 +221,9 @@ const IORING_REGISTER_ENABLE_RINGS: u32 = 12;
 fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
     match backend {
         Backend::Epoll => vec![
-            // Readiness, and registering accepted connections.
-            sys!(SYS_epoll_wait),
+            // Readiness (rustix's epoll wait is epoll_pwait, with no
+            // signal mask), and registering accepted connections.
+            sys!(SYS_epoll_pwait),
             sys!(SYS_epoll_ctl),
             // A batch of responses in one call; large bodies from the pack.
             // (Requests are read with `read`, in the common list.)
@@ -245,7 +250,7 @@ fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
             // Emptying a splice pipe a closed connection left bytes in:
             // how many, then reading them out; at shutdown, whether an idle
             // connection holds a request not delivered yet.
-            sys!(SYS_ioctl, if arg 1 & u32::MAX => libc::FIONREAD),
+            sys!(SYS_ioctl, if arg 1 & u32::MAX => seccomp::FIONREAD),
         ],
     }
 }
@@ -268,29 +273,24 @@ fn backend_syscalls(_backend: Backend) -> Vec<Syscall> {
 /// x86_64-unknown-linux-musl) with every serve scenario under `strace -f`
 /// and the filter logging instead of trapping, both back ends.
 #[cfg(all(target_arch = "x86_64", target_env = "musl"))]
-fn libc_syscalls(backend: Backend) -> Vec<Syscall> {
+fn libc_syscalls(_backend: Backend) -> Vec<Syscall> {
     /// The flags of musl's `pthread_create` (VM, FS, FILES, SIGHAND,
     /// THREAD, SYSVSEM, SETTLS, PARENT_SETTID, CHILD_CLEARTID, DETACHED):
     /// a thread, never a new process.
     const PTHREAD_CLONE_FLAGS: u32 = 0x7d_0f00;
-    let mut list = vec![
+    vec![
         // Every thread started after the filter: musl's pthread_create
         // calls clone, not clone3.
         sys!(SYS_clone, if arg 0 & u32::MAX => PTHREAD_CLONE_FLAGS),
         // std's File::open and read_dir at reloads: musl's open and
         // opendir use open, not openat, then set FD_CLOEXEC with fcntl.
         sys!(SYS_open),
-        sys!(SYS_fcntl, if arg 1 in [libc::F_SETFD]),
+        sys!(SYS_fcntl, if arg 1 in [seccomp::F_SETFD]),
         // fs::metadata and symlink_metadata at reloads (std has no statx
         // on musl).
         sys!(SYS_stat),
         sys!(SYS_lstat),
-    ];
-    if backend == Backend::Epoll {
-        // musl's epoll_wait is epoll_pwait with no signal mask.
-        list.push(sys!(SYS_epoll_pwait));
-    }
-    list
+    ]
 }
 
 /// glibc calls what the lists above name.
@@ -358,9 +358,9 @@ pub struct Identity {
     /// The user's name.
     pub name: String,
     /// Its user id.
-    pub uid: libc::uid_t,
+    pub uid: u32,
     /// Its primary group.
-    pub gid: libc::gid_t,
+    pub gid: u32,
     /// Found in the user database, which then lists its other groups;
     /// otherwise (a bare `UID[:GID]`) it gets its primary group only.
     pub listed: bool,
@@ -369,52 +369,23 @@ pub struct Identity {
 /// The passwd entry of `name`, if there is one.
 fn lookup_user(name: &str) -> anyhow::Result<Option<Identity>> {
     let c_name = CString::new(name).map_err(|_| anyhow!("--user {name:?}: NUL in the name"))?;
-    lookup(|pwd, buf, result| {
-        // SAFETY: every pointer is valid for the call; buf's length is given.
-        unsafe { libc::getpwnam_r(c_name.as_ptr(), pwd, buf.as_mut_ptr(), buf.len(), result) }
-    })
+    listed(sys::passwd_by_name(&c_name))
 }
 
 /// The passwd entry of `uid`, if there is one.
-fn lookup_uid(uid: libc::uid_t) -> anyhow::Result<Option<Identity>> {
-    lookup(|pwd, buf, result| {
-        // SAFETY: as in `lookup_user`.
-        unsafe { libc::getpwuid_r(uid, pwd, buf.as_mut_ptr(), buf.len(), result) }
-    })
+fn lookup_uid(uid: u32) -> anyhow::Result<Option<Identity>> {
+    listed(sys::passwd_by_uid(uid))
 }
 
-/// Runs a `getpw*_r` call with a buffer that grows until the entry fits.
-fn lookup(
-    call: impl Fn(&mut libc::passwd, &mut [libc::c_char], &mut *mut libc::passwd) -> libc::c_int,
-) -> anyhow::Result<Option<Identity>> {
-    let mut buf: Vec<libc::c_char> = vec![0; 1024];
-    loop {
-        // SAFETY: an all-zero passwd is a valid out-parameter.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        match call(&mut pwd, &mut buf, &mut result) {
-            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
-            0 if result.is_null() => return Ok(None),
-            // "Not found" as some C libraries say it: musl when there is
-            // no /etc/passwd at all (a `FROM scratch` image), glibc with
-            // some NSS modules (getpwnam_r(3)).
-            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
-            0 => {
-                // SAFETY: on success pw_name points to a C string in `buf`.
-                let name = unsafe { CStr::from_ptr(pwd.pw_name) };
-                return Ok(Some(Identity {
-                    name: name.to_string_lossy().into_owned(),
-                    uid: pwd.pw_uid,
-                    gid: pwd.pw_gid,
-                    listed: true,
-                }));
-            }
-            e => bail!(
-                "cannot read the user database: {}",
-                std::io::Error::from_raw_os_error(e)
-            ),
-        }
-    }
+/// The identity of a user database entry.
+fn listed(entry: std::io::Result<Option<sys::Passwd>>) -> anyhow::Result<Option<Identity>> {
+    let entry = entry.map_err(|e| anyhow!("cannot read the user database: {e}"))?;
+    Ok(entry.map(|user| Identity {
+        name: user.name,
+        uid: user.uid,
+        gid: user.gid,
+        listed: true,
+    }))
 }
 
 /// `UID` or `UID:GID` given as `--user` where no user database names it (a
@@ -441,8 +412,7 @@ fn numeric_user(value: &str) -> Option<Identity> {
 /// else the user kiln runs as, the only one a process without privileges
 /// can be.
 pub fn resolve_user(asked: Option<&str>) -> anyhow::Result<Identity> {
-    // SAFETY: plain getters.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (geteuid().as_raw(), getegid().as_raw());
     let current = || -> anyhow::Result<Identity> {
         Ok(lookup_uid(euid)?.unwrap_or(Identity {
             name: euid.to_string(),
@@ -573,8 +543,7 @@ fn wait_until_single_threaded() -> anyhow::Result<()> {
 
 /// The TIDs of this process's threads other than the calling one.
 fn other_threads() -> std::io::Result<Vec<u32>> {
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::gettid() } as u32;
+    let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
     let mut others = Vec::new();
     for entry in std::fs::read_dir("/proc/self/task")? {
         let tid = entry?.file_name().to_str().and_then(|n| n.parse().ok());
@@ -629,97 +598,51 @@ fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
 /// later step needs the privileges the user switch gives up) and drops
 /// every capability, also when staying root.
 fn switch_user(identity: &Identity) -> anyhow::Result<()> {
-    // SAFETY: plain getter.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 && identity.uid != 0 {
+    if geteuid().is_root() && identity.uid != 0 {
         let name = CString::new(identity.name.as_bytes()).context("NUL in the user name")?;
-        let fail = |what: &str| {
-            anyhow!(
-                "cannot switch to user {}: {what}: {}",
-                identity.name,
-                std::io::Error::last_os_error()
-            )
+        let fail = |what: &str, e: std::io::Error| {
+            anyhow!("cannot switch to user {}: {what}: {e}", identity.name)
         };
-        // glibc applies each of these to every thread of the process (its
-        // setxid broadcast); there is only one here anyway.
-        // SAFETY: plain calls with valid arguments; results checked.
-        unsafe {
-            let groups = if identity.listed {
-                libc::initgroups(name.as_ptr(), identity.gid)
-            } else {
-                libc::setgroups(1, &identity.gid)
-            };
-            if groups != 0 {
-                return Err(fail("setgroups"));
-            }
-            if libc::setresgid(identity.gid, identity.gid, identity.gid) != 0 {
-                return Err(fail("setgid"));
-            }
-            if libc::setresuid(identity.uid, identity.uid, identity.uid) != 0 {
-                return Err(fail("setuid"));
-            }
-            if libc::setuid(0) == 0 {
-                bail!(
-                    "switched to user {} but could switch back to root",
-                    identity.name
-                );
-            }
+        // Each applies to the calling thread, the only one here (`enter`
+        // waited for that); threads started afterwards inherit it.
+        let gid = Gid::from_raw(identity.gid);
+        let uid = Uid::from_raw(identity.uid);
+        let groups = if identity.listed {
+            sys::init_groups(&name, identity.gid)
+        } else {
+            thread::set_thread_groups(&[gid]).map_err(Into::into)
+        };
+        groups.map_err(|e| fail("setgroups", e))?;
+        thread::set_thread_res_gid(gid, gid, gid).map_err(|e| fail("setgid", e.into()))?;
+        thread::set_thread_res_uid(uid, uid, uid).map_err(|e| fail("setuid", e.into()))?;
+        if thread::set_thread_uid(Uid::ROOT).is_ok() {
+            bail!(
+                "switched to user {} but could switch back to root",
+                identity.name
+            );
         }
     }
     drop_capabilities()
-}
-
-/// `capset(2)`'s header.
-#[repr(C)]
-struct CapHeader {
-    /// `_LINUX_CAPABILITY_VERSION_3`.
-    version: u32,
-    /// 0: this thread.
-    pid: libc::c_int,
-}
-
-/// `capset(2)`'s data, one per 32 capabilities.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    /// Capabilities in use.
-    effective: u32,
-    /// Capabilities that may be made effective.
-    permitted: u32,
-    /// Capabilities kept across execve.
-    inheritable: u32,
 }
 
 /// Empties the effective, permitted and inheritable sets (and so the
 /// ambient one). The bounding set matters only at execve, which the filter
 /// refuses.
 fn drop_capabilities() -> anyhow::Result<()> {
-    let header = CapHeader {
-        version: 0x2008_0522,
-        pid: 0,
+    let none = thread::CapabilitySets {
+        effective: thread::CapabilitySet::empty(),
+        permitted: thread::CapabilitySet::empty(),
+        inheritable: thread::CapabilitySet::empty(),
     };
-    let data = [CapData::default(); 2];
-    // SAFETY: a valid header and two data structs, as version 3 wants.
-    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
-        bail!(
-            "cannot drop capabilities: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    thread::set_capabilities(None, none)
+        .map_err(|e| anyhow!("cannot drop capabilities: {}", std::io::Error::from(e)))
 }
 
 /// Whether the user kiln runs as now may `mode` (`access(2)` bits) `path`;
 /// the error says why not.
-fn may(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: a valid C string; access(2) checks the real ids, which are
-    // the switched-to user's now.
-    if unsafe { libc::access(c_path.as_ptr(), mode) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+fn may(path: &Path, mode: FileAccess) -> std::io::Result<()> {
+    // access(2) checks the real ids, which are the switched-to user's now.
+    Ok(rustix::fs::access(path, mode)?)
 }
 
 /// The first directory or file under `root` (itself included) the user
@@ -728,7 +651,7 @@ fn may(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
 fn first_unreadable(root: &Path) -> Option<(PathBuf, std::io::Error)> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        if let Err(e) = may(&dir, libc::R_OK | libc::X_OK) {
+        if let Err(e) = may(&dir, FileAccess::READ_OK | FileAccess::EXEC_OK) {
             return Some((dir, e));
         }
         let entries = match std::fs::read_dir(&dir) {
@@ -740,7 +663,7 @@ fn first_unreadable(root: &Path) -> Option<(PathBuf, std::io::Error)> {
             match entry.file_type() {
                 Ok(t) if t.is_dir() => stack.push(path),
                 Ok(t) if t.is_file() => {
-                    if let Err(e) = may(&path, libc::R_OK) {
+                    if let Err(e) = may(&path, FileAccess::READ_OK) {
                         return Some((path, e));
                     }
                 }
@@ -758,7 +681,7 @@ fn warn_unreachable(plan: &Plan, switched: bool) {
     let files = plan
         .files_read_again
         .iter()
-        .filter_map(|f| may(f, libc::R_OK).err().map(|e| (f.clone(), e)));
+        .filter_map(|f| may(f, FileAccess::READ_OK).err().map(|e| (f.clone(), e)));
     let trees = plan
         .trees_read_again
         .iter()
@@ -802,70 +725,6 @@ fn log_landlock(status: &landlock::RestrictionStatus) {
     }
 }
 
-/// The fields of a SIGSYS `siginfo_t` on 64-bit Linux (`_sigsys`).
-#[repr(C)]
-struct SigsysInfo {
-    /// SIGSYS.
-    signo: libc::c_int,
-    /// Unused.
-    errno: libc::c_int,
-    /// SYS_SECCOMP.
-    code: libc::c_int,
-    /// Where the call was made.
-    call_addr: *mut libc::c_void,
-    /// The system call's number.
-    syscall: libc::c_int,
-    /// Its AUDIT_ARCH.
-    arch: libc::c_uint,
-}
-
-/// The SIGSYS handler: the filter refused a system call. Writes one line
-/// naming it and ends the process; async-signal-safe (write and _exit only,
-/// both on the list).
-extern "C" fn on_denied_syscall(
-    _signal: libc::c_int,
-    info: *mut libc::siginfo_t,
-    _context: *mut libc::c_void,
-) {
-    // SAFETY: the kernel hands a SIGSYS handler a siginfo with `_sigsys`.
-    let number = unsafe { (*info.cast::<SigsysInfo>()).syscall };
-    let mut line = [0u8; 96];
-    let mut len = 0;
-    let mut put = |bytes: &[u8]| {
-        let n = bytes.len().min(line.len() - len);
-        line[len..len + n].copy_from_slice(&bytes[..n]);
-        len += n;
-    };
-    put(b"kiln: sandbox: system call ");
-    // `itoa` writes into a stack buffer: async-signal-safe.
-    put(itoa::Buffer::new().format(number).as_bytes());
-    put(b" is not allowed; exiting\n");
-    // SAFETY: write(2) and _exit(2) are async-signal-safe; a failed write
-    // changes nothing.
-    unsafe {
-        libc::write(2, line.as_ptr().cast(), len);
-        libc::_exit(DENIED_SYSCALL_EXIT);
-    }
-}
-
-/// Installs [`on_denied_syscall`] for SIGSYS.
-fn install_sigsys_handler() -> anyhow::Result<()> {
-    // SAFETY: a zeroed sigaction with the handler, flags and an empty mask.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_denied_syscall as *const () as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO;
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(libc::SIGSYS, &action, std::ptr::null_mut()) != 0 {
-            bail!(
-                "sandbox: cannot handle SIGSYS: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Enters the sandbox `plan` describes; every other thread must have been
 /// joined (it waits for them to be gone), and every thread the caller
 /// starts afterwards is inside too.
@@ -873,22 +732,20 @@ pub fn enter(plan: &Plan) -> anyhow::Result<()> {
     wait_until_single_threaded()?;
     let program = seccomp_program(plan.backend)?;
     let ruleset = landlock_ruleset(plan)?;
-    // SAFETY: a plain getter.
-    let switched = unsafe { libc::geteuid() } == 0 && plan.identity.uid != 0;
+    let switched = geteuid().is_root() && plan.identity.uid != 0;
     switch_user(&plan.identity)?;
     warn_unreachable(plan, switched);
-    // SAFETY: plain prctl; the result is checked.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        bail!(
+    thread::set_no_new_privs(true).map_err(|e| {
+        anyhow!(
             "sandbox: cannot set no_new_privs: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+            std::io::Error::from(e)
+        )
+    })?;
     let status = ruleset
         .restrict_self()
         .map_err(|e| anyhow!("sandbox: Landlock: {e}"))?;
     log_landlock(&status);
-    install_sigsys_handler()?;
+    sys::exit_on_denied_syscall().map_err(|e| anyhow!("sandbox: cannot handle SIGSYS: {e}"))?;
     seccompiler::apply_filter_all_threads(&program)
         .map_err(|e| anyhow!("sandbox: cannot install the system call filter: {e}"))?;
     tracing::info!(
@@ -936,13 +793,10 @@ pub fn debug_probes() {
         if let Some(program) = std::env::var_os("KILN_DEBUG_SANDBOX_EXEC")
             && let Ok(program) = CString::new(program.as_bytes())
         {
-            let argv = [program.as_ptr(), std::ptr::null()];
-            // SAFETY: a valid path and a NULL-terminated argv.
-            unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
+            let e = sys::execute(&program);
             tracing::info!(
-                "debug probe: cannot execute {}: {}",
-                program.to_string_lossy(),
-                std::io::Error::last_os_error()
+                "debug probe: cannot execute {}: {e}",
+                program.to_string_lossy()
             );
         }
     };
