@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::bail;
 use rustix::mm::Advice;
@@ -66,10 +66,11 @@ fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     }
     let (addr, len) = (map.as_ptr().cast_mut().cast(), map.len());
     if opts.mlock {
+        let limit = memlock_limit();
         // SAFETY: the range is our own live mapping.
         if let Err(e) = unsafe { rustix::mm::mlock(addr, len) } {
             let e = std::io::Error::from(e);
-            let limit = memlock_limit().map_or("unlimited".to_string(), |l| format!("{l} bytes"));
+            let limit = limit.map_or("unlimited".to_string(), |l| format!("{l} bytes"));
             return Err(format!(
                 "cannot lock the pack in memory (--mlock, {len} bytes): {e}; the locked-memory limit is {limit} \
                  (raise it: `ulimit -l`, LimitMEMLOCK= in a systemd unit)"
@@ -95,8 +96,12 @@ fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
 }
 
 /// The soft RLIMIT_MEMLOCK, for the error message (`None`: no limit).
+/// Read once, by the first `--mlock` load, at start: the sandbox's filter
+/// has no `prlimit64` for a reload whose lock fails to read it then (that
+/// ended the server), and nothing in the process changes it.
 fn memlock_limit() -> Option<u64> {
-    rustix::process::getrlimit(rustix::process::Resource::Memlock).current
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| rustix::process::getrlimit(rustix::process::Resource::Memlock).current)
 }
 
 /// What SITE names when it is one site, as start-up and reloads open it.
