@@ -23,18 +23,25 @@
 //! rare case of pipelining past a full batch) until the stack may take it,
 //! and reading stops when too much is held.
 
+mod buf_ring;
+mod pipes;
+mod setup;
+
 use std::collections::VecDeque;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 
-use io_uring::register::Restriction;
-use io_uring::types::BufRingEntry;
-use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use rustix::io::{Errno, ReadWriteFlags};
 use rustix::net::{Shutdown, SocketFlags};
 
+use self::buf_ring::{BGID, Buffers};
+pub use self::pipes::PIPES;
+use self::pipes::Pipe;
+pub use self::setup::probe;
+use self::setup::{CQ_ENTRIES, new_ring};
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
@@ -48,42 +55,12 @@ use crate::sys;
 /// The poll mask of the waker's `PollAdd`: readable.
 const POLL_IN: u32 = rustix::event::PollFlags::IN.bits() as u32;
 
-/// Submission queue entries; a full queue is flushed with an extra enter.
-const SQ_ENTRIES: u32 = 2048;
-/// Completion queue entries: every connection has a multishot receive
-/// armed, so a turn can complete one per connection and more.
-const CQ_ENTRIES: u32 = 16384;
-/// Memory for receive buffers per thread, shared by all its connections.
-const BUF_MEMORY: usize = 4 << 20;
-/// Buffer size where the kernel consumes buffers incrementally (Linux
-/// 6.12, `IOU_PBUF_RING_INC`): each receive takes only the bytes it got
-/// from the current buffer, so 64 buffers of 64 KiB hold thousands of
-/// request heads in one turn.
-const BUF_SIZE_INCREMENTAL: usize = 64 << 10;
-/// Buffer size where each receive takes a whole buffer: a request head
-/// fits one, a TLS record two; 512 of them.
-const BUF_SIZE_WHOLE: usize = 8 << 10;
-/// Ring entries: enough for the smaller buffers (a power of two).
-const RING_ENTRIES: u16 = (BUF_MEMORY / BUF_SIZE_WHOLE) as u16;
-/// `IOU_PBUF_RING_INC` and `IORING_CQE_F_BUF_MORE` (linux/io_uring.h;
-/// not exported by the `io-uring` crate): the registration flag, and the
-/// completion flag saying the kernel keeps filling the same buffer.
-const IOU_PBUF_RING_INC: u16 = 2;
-const IORING_CQE_F_BUF_MORE: u32 = 1 << 4;
-/// The buffer group of the receive buffers.
-const BGID: u16 = 0;
 /// Input held while a response is being sent: beyond this, reading stops
 /// until the stack has taken what is held.
 const HELD_MAX: usize = 64 * 1024;
 /// Bytes read from a lingering connection before it is closed anyway.
 const LINGER_MAX: usize = 1 << 20;
-/// Pipes for splicing, made at start (the sandbox allows no new ones), as
-/// many as descriptors allow up to this: as many large bodies go out at
-/// once by splice, more by `writev` from the mapping.
-pub const PIPES: usize = 8;
-/// The pipe size asked for (the kernel may give less): one splice moves
-/// at most this much of a body.
-const PIPE_SIZE: usize = 1 << 20;
+
 /// iovecs per `writev` operation; longer outputs (many HTTP/2 frames) go
 /// out in several.
 const IOVECS: usize = 256;
@@ -136,214 +113,6 @@ fn untag(data: u64) -> (Option<Kind>, u32, usize) {
         (data >> 32) as u32 & 0xff_ffff,
         (data & 0xffff_ffff) as usize,
     )
-}
-
-/// The ring of provided buffers multishot receives fill: memory the
-/// kernel picks a buffer from for each receive, handed back to it as soon
-/// as the stack has taken the bytes.
-struct Buffers {
-    /// The ring entries the kernel takes buffers from (page-aligned, as
-    /// the kernel requires).
-    ring: *mut BufRingEntry,
-    /// The buffers themselves: `BUF_MEMORY` bytes, `count` × `size`.
-    memory: *mut u8,
-    /// Buffers in the ring (a power of two).
-    count: u16,
-    /// Bytes per buffer.
-    size: usize,
-    /// The kernel consumes buffers incrementally: a receive's bytes start
-    /// where the previous receive into the same buffer ended.
-    incremental: bool,
-    /// With `incremental`: where the next receive's bytes start in each
-    /// buffer.
-    filled: Vec<u32>,
-    /// The next entry to fill; published to the kernel once per turn.
-    tail: u16,
-}
-
-// SAFETY: the mappings belong to this value alone; it moves to the loop's
-// thread once, before any use.
-unsafe impl std::marker::Send for Buffers {}
-
-impl Buffers {
-    fn new() -> std::io::Result<Buffers> {
-        let ring = map_anonymous(Self::ring_bytes())?;
-        let memory = match map_anonymous(BUF_MEMORY) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: `ring` was mapped just above with this length.
-                let _ = unsafe { rustix::mm::munmap(ring.cast(), Self::ring_bytes()) };
-                return Err(e);
-            }
-        };
-        Ok(Buffers {
-            ring: ring.cast(),
-            memory,
-            count: RING_ENTRIES,
-            size: BUF_SIZE_WHOLE,
-            incremental: false,
-            filled: Vec::new(),
-            tail: 0,
-        })
-    }
-
-    fn ring_bytes() -> usize {
-        usize::from(RING_ENTRIES) * std::mem::size_of::<BufRingEntry>()
-    }
-
-    /// Registers the ring as buffer group `BGID`, incremental where the
-    /// kernel offers it, and hands every buffer to the kernel.
-    fn register(&mut self, submitter: &io_uring::Submitter<'_>) -> std::io::Result<()> {
-        let incremental_count = (BUF_MEMORY / BUF_SIZE_INCREMENTAL) as u16;
-        // SAFETY: the ring memory outlives the ring (see `Drop`).
-        let incremental = unsafe {
-            submitter.register_buf_ring_with_flags(
-                self.ring as u64,
-                incremental_count,
-                BGID,
-                IOU_PBUF_RING_INC,
-            )
-        };
-        if incremental.is_ok() {
-            self.incremental = true;
-            self.count = incremental_count;
-            self.size = BUF_SIZE_INCREMENTAL;
-            self.filled = vec![0; usize::from(incremental_count)];
-        } else {
-            // SAFETY: as above.
-            unsafe {
-                submitter.register_buf_ring_with_flags(self.ring as u64, RING_ENTRIES, BGID, 0)?
-            };
-        }
-        for bid in 0..self.count {
-            self.recycle(bid);
-        }
-        self.publish();
-        Ok(())
-    }
-
-    /// Hands buffer `bid` back to the kernel (seen at the next publish).
-    fn recycle(&mut self, bid: u16) {
-        let slot = usize::from(self.tail & (self.count - 1));
-        let bid = bid % self.count;
-        if let Some(filled) = self.filled.get_mut(usize::from(bid)) {
-            *filled = 0;
-        }
-        // SAFETY: `slot` < count ≤ RING_ENTRIES entries; the buffer lies
-        // inside the BUF_MEMORY mapping.
-        unsafe {
-            let entry = &mut *self.ring.add(slot);
-            entry.set_addr(self.memory.add(usize::from(bid) * self.size) as u64);
-            entry.set_len(self.size as u32);
-            entry.set_bid(bid);
-        }
-        self.tail = self.tail.wrapping_add(1);
-    }
-
-    /// Makes the recycled buffers visible to the kernel.
-    fn publish(&self) {
-        // SAFETY: the tail field lives in the first entry of our mapping;
-        // the kernel reads it concurrently, hence the atomic release store.
-        unsafe {
-            let tail = BufRingEntry::tail(self.ring) as *mut u16;
-            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
-        }
-    }
-
-    /// Where the `len` bytes a receive completion put in buffer `bid`
-    /// start, and how many of them lie in the buffer; with incremental
-    /// consumption, the next receive into it starts after them.
-    fn locate(&mut self, bid: u16, len: usize) -> (usize, usize) {
-        let start = match self.filled.get_mut(usize::from(bid % self.count)) {
-            Some(filled) => {
-                let start = *filled as usize;
-                *filled = (start + len).min(self.size) as u32;
-                start
-            }
-            None => 0,
-        };
-        (start, len.min(self.size - start))
-    }
-
-    /// The bytes `locate` found.
-    fn slice(&mut self, bid: u16, start: usize, len: usize) -> &mut [u8] {
-        let bid = usize::from(bid % self.count);
-        let len = len.min(self.size.saturating_sub(start));
-        // SAFETY: inside buffer `bid`, which is ours until `done`.
-        unsafe { std::slice::from_raw_parts_mut(self.memory.add(bid * self.size + start), len) }
-    }
-
-    /// A receive completion with buffer `bid` was handled: the buffer goes
-    /// back to the kernel unless the kernel keeps filling it.
-    fn done(&mut self, bid: u16, flags: u32) {
-        if !(self.incremental && flags & IORING_CQE_F_BUF_MORE != 0) {
-            self.recycle(bid);
-        }
-    }
-}
-
-impl Drop for Buffers {
-    fn drop(&mut self) {
-        // SAFETY: both were mapped by `new` with these lengths; the ring
-        // that used them is dropped first (field order of `UringWorker`).
-        unsafe {
-            let _ = rustix::mm::munmap(self.ring.cast(), Self::ring_bytes());
-            let _ = rustix::mm::munmap(self.memory.cast(), BUF_MEMORY);
-        }
-    }
-}
-
-fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
-    use rustix::mm::{MapFlags, ProtFlags};
-    let prot = ProtFlags::READ | ProtFlags::WRITE;
-    // SAFETY: a fresh private anonymous mapping, aliasing nothing.
-    let p =
-        unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, prot, MapFlags::PRIVATE) }?;
-    Ok(p.cast())
-}
-
-/// A pipe a large body is spliced through, from the pack file to the
-/// socket.
-struct Pipe {
-    /// The read end (spliced into the socket).
-    read: OwnedFd,
-    /// The write end (spliced into from the pack file).
-    write: OwnedFd,
-    /// Its capacity: the most one splice moves.
-    size: usize,
-}
-
-impl Pipe {
-    fn new() -> std::io::Result<Pipe> {
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        // A larger pipe means fewer splices per body; the kernel may refuse
-        // (pipe-max-size), and then the default size does.
-        let size = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE)
-            .or_else(|_| rustix::pipe::fcntl_getpipe_size(&write))
-            .unwrap_or(0)
-            .max(4096);
-        Ok(Pipe { read, write, size })
-    }
-
-    /// Empties a pipe a body was left in (its connection closed, or a
-    /// splice was cancelled, mid-body) so that it can serve the next one.
-    /// False if that failed: the pipe is then dropped.
-    fn empty(&self) -> bool {
-        let mut scratch = [0u8; 16 * 1024];
-        loop {
-            let Ok(queued) = rustix::io::ioctl_fionread(&self.read) else {
-                return false;
-            };
-            if queued == 0 {
-                return true;
-            }
-            let want = scratch.len().min(queued as usize);
-            // The pipe holds at least `want` bytes: the read does not block.
-            if !matches!(rustix::io::read(&self.read, &mut scratch[..want]), Ok(1..)) {
-                return false;
-            }
-        }
-    }
 }
 
 /// Output the kernel is sending for one connection, owned here until the
@@ -456,70 +225,6 @@ struct Listener {
     tag: u32,
     /// Its multishot accept is in flight.
     armed: bool,
-}
-
-/// The operations the ring is restricted to.
-const OPS: [u8; 7] = [
-    opcode::AcceptMulti::CODE,
-    opcode::RecvMulti::CODE,
-    opcode::Writev::CODE,
-    opcode::Splice::CODE,
-    opcode::PollAdd::CODE,
-    opcode::AsyncCancel::CODE,
-    opcode::Close::CODE,
-];
-
-/// Creates a ring with the receive buffers registered and restricted to
-/// `OPS`, still disabled: the thread that will submit enables it
-/// (`IORING_SETUP_SINGLE_ISSUER` makes that thread its owner, which
-/// `IORING_SETUP_DEFER_TASKRUN` needs: completions are then processed only
-/// when the loop enters the ring, in one batch, instead of interrupting it).
-/// Fails where the kernel lacks any of it (or forbids io_uring), which
-/// `--io auto` takes as the answer to use epoll.
-fn new_ring(buffers: &mut Buffers) -> std::io::Result<IoUring> {
-    let ring = IoUring::builder()
-        .setup_r_disabled()
-        .setup_cqsize(CQ_ENTRIES)
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .setup_submit_all()
-        .build(SQ_ENTRIES)?;
-    let submitter = ring.submitter();
-    let mut probe = Probe::new();
-    submitter.register_probe(&mut probe)?;
-    if let Some(op) = OPS.iter().find(|&&op| !probe.is_supported(op)) {
-        return Err(std::io::Error::other(format!(
-            "the kernel lacks io_uring operation {op}"
-        )));
-    }
-    buffers.register(&submitter)?;
-    let mut restrictions: Vec<Restriction> =
-        OPS.iter().map(|&op| Restriction::sqe_op(op)).collect();
-    restrictions.push(Restriction::sqe_flags_allowed(
-        squeue::Flags::BUFFER_SELECT.bits(),
-    ));
-    submitter.register_restrictions(&mut restrictions)?;
-    Ok(ring)
-}
-
-/// Whether this kernel (and whatever confines the process) lets kiln use
-/// io_uring the way it does: sets up one ring, as every thread will.
-/// Returns how receive buffers are used, for the log.
-pub fn probe() -> std::io::Result<String> {
-    let mut buffers = Buffers::new()?;
-    new_ring(&mut buffers)?
-        .submitter()
-        .register_enable_rings()?;
-    Ok(format!(
-        "receive buffers: {} × {} KiB per thread{}",
-        buffers.count,
-        buffers.size >> 10,
-        if buffers.incremental {
-            ", consumed incrementally"
-        } else {
-            ""
-        }
-    ))
 }
 
 /// One thread's io_uring loop and everything it owns.
@@ -1392,44 +1097,4 @@ fn borrowed(fd: RawFd) -> BorrowedFd<'static> {
     // SAFETY: callers pass a socket the loop holds open (a slot's, until
     // it is released) for the whole call; the borrow is not kept.
     unsafe { BorrowedFd::borrow_raw(fd) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The ring runs only the operations kiln uses: anything else (here a
-    /// no-op) is refused by the kernel, as an attacker's would be.
-    #[test]
-    fn the_ring_refuses_operations_outside_its_list() {
-        if IoUring::new(8).is_err() {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"skipped: this kernel offers no io_uring\n",
-            );
-            return;
-        }
-        let mut buffers = Buffers::new().unwrap();
-        let mut ring = new_ring(&mut buffers).unwrap();
-        ring.submitter().register_enable_rings().unwrap();
-        let nop = opcode::Nop::new().build().user_data(1);
-        let waker = Waker::new().unwrap();
-        let poll = opcode::PollAdd::new(types::Fd(waker.raw()), POLL_IN)
-            .build()
-            .user_data(2);
-        // SAFETY: neither entry points to memory.
-        unsafe {
-            ring.submission().push(&nop).unwrap();
-            ring.submission().push(&poll).unwrap();
-        }
-        waker.wake();
-        ring.submit_and_wait(2).unwrap();
-        let mut results: Vec<(u64, i32)> = ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        results.sort();
-        let denied = -Errno::ACCESS.raw_os_error();
-        assert_eq!(results, [(1, denied), (2, POLL_IN as i32)]);
-    }
 }
