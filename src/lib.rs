@@ -23,3 +23,4 @@ pub mod inspect;
 pub mod pack;
 pub mod report;
 pub mod serve;
+pub mod sys;

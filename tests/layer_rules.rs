@@ -2,7 +2,9 @@
 //! handler type, HTTP/1 does not know whether TLS is on, HTTP/2 does not
 //! borrow from HTTP/1, the handler does not know the protocol. Reads the
 //! source of each layer and fails on any path into a layer it must not
-//! know (`use` lines, grouped or not, and paths written in place).
+//! know (`use` lines, grouped or not, and paths written in place). And
+//! the one system-call layer: `libc` is named in `src/sys.rs` alone
+//! (everything else calls the kernel through rustix).
 
 use std::path::{Path, PathBuf};
 
@@ -264,5 +266,60 @@ fn every_form_of_a_forbidden_path_is_found() {
             expected.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
             "{source}"
         );
+    }
+}
+
+/// Whether the code of `source` (comments left out) names the `libc`
+/// crate: a path starting with it (`libc::`), or `use libc` / `extern
+/// crate libc`; not a longer name containing it, nor prose.
+fn names_libc(source: &str) -> bool {
+    let code = without_comments(source);
+    let bytes = code.as_bytes();
+    code.match_indices("libc").any(|(at, _)| {
+        if at.checked_sub(1).is_some_and(|i| is_ident(bytes[i])) {
+            return false;
+        }
+        let (before, after) = (
+            code[..at].trim_end(),
+            code[at + "libc".len()..].trim_start(),
+        );
+        after.starts_with("::") || before.ends_with("use") || before.ends_with("crate")
+    })
+}
+
+#[test]
+fn libc_is_named_only_in_the_sys_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let named: Vec<String> = files
+        .iter()
+        .filter(|file| !file.ends_with("sys.rs") || file.parent() != Some(src.as_path()))
+        .filter(|file| names_libc(&std::fs::read_to_string(file).expect("a source file")))
+        .map(|file| {
+            file.strip_prefix(&src)
+                .expect("below src/")
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "libc named outside src/sys.rs (ARCHITECTURE.md, Invariants): {named:?}"
+    );
+}
+
+#[test]
+fn every_form_of_naming_libc_is_found() {
+    for (source, names) in [
+        ("use libc::c_int;", true),
+        ("let n = unsafe { libc::read(fd, p, n) };", true),
+        ("extern crate libc;", true),
+        ("// what libc calls", false),
+        ("fn libc_syscalls() {} // glibc", false),
+        ("let glibc = 1;", false),
+        ("eprintln!(\"no header (linux-libc-dev)\");", false),
+    ] {
+        assert_eq!(names_libc(source), names, "{source}");
     }
 }

@@ -363,3 +363,58 @@ fn a_shutdown_delay_keeps_serving_while_ready_says_503() {
         start.elapsed()
     );
 }
+
+/// Sets the soft RLIMIT_NOFILE of the running process `pid`; returns the
+/// one it had.
+fn set_fd_limit(pid: u32, soft: u64) -> u64 {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads the limits of `pid` into `old`.
+    assert_eq!(
+        unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) },
+        0
+    );
+    let new = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: sets them from `new`.
+    assert_eq!(
+        unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) },
+        0,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    old.rlim_cur
+}
+
+/// Out of descriptors, the metrics listener backs off and answers once
+/// one is free again, inside the sandbox (its pause was a sleep, whose
+/// clock_nanosleep the filter refuses: the server ended).
+#[test]
+fn the_metrics_listener_waits_out_a_lack_of_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let (mut server, port) = start_with_metrics(&pack, &[]);
+    let pid = server.child.id();
+    let open: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    // The lowest free descriptor number is the one accept would take:
+    // below that limit there is none.
+    let lowest_free = (0..).find(|n| !open.contains(n)).unwrap();
+    let before = set_fd_limit(pid, lowest_free);
+    let health = std::thread::spawn(move || fetch(port, "/healthz"));
+    // The listener's accept meets EMFILE, more than once.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "{}",
+        server.stderr_text()
+    );
+    set_fd_limit(pid, before);
+    assert_eq!(health.join().unwrap().0, "HTTP/1.1 200 OK");
+}

@@ -369,11 +369,7 @@ pub fn assemble(
 /// the tables that grow next are allocated by this thread in another: kept,
 /// the freed buffers would count twice in the peak.
 fn release_batch_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only returns free memory to the system.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::sys::release_free_memory();
 }
 
 /// Counts a body just stored, if it is not a duplicate.

@@ -15,14 +15,17 @@
 //! locked, and not written for `STRAY_AGE` (a build of an older kiln, which
 //! took no lock, is then surely not writing it).
 
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
+
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use rustix::rand::GetRandomFlags;
 
 /// Random characters in a temporary name (as the `tempfile` crate, which
 /// named the temporary files of earlier kiln versions).
@@ -70,7 +73,7 @@ impl PackTemp {
                 (file, Some(path))
             }
         };
-        lock(&file, libc::LOCK_EX)?;
+        rustix::fs::flock(&file, FlockOperation::LockExclusive)?;
         Ok((
             PackTemp {
                 target: target.to_path_buf(),
@@ -108,27 +111,14 @@ impl PackTemp {
     /// Links the unnamed file under a fresh temporary name (`linkat` cannot
     /// replace the target: the rename does).
     fn link(&self) -> io::Result<PathBuf> {
-        let from = CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-            .map_err(io::Error::other)?;
+        let from = format!("/proc/self/fd/{}", self.file.as_raw_fd());
         loop {
             let path = self.dir.join(temp_name(&self.name));
-            let to = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
-            // SAFETY: two valid C strings; the result is checked.
-            let linked = unsafe {
-                libc::linkat(
-                    libc::AT_FDCWD,
-                    from.as_ptr(),
-                    libc::AT_FDCWD,
-                    to.as_ptr(),
-                    libc::AT_SYMLINK_FOLLOW,
-                )
-            };
-            if linked == 0 {
-                return Ok(path);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(e);
+            let (cwd, follow) = (rustix::fs::CWD, AtFlags::SYMLINK_FOLLOW);
+            match rustix::fs::linkat(cwd, from.as_str(), cwd, &path, follow) {
+                Ok(()) => return Ok(path),
+                Err(Errno::EXIST) => continue,
+                Err(errno) => return Err(errno.into()),
             }
         }
     }
@@ -156,25 +146,13 @@ fn unnamed_file(dir: &Path) -> io::Result<Option<File>> {
     if !Path::new("/proc/self/fd").is_dir() {
         return Ok(None);
     }
-    let path = CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    // SAFETY: a valid C string; the result is checked.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-            MODE,
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: `fd` is fresh and ours.
-        return Ok(Some(File::from(unsafe { OwnedFd::from_raw_fd(fd) })));
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
+    let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+    match rustix::fs::open(dir, flags, Mode::from_raw_mode(MODE)) {
+        Ok(fd) => Ok(Some(File::from(fd))),
         // No O_TMPFILE here: the filesystem (EOPNOTSUPP), or a kernel that
         // reads the flag as O_DIRECTORY (EISDIR) or rejects it (EINVAL).
-        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL) => Ok(None),
-        _ => Err(e),
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
+        Err(errno) => Err(errno.into()),
     }
 }
 
@@ -200,9 +178,9 @@ fn named_file(dir: &Path, name: &str) -> io::Result<(File, PathBuf)> {
 fn temp_name(name: &str) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let mut random = [0u8; RANDOM_CHARS];
-    // SAFETY: writes at most `random.len()` bytes into it. A short read
-    // leaves zeros: a name that exists already is skipped by the callers.
-    unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    // A short read leaves zeros: a name that exists already is skipped by
+    // the callers.
+    let _ = rustix::rand::getrandom(&mut random, GetRandomFlags::empty());
     let chars: String = random
         .iter()
         .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
@@ -250,7 +228,7 @@ fn remove_strays(dir: &Path, name: &str) -> Vec<PathBuf> {
 fn is_stray(path: &Path) -> io::Result<bool> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -263,21 +241,12 @@ fn is_stray(path: &Path) -> io::Result<bool> {
     {
         return Ok(false);
     }
-    if lock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+    if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
         return Ok(false);
     }
     // Still the file that was checked, not one renamed there since.
     let now = fs::symlink_metadata(path)?;
     Ok((now.dev(), now.ino()) == (meta.dev(), meta.ino()))
-}
-
-fn lock(file: &File, how: libc::c_int) -> io::Result<()> {
-    // SAFETY: a plain syscall on our descriptor.
-    if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

@@ -12,10 +12,9 @@
 //! written to an anonymous in-memory file instead (`in_memory`).
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -227,14 +226,8 @@ enum Destination {
 /// An anonymous in-memory file (Linux memfd) named `name` (for
 /// /proc/PID/fd): gone with its last handle or mapping.
 pub fn memory_file(name: &str) -> io::Result<File> {
-    let name = CString::new(name).map_err(|_| io::Error::other("NUL in a memfd name"))?;
-    // SAFETY: a valid C string; the result is checked.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is fresh and ours.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+    Ok(File::from(fd))
 }
 
 /// Fires a pack. Bodies go to disk as they come; everything else is small
@@ -367,16 +360,7 @@ impl PackWriter {
         }
         self.out.flush()?;
         let (from, len) = (self.written_back, self.pos - self.written_back);
-        // SAFETY: a plain syscall on our descriptor; a failure only means
-        // the final sync does all the work.
-        unsafe {
-            libc::sync_file_range(
-                self.reread.as_raw_fd(),
-                from as libc::off64_t,
-                len as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
-        }
+        crate::sys::start_writeback(self.reread.as_fd(), from, len);
         self.written_back = self.pos;
         Ok(())
     }

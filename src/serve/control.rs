@@ -14,13 +14,17 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify::{CreateFlags, WatchFlags};
+use rustix::process::Signal;
 
 use super::handler::{Site, Sites};
 use super::inotify;
@@ -30,26 +34,12 @@ use super::net::{Shared, Waker};
 use super::stack::CurrentSites;
 use super::systemd::Notifier;
 use super::tls::{self, SniResolver};
+use crate::sys;
 
 /// Blocks the signals the control thread handles, in the calling thread and
 /// every thread spawned after, and returns a signalfd for them.
 pub fn block_signals() -> io::Result<OwnedFd> {
-    // SAFETY: sigset manipulation on a local set; results checked.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
+    sys::block_signals_into_signalfd(&[Signal::TERM, Signal::INT, Signal::HUP])
 }
 
 /// What a watched name is to the server.
@@ -67,7 +57,7 @@ pub enum Role {
 /// One file (or folder) watched through a directory.
 struct Watched {
     /// The watch descriptor of the directory.
-    wd: libc::c_int,
+    wd: i32,
     /// Events for other names in the directory are ignored (`Folder`:
     /// every name counts).
     name: OsString,
@@ -120,13 +110,7 @@ impl Watch {
 /// in it. Set up before the server announces itself, so no replacement
 /// after start-up is missed.
 pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
-    // SAFETY: plain syscalls, results checked.
-    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is fresh and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = rustix::fs::inotify::init(CreateFlags::CLOEXEC)?;
     let mut watched = Vec::new();
     for &(path, role) in files {
         let (dir, name) = match role {
@@ -141,21 +125,18 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
                     .unwrap_or_default(),
             ),
         };
-        let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
         // In a folder a removal matters too (the site goes).
-        let mask = libc::IN_MOVED_TO
-            | libc::IN_CLOSE_WRITE
-            | libc::IN_CREATE
-            | libc::IN_DELETE
-            | libc::IN_MOVED_FROM;
-        // SAFETY: valid C string. Watching a directory twice returns the
-        // same descriptor (and the union of the masks).
-        let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), cdir.as_ptr(), mask) };
-        if wd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
-        }
+        let mask = WatchFlags::MOVED_TO
+            | WatchFlags::CLOSE_WRITE
+            | WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::MOVED_FROM;
+        // Watching a directory twice returns the same descriptor (and the
+        // union of the masks).
+        let wd = rustix::fs::inotify::add_watch(&fd, &dir, mask).map_err(|errno| {
+            let e = io::Error::from(errno);
+            io::Error::new(e.kind(), format!("{}: {e}", dir.display()))
+        })?;
         watched.push(Watched { wd, name, role });
     }
     Ok(Watch { fd, files: watched })
@@ -449,14 +430,15 @@ struct Timers {
 }
 
 impl Timers {
-    /// The poll timeout until the next one, in milliseconds (-1: none).
-    fn timeout_ms(&self) -> libc::c_int {
-        let next = [self.certificates, self.drain].into_iter().flatten().min();
-        next.map_or(-1, |at| {
-            at.saturating_duration_since(Instant::now())
-                .as_millis()
-                .min(60_000) as libc::c_int
-        })
+    /// The poll timeout until the next one (`None`: none), at most a
+    /// minute.
+    fn timeout(&self) -> Option<Timespec> {
+        let next = [self.certificates, self.drain]
+            .into_iter()
+            .flatten()
+            .min()?;
+        let left = next.saturating_duration_since(Instant::now());
+        Timespec::try_from(left.min(Duration::from_secs(60))).ok()
     }
 }
 
@@ -483,30 +465,24 @@ fn run(
     wakers: &[Arc<Waker>],
 ) -> io::Error {
     let mut buf = vec![0u8; 64 * 1024];
-    let siginfo_len = std::mem::size_of::<libc::signalfd_siginfo>();
+    let siginfo_len = sys::SIGNALFD_SIGINFO_BYTES;
     let mut timers = Timers::default();
     let mut stopping = false;
     loop {
+        // Without a watch, the second entry waits on the signals again.
+        let watch_fd = watched.as_ref().map_or(signals.as_fd(), |w| w.fd.as_fd());
         let mut fds = [
-            libc::pollfd {
-                fd: signals.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: watched.as_ref().map_or(-1, |w| w.fd.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
+            PollFd::from_borrowed_fd(signals.as_fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(watch_fd, PollFlags::IN),
         ];
-        // SAFETY: two valid pollfds.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, timers.timeout_ms()) } < 0 {
-            let e = io::Error::last_os_error();
+        if let Err(errno) = rustix::event::poll(&mut fds, timers.timeout().as_ref()) {
+            let e = io::Error::from(errno);
             if is_transient(&e) {
                 continue;
             }
             return io::Error::new(e.kind(), format!("poll: {e}"));
         }
+        let (signalled, watch_ready) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
         let now = Instant::now();
         if timers.drain.is_some_and(|at| at <= now) {
             timers.drain = None;
@@ -516,72 +492,72 @@ fn run(
             timers.certificates = None;
             reloader.reload_tls();
         }
-        if fds[0].revents != 0 {
-            // SAFETY: reads at most one signalfd_siginfo into a larger buffer.
-            let n =
-                unsafe { libc::read(signals.as_raw_fd(), buf.as_mut_ptr().cast(), siginfo_len) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if !is_transient(&e) {
-                    return io::Error::new(e.kind(), format!("reading signals: {e}"));
-                }
-            } else if n as usize != siginfo_len {
-                return io::Error::other(format!(
-                    "reading signals: {n} bytes instead of {siginfo_len}"
-                ));
-            } else {
-                let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
-                if signo == libc::SIGHUP {
-                    timers.certificates = None;
-                    reloader.reload_all();
-                } else if std::mem::replace(&mut stopping, true) {
-                    tracing::warn!("second signal: exiting now");
-                    std::process::exit(1);
-                } else {
-                    reloader.metrics.draining.store(true, Ordering::Relaxed);
-                    if let Some(n) = &reloader.notifier {
-                        n.stopping();
+        if signalled {
+            match rustix::io::read(&signals, &mut buf[..siginfo_len]) {
+                Err(errno) => {
+                    let e = io::Error::from(errno);
+                    if !is_transient(&e) {
+                        return io::Error::new(e.kind(), format!("reading signals: {e}"));
                     }
-                    if shutdown_delay.is_zero() {
-                        tracing::info!("shutting down: finishing responses in flight");
-                        drain(shared, wakers);
+                }
+                Ok(n) if n != siginfo_len => {
+                    return io::Error::other(format!(
+                        "reading signals: {n} bytes instead of {siginfo_len}"
+                    ));
+                }
+                Ok(_) => {
+                    let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
+                    if signo == Signal::HUP.as_raw() {
+                        timers.certificates = None;
+                        reloader.reload_all();
+                    } else if std::mem::replace(&mut stopping, true) {
+                        tracing::warn!("second signal: exiting now");
+                        std::process::exit(1);
                     } else {
-                        tracing::info!(
-                            "shutting down in {:.1} s (/ready says 503 meanwhile), then finishing responses in flight",
-                            shutdown_delay.as_secs_f64()
-                        );
-                        timers.drain = Some(now + shutdown_delay);
+                        reloader.metrics.draining.store(true, Ordering::Relaxed);
+                        if let Some(n) = &reloader.notifier {
+                            n.stopping();
+                        }
+                        if shutdown_delay.is_zero() {
+                            tracing::info!("shutting down: finishing responses in flight");
+                            drain(shared, wakers);
+                        } else {
+                            tracing::info!(
+                                "shutting down in {:.1} s (/ready says 503 meanwhile), then finishing responses in flight",
+                                shutdown_delay.as_secs_f64()
+                            );
+                            timers.drain = Some(now + shutdown_delay);
+                        }
                     }
                 }
             }
         }
-        if fds[1].revents != 0
-            && let Some(watch) = watched.as_ref()
-        {
-            // SAFETY: reads into our buffer.
-            let n = unsafe { libc::read(watch.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                // A watch that cannot be read would wake every poll: drop
-                // it, signals still work.
-                let e = io::Error::last_os_error();
-                if !is_transient(&e) {
-                    tracing::warn!(
-                        "stopped watching files for replacement ({e}); reload with SIGHUP"
-                    );
-                    watched = None;
+        if watch_ready && let Some(watch) = watched.as_ref() {
+            match rustix::io::read(&watch.fd, &mut buf[..]) {
+                Err(errno) => {
+                    // A watch that cannot be read would wake every poll: drop
+                    // it, signals still work.
+                    let e = io::Error::from(errno);
+                    if !is_transient(&e) {
+                        tracing::warn!(
+                            "stopped watching files for replacement ({e}); reload with SIGHUP"
+                        );
+                        watched = None;
+                    }
                 }
-            } else {
-                let changes = watch.changes(&buf[..n as usize]);
-                if changes.overflowed {
-                    // The events dropped may have replaced any pack or
-                    // certificate: read everything again, as SIGHUP does.
-                    tracing::warn!(
-                        "the inotify event queue overflowed (changes were lost): reloading every site and certificate"
-                    );
-                    timers.certificates = None;
-                    reloader.reload_all();
-                } else if reloader.files_changed(changes) {
-                    timers.certificates = Some(now + CERTIFICATE_QUIET);
+                Ok(n) => {
+                    let changes = watch.changes(&buf[..n]);
+                    if changes.overflowed {
+                        // The events dropped may have replaced any pack or
+                        // certificate: read everything again, as SIGHUP does.
+                        tracing::warn!(
+                            "the inotify event queue overflowed (changes were lost): reloading every site and certificate"
+                        );
+                        timers.certificates = None;
+                        reloader.reload_all();
+                    } else if reloader.files_changed(changes) {
+                        timers.certificates = Some(now + CERTIFICATE_QUIET);
+                    }
                 }
             }
         }
@@ -601,10 +577,11 @@ mod tests {
     }
 
     fn woken(waker: &Waker) -> bool {
-        let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64 from a non-blocking eventfd.
-        let n = unsafe { libc::read(waker.raw(), (&mut count as *mut u64).cast(), 8) };
-        n == 8 && count > 0
+        let mut count = [0u8; 8];
+        // SAFETY: the waker's eventfd is open while `waker` lives.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(waker.raw()) };
+        let n = rustix::io::read(fd, &mut count);
+        n == Ok(8) && u64::from_ne_bytes(count) > 0
     }
 
     fn wait_ended(control: &Control) {

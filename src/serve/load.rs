@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::bail;
+use rustix::mm::Advice;
 
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
@@ -63,12 +64,13 @@ fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     if map.is_empty() || !(opts.preload || opts.mlock) {
         return Ok(());
     }
-    let (addr, len) = (map.as_ptr() as *mut libc::c_void, map.len());
+    let (addr, len) = (map.as_ptr().cast_mut().cast(), map.len());
     if opts.mlock {
+        let limit = memlock_limit();
         // SAFETY: the range is our own live mapping.
-        if unsafe { libc::mlock(addr, len) } != 0 {
-            let e = std::io::Error::last_os_error();
-            let limit = memlock_limit().map_or("unknown".to_string(), |l| format!("{l} bytes"));
+        if let Err(e) = unsafe { rustix::mm::mlock(addr, len) } {
+            let e = std::io::Error::from(e);
+            let limit = limit.map_or("unlimited".to_string(), |l| format!("{l} bytes"));
             return Err(format!(
                 "cannot lock the pack in memory (--mlock, {len} bytes): {e}; the locked-memory limit is {limit} \
                  (raise it: `ulimit -l`, LimitMEMLOCK= in a systemd unit)"
@@ -80,11 +82,11 @@ fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     // SAFETY: advice on our own live mapping. MADV_POPULATE_READ (Linux
     // 5.14) faults every page in; older kernels get WILLNEED and a read of
     // one byte per page.
-    if unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_READ) } == 0 {
+    if unsafe { rustix::mm::madvise(addr, len, Advice::LinuxPopulateRead) }.is_ok() {
         return Ok(());
     }
     // SAFETY: as above.
-    unsafe { libc::madvise(addr, len, libc::MADV_WILLNEED) };
+    let _ = unsafe { rustix::mm::madvise(addr, len, Advice::WillNeed) };
     let mut sum = 0u8;
     for page in map.iter().step_by(4096) {
         sum = sum.wrapping_add(*page);
@@ -93,14 +95,13 @@ fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     Ok(())
 }
 
-/// The soft RLIMIT_MEMLOCK, for the error message.
+/// The soft RLIMIT_MEMLOCK, for the error message (`None`: no limit).
+/// Read once, by the first `--mlock` load, at start: the sandbox's filter
+/// has no `prlimit64` for a reload whose lock fails to read it then (that
+/// ended the server), and nothing in the process changes it.
 fn memlock_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit into a valid struct.
-    (unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } == 0).then_some(limit.rlim_cur)
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| rustix::process::getrlimit(rustix::process::Resource::Memlock).current)
 }
 
 /// What SITE names when it is one site, as start-up and reloads open it.

@@ -12,9 +12,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::SocketFlags;
 
 use super::net::Backend;
 use crate::pack::format::{ENCODINGS, Encoding};
@@ -589,44 +593,34 @@ pub fn spawn_listener(
     std::thread::Builder::new()
         .name("kiln-metrics".into())
         .spawn(move || {
-            let mut fds: Vec<libc::pollfd> = listeners
+            let mut fds: Vec<PollFd> = listeners
                 .iter()
-                .map(|l| libc::pollfd {
-                    fd: l.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
+                .map(|l| PollFd::new(l, PollFlags::IN))
                 .collect();
             loop {
-                // SAFETY: `fds` holds valid pollfds of our listeners.
-                if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } <= 0 {
+                if !matches!(rustix::event::poll(&mut fds, None), Ok(1..)) {
                     continue;
                 }
-                for pfd in fds.iter_mut().filter(|p| p.revents != 0) {
-                    pfd.revents = 0;
-                    // SAFETY: accept4 on our listener; the descriptor is
-                    // owned below.
-                    let fd = unsafe {
-                        libc::accept4(
-                            pfd.fd,
-                            std::ptr::null_mut(),
-                            std::ptr::null_mut(),
-                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                        )
-                    };
-                    if fd < 0 {
-                        let e = io::Error::last_os_error();
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
-                        ) {
-                            std::thread::sleep(std::time::Duration::from_millis(100));
-                        }
+                for (pfd, listener) in fds.iter_mut().zip(&listeners) {
+                    if pfd.revents().is_empty() {
                         continue;
                     }
-                    // SAFETY: a fresh descriptor from accept4.
-                    let conn = unsafe { OwnedFd::from_raw_fd(fd) };
-                    answer_scrape(conn.as_raw_fd(), &metrics, &packs);
+                    pfd.clear_revents();
+                    let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+                    match rustix::net::accept_with(listener, flags) {
+                        Ok(conn) => answer_scrape(conn.as_fd(), &metrics, &packs),
+                        Err(Errno::MFILE | Errno::NFILE | Errno::NOMEM) => {
+                            // Back off while descriptors free up: a ppoll on
+                            // nothing, since sleep's clock_nanosleep is not
+                            // on the sandbox's list (it ended the server).
+                            let pause = Timespec {
+                                tv_sec: 0,
+                                tv_nsec: 100_000_000,
+                            };
+                            let _ = rustix::event::poll(&mut [], Some(&pause));
+                        }
+                        Err(_) => {}
+                    }
                 }
             }
         })?;
@@ -634,31 +628,28 @@ pub fn spawn_listener(
 }
 
 /// Polls one descriptor; false on timeout or error.
-fn wait(fd: RawFd, events: libc::c_short, timeout_ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
+fn wait(fd: BorrowedFd<'_>, events: PollFlags, timeout_ms: u64) -> bool {
+    let timeout = Timespec {
+        tv_sec: (timeout_ms / 1000) as i64,
+        tv_nsec: (timeout_ms % 1000) as i64 * 1_000_000,
     };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, timeout_ms) > 0 }
+    let mut pfd = [PollFd::from_borrowed_fd(fd, events)];
+    matches!(rustix::event::poll(&mut pfd, Some(&timeout)), Ok(1..))
 }
 
-fn answer_scrape(fd: RawFd, metrics: &Metrics, packs: &dyn Fn() -> Vec<PackGauges>) {
+fn answer_scrape(fd: BorrowedFd<'_>, metrics: &Metrics, packs: &dyn Fn() -> Vec<PackGauges>) {
     let mut head = [0u8; MAX_HEAD];
     let mut len = 0;
     let deadline = super::net::clock::monotonic_ms() + SCRAPE_TIMEOUT_MS as u64;
     while !head[..len].windows(4).any(|w| w == b"\r\n\r\n") {
         let left = deadline.saturating_sub(super::net::clock::monotonic_ms());
-        if len == head.len() || left == 0 || !wait(fd, libc::POLLIN, left as i32) {
+        if len == head.len() || left == 0 || !wait(fd, PollFlags::IN, left) {
             return;
         }
-        // SAFETY: reads into the unused part of `head`.
-        let n = unsafe { libc::read(fd, head[len..].as_mut_ptr().cast(), head.len() - len) };
-        if n <= 0 {
-            return;
+        match rustix::io::read(fd, &mut head[len..]) {
+            Ok(n @ 1..) => len += n,
+            _ => return,
         }
-        len += n as usize;
     }
     let line = head[..len].split(|&c| c == b'\r').next().unwrap_or(b"");
     let mut words = line.split(|&c| c == b' ');
@@ -699,14 +690,12 @@ fn answer_scrape(fd: RawFd, metrics: &Metrics, packs: &dyn Fn() -> Vec<PackGauge
     let mut sent = 0;
     while sent < response.len() {
         let left = deadline.saturating_sub(super::net::clock::monotonic_ms());
-        if left == 0 || !wait(fd, libc::POLLOUT, left as i32) {
+        if left == 0 || !wait(fd, PollFlags::OUT, left) {
             return;
         }
-        // SAFETY: writes from the unsent part of `response`.
-        let n = unsafe { libc::write(fd, response[sent..].as_ptr().cast(), response.len() - sent) };
-        if n <= 0 {
-            return;
+        match rustix::io::write(fd, &response[sent..]) {
+            Ok(n @ 1..) => sent += n,
+            _ => return,
         }
-        sent += n as usize;
     }
 }

@@ -257,28 +257,24 @@ pub struct ServeArgs {
 /// are its files) and returns how many connections fit under it, leaving room
 /// for every thread's descriptors and the process's own files.
 fn connection_budget(threads: usize, addresses: usize) -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            limit = raised;
         }
     }
     // Per thread: its listeners, epoll or the ring, the waker, and the
     // ring's splice pipes.
     let reserve = 64 + threads * (addresses + 2 + 2 * net::uring::PIPES);
-    usize::try_from(limit.rlim_cur)
-        .unwrap_or(usize::MAX)
+    // No soft limit: `None`.
+    limit
+        .current
+        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX))
         .saturating_sub(reserve)
         .max(1)
 }
@@ -327,8 +323,12 @@ fn listen_addresses(args: &ServeArgs, activated: bool) -> anyhow::Result<Vec<(Li
 fn no_ipv6(addr: SocketAddr, e: &std::io::Error) -> bool {
     addr.is_ipv6()
         && matches!(
-            e.raw_os_error(),
-            Some(libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT | libc::EADDRNOTAVAIL)
+            rustix::io::Errno::from_io_error(e),
+            Some(
+                rustix::io::Errno::AFNOSUPPORT
+                    | rustix::io::Errno::PROTONOSUPPORT
+                    | rustix::io::Errno::ADDRNOTAVAIL
+            )
         )
 }
 

@@ -6,10 +6,12 @@
 //! systemd.
 
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 
 use anyhow::bail;
+use rustix::io::FdFlags;
+use rustix::net::{AddressFamily, SocketType, sockopt};
 
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 const FIRST_FD: RawFd = 3;
@@ -82,7 +84,10 @@ pub fn listeners() -> anyhow::Result<Vec<Activated>> {
     let mut activated = Vec::new();
     for fd in FIRST_FD..FIRST_FD.saturating_add(count) {
         let name = names.next().unwrap_or("unknown").to_string();
-        check_listening_tcp(fd).map_err(|why| {
+        // SAFETY: systemd handed this descriptor to the process, open; it
+        // is only looked at until it is taken over below.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        check_listening_tcp(borrowed).map_err(|why| {
             anyhow::anyhow!(
                 "LISTEN_FDS: descriptor {fd} ({name}) is {why}; kiln takes listening TCP sockets"
             )
@@ -90,8 +95,7 @@ pub fn listeners() -> anyhow::Result<Vec<Activated>> {
         // SAFETY: systemd handed this descriptor to the process; it is
         // taken over once, here.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        rustix::io::fcntl_setfd(&owned, FdFlags::CLOEXEC)?;
         let listener = TcpListener::from(owned);
         listener.set_nonblocking(true)?;
         // As for kiln's own listeners (`net::bind`): accepted sockets
@@ -108,30 +112,17 @@ pub fn listeners() -> anyhow::Result<Vec<Activated>> {
 
 /// Fails, saying what the descriptor is, unless it is a listening TCP
 /// socket.
-fn check_listening_tcp(fd: RawFd) -> Result<(), &'static str> {
-    let get = |level, option| {
-        let mut value: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt into a valid int.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                level,
-                option,
-                (&mut value as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(value)
-    };
-    let Some(kind) = get(libc::SOL_SOCKET, libc::SO_TYPE) else {
+fn check_listening_tcp(fd: BorrowedFd<'_>) -> Result<(), &'static str> {
+    let Ok(kind) = sockopt::socket_type(fd) else {
         return Err("not an open socket");
     };
-    let family = get(libc::SOL_SOCKET, libc::SO_DOMAIN).unwrap_or(0);
-    if kind != libc::SOCK_STREAM || !matches!(family, libc::AF_INET | libc::AF_INET6) {
+    let family = sockopt::socket_domain(fd);
+    if kind != SocketType::STREAM
+        || !matches!(family, Ok(AddressFamily::INET | AddressFamily::INET6))
+    {
         return Err("not a TCP socket");
     }
-    if get(libc::SOL_SOCKET, libc::SO_ACCEPTCONN) != Some(1) {
+    if !matches!(sockopt::socket_acceptconn(fd), Ok(true)) {
         return Err("not listening");
     }
     Ok(())
@@ -187,13 +178,7 @@ impl Notifier {
 
     /// A reload starts (`Type=notify-reload` waits for the READY after it).
     pub fn reloading(&self) {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime into a valid timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000;
+        let usec = super::net::clock::monotonic_us();
         self.send(&format!("RELOADING=1\nMONOTONIC_USEC={usec}\n"));
     }
 
@@ -205,18 +190,10 @@ impl Notifier {
     /// One datagram, with `write` (the system call filter allows it; the
     /// socket is connected). A lost notification is logged, not fatal.
     fn send(&self, message: &str) {
-        // SAFETY: writes from a valid buffer to our socket.
-        let n = unsafe {
-            libc::write(
-                self.socket.as_raw_fd(),
-                message.as_ptr().cast(),
-                message.len(),
-            )
-        };
-        if n < 0 {
+        if let Err(errno) = rustix::io::write(&self.socket, message.as_bytes()) {
             tracing::warn!(
                 "cannot notify the service manager: {}",
-                std::io::Error::last_os_error()
+                std::io::Error::from(errno)
             );
         }
     }

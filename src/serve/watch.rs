@@ -10,10 +10,8 @@
 //! file) is logged and the last good site keeps serving.
 
 use std::collections::HashSet;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +20,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify::{CreateFlags, WatchFlags};
+use rustix::io::Errno;
 
 use super::handler::{Site, Sites};
 use super::inotify;
@@ -43,14 +44,14 @@ const MAX_WAIT: Duration = Duration::from_secs(1);
 const NAMED: usize = 5;
 
 /// What inotify reports: anything that can change what the build reads.
-const EVENTS: u32 = libc::IN_CLOSE_WRITE
-    | libc::IN_CREATE
-    | libc::IN_DELETE
-    | libc::IN_MOVED_FROM
-    | libc::IN_MOVED_TO
-    | libc::IN_ATTRIB
-    | libc::IN_DELETE_SELF
-    | libc::IN_MOVE_SELF;
+const EVENTS: WatchFlags = WatchFlags::CLOSE_WRITE
+    .union(WatchFlags::CREATE)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::MOVE_SELF);
 
 /// The preview of one directory: its watch, its settings, what it serves.
 pub struct Preview {
@@ -88,13 +89,9 @@ pub fn start(
             dir.display()
         );
     }
-    // SAFETY: a plain syscall; the result is checked.
-    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error()).context("--watch: cannot start inotify");
-    }
-    // SAFETY: `fd` is fresh and ours.
-    let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+    let inotify = rustix::fs::inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+        .map_err(io::Error::from)
+        .context("--watch: cannot start inotify")?;
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
     let mut opts = BuildOptions::preview(level, cache_control);
     opts.routes.index_pages = index_pages;
@@ -153,38 +150,21 @@ impl Preview {
     /// Waits for events (for at most `timeout`) and reads them; true when
     /// one of them is about a name the build reads.
     fn read_events(&self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.inotify.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.map_or(-1, |t| t.as_millis() as libc::c_int);
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        if n == 0 {
-            return Ok(false);
+        let mut pfd = [PollFd::new(&self.inotify, PollFlags::IN)];
+        let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
+        match rustix::event::poll(&mut pfd, timeout.as_ref()) {
+            Ok(0) | Err(Errno::INTR) => return Ok(false),
+            Ok(_) => {}
+            Err(errno) => return Err(errno.into()),
         }
         let mut relevant = false;
         loop {
-            // SAFETY: reads into our buffer.
-            let n = unsafe { libc::read(pfd.fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(relevant),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => Err(e),
-                };
+            match rustix::io::read(&self.inotify, &mut buf[..]) {
+                Ok(n) => relevant |= relevant_events(&buf[..n]),
+                Err(Errno::AGAIN) => return Ok(relevant),
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(errno.into()),
             }
-            relevant |= relevant_events(&buf[..n as usize]);
         }
     }
 
@@ -266,11 +246,8 @@ fn watch_tree(inotify: &OwnedFd, root: &Path) -> io::Result<()> {
         if !seen.insert((meta.dev(), meta.ino())) {
             continue;
         }
-        let path = CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-        // SAFETY: a valid C string; the result is checked.
-        if unsafe { libc::inotify_add_watch(inotify.as_raw_fd(), path.as_ptr(), EVENTS) } < 0 {
-            let e = io::Error::last_os_error();
+        if let Err(errno) = rustix::fs::inotify::add_watch(inotify, &dir, EVENTS) {
+            let e = io::Error::from(errno);
             return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
         }
         for entry in std::fs::read_dir(&dir)? {

@@ -422,6 +422,8 @@ pub struct Server {
 pub struct Launch {
     /// RLIMIT_NOFILE in the server.
     pub fd_limit: Option<u64>,
+    /// RLIMIT_MEMLOCK in the server.
+    pub memlock_limit: Option<u64>,
     /// The `--listen` values; the port tests connect to is the first
     /// address's, read from the start-up line.
     pub listen: Vec<String>,
@@ -510,6 +512,7 @@ impl Default for Launch {
     fn default() -> Self {
         Launch {
             fd_limit: None,
+            memlock_limit: None,
             listen: vec!["127.0.0.1:0".to_owned()],
             stderr: None,
             drain_stdout: true,
@@ -644,7 +647,12 @@ impl Server {
         if !launch.activate.is_empty() {
             pass_listeners(&mut command, &launch.activate);
         }
-        if let Some(limit) = launch.fd_limit {
+        let limits = [
+            (libc::RLIMIT_NOFILE, launch.fd_limit),
+            (libc::RLIMIT_MEMLOCK, launch.memlock_limit),
+        ];
+        for (resource, limit) in limits {
+            let Some(limit) = limit else { continue };
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit is async-signal-safe.
             unsafe {
@@ -653,7 +661,7 @@ impl Server {
                         rlim_cur: limit,
                         rlim_max: limit,
                     };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    if libc::setrlimit(resource, &lim) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())

@@ -2,9 +2,11 @@
 //! responses (IOV_MAX aware), `sendfile` of large bodies, and resuming a
 //! partially written batch.
 
-use std::io;
-use std::os::fd::RawFd;
+use std::io::IoSlice;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
+
+use rustix::io::Errno;
 
 use super::{Backing, Output, Seg};
 
@@ -21,21 +23,25 @@ pub enum Outcome {
     Closed,
 }
 
-fn classify(n: isize) -> Outcome {
-    if n >= 0 {
-        return Outcome::Done(n as usize);
-    }
-    match io::Error::last_os_error().raw_os_error() {
-        Some(libc::EAGAIN) => Outcome::WouldBlock,
-        Some(libc::EINTR) => Outcome::Interrupted,
-        _ => Outcome::Closed,
+fn classify(result: rustix::io::Result<usize>) -> Outcome {
+    match result {
+        Ok(n) => Outcome::Done(n),
+        Err(Errno::AGAIN) => Outcome::WouldBlock,
+        Err(Errno::INTR) => Outcome::Interrupted,
+        Err(_) => Outcome::Closed,
     }
 }
 
+/// `fd` borrowed for one call.
+fn borrowed(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: the loops pass descriptors they hold open (a connection's
+    // socket until its close, a pack's file while its backing lives) for
+    // the whole call; the borrow is not kept.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
 pub fn read(fd: RawFd, buf: &mut [u8]) -> Outcome {
-    // SAFETY: `buf` is valid for `len` bytes.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    match classify(n) {
+    match classify(rustix::io::read(borrowed(fd), buf)) {
         Outcome::Done(0) => Outcome::Closed,
         other => other,
     }
@@ -97,19 +103,15 @@ pub fn send(
     from: usize,
 ) -> Flush {
     let mut next = from;
-    let mut iov: [libc::iovec; 256] = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; 256];
+    let mut iov = [IoSlice::new(&[]); 256];
     while next < segs.len() {
         if let Seg::File { pack, off, len } = segs[next] {
             let Some(file) = backing.file(pack) else {
                 return Flush::Failed;
             };
-            let mut offset = off as libc::off_t;
+            let mut offset = off;
             let chunk = len.min(1 << 30) as usize;
-            // SAFETY: both descriptors are open; `offset` is a valid pointer.
-            let n = unsafe { libc::sendfile(fd, file, &mut offset, chunk) };
+            let n = rustix::fs::sendfile(borrowed(fd), borrowed(file), Some(&mut offset), chunk);
             match classify(n) {
                 Outcome::Done(0) => return Flush::Failed,
                 Outcome::Interrupted => {}
@@ -133,12 +135,11 @@ pub fn send(
             }
             continue;
         }
-        let Some((count, total)) = gather(bytes, backing, &segs[next..], &mut iov) else {
+        let Some((count, total)) = gather(bytes, backing, &segs[next..], &mut iov, IoSlice::new)
+        else {
             return Flush::Failed;
         };
-        // SAFETY: every iovec points into `bytes` or the mapping, both alive.
-        let n = unsafe { libc::writev(fd, iov.as_ptr(), count as i32) };
-        let sent = match classify(n) {
+        let sent = match classify(rustix::io::writev(borrowed(fd), &iov[..count])) {
             Outcome::Done(n) => n,
             Outcome::Interrupted => continue,
             Outcome::WouldBlock => return Flush::Blocked(next),
@@ -154,20 +155,23 @@ pub fn send(
 
 /// Points `iov` at the segments of `segs` up to the first file segment
 /// (or as many as `iov` and IOV_MAX hold), with `bytes` for `Own` and
-/// `backing` for `Mapped` segments. Returns how many iovecs were filled and
-/// their total length; `None` when a mapped segment lies outside its pack.
-pub fn gather(
-    bytes: &[u8],
-    backing: &dyn Backing,
+/// `backing` for `Mapped` segments, each made by `iovec` (an `IoSlice` for
+/// `writev`, the io_uring crate's iovec for a ring's). Returns how many
+/// iovecs were filled and their total length; `None` when a mapped segment
+/// lies outside its pack.
+pub fn gather<'a, V>(
+    bytes: &'a [u8],
+    backing: &'a dyn Backing,
     segs: &[Seg],
-    iov: &mut [libc::iovec],
+    iov: &mut [V],
+    iovec: impl Fn(&'a [u8]) -> V,
 ) -> Option<(usize, usize)> {
     let mut count = 0;
     let mut total = 0usize;
     let limit = iov.len().min(IOV_MAX);
     // A batch's bodies are nearly always from one pack: it is looked up
     // once, not once per segment.
-    let mut map: (u32, &[u8]) = (u32::MAX, &[]);
+    let mut map: (u32, &'a [u8]) = (u32::MAX, &[]);
     for seg in segs {
         let slice: &[u8] = match *seg {
             Seg::Own { start, end } => &bytes[start..end],
@@ -182,10 +186,7 @@ pub fn gather(
         if count == limit {
             break;
         }
-        iov[count] = libc::iovec {
-            iov_base: slice.as_ptr() as *mut libc::c_void,
-            iov_len: slice.len(),
-        };
+        iov[count] = iovec(slice);
         count += 1;
         total += slice.len();
     }

@@ -16,8 +16,8 @@ pub mod poller;
 pub mod uring;
 pub mod worker;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use socket2::{Domain, Socket, Type};
@@ -296,29 +296,22 @@ pub struct Waker {
 
 impl Waker {
     pub fn new() -> std::io::Result<Waker> {
-        // SAFETY: plain syscall, the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor we own.
+        let flags = rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC;
         Ok(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: rustix::event::eventfd(0, flags)?,
         })
     }
 
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64; an eventfd at its limit
-        // is already awake, so the result does not matter.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        // An eventfd at its limit is already awake, so the result does not
+        // matter.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
     /// Consumes the wake-up.
     pub fn reset(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid u64; EAGAIN is fine.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        // EAGAIN (nothing to consume) is fine.
+        let _ = rustix::io::read(&self.fd, &mut [0u8; 8]);
     }
 
     pub fn raw(&self) -> std::os::fd::RawFd {
@@ -327,21 +320,8 @@ impl Waker {
 }
 
 /// The peer address an `accept` or `getpeername` filled in.
-pub fn peer_ip(addr: &libc::sockaddr_storage) -> Option<IpAddr> {
-    match addr.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says this is a sockaddr_in.
-            let a: &libc::sockaddr_in = unsafe { &*(addr as *const _ as *const libc::sockaddr_in) };
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this is a sockaddr_in6.
-            let a: &libc::sockaddr_in6 =
-                unsafe { &*(addr as *const _ as *const libc::sockaddr_in6) };
-            Some(IpAddr::V6(Ipv6Addr::from(a.sin6_addr.s6_addr)))
-        }
-        _ => None,
-    }
+pub fn peer_ip(addr: Option<rustix::net::SocketAddrAny>) -> Option<IpAddr> {
+    std::net::SocketAddr::try_from(addr?).ok().map(|a| a.ip())
 }
 
 #[cfg(test)]

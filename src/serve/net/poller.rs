@@ -3,7 +3,10 @@
 //! descriptor once with a token and waits for `Event`s.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+
+use rustix::event::Timespec;
+use rustix::event::epoll::{self, EventData, EventFlags};
 
 /// What became ready on one registered descriptor.
 #[derive(Clone, Copy, Debug)]
@@ -22,39 +25,48 @@ pub struct Event {
 
 /// An epoll instance with its reusable event array.
 pub struct Poller {
-    /// The epoll descriptor, closed on drop.
-    epfd: RawFd,
-    /// Filled by `epoll_wait`.
-    events: Vec<libc::epoll_event>,
+    /// The epoll descriptor.
+    epfd: OwnedFd,
+    /// Filled by `epoll_pwait`.
+    events: Vec<epoll::Event>,
 }
+
+/// `fd` borrowed for one call. The loops keep their connections' sockets
+/// as raw descriptors (closed by the loop that owns them), open for the
+/// whole call.
+fn borrowed(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: every caller passes a descriptor its loop holds open until
+    // after the call returns; the borrow is not kept.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+// SAFETY: the event array holds tokens (integers), never pointers; the
+// poller moves to its loop's thread once, before any use.
+unsafe impl Send for Poller {}
 
 impl Poller {
     pub fn new(capacity: usize) -> io::Result<Poller> {
-        // SAFETY: plain syscall, the result is checked.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epfd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let epfd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let empty = epoll::Event {
+            flags: EventFlags::empty(),
+            data: EventData::new_u64(0),
+        };
         Ok(Poller {
             epfd,
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; capacity],
+            events: vec![empty; capacity],
         })
     }
 
-    fn ctl(&self, op: libc::c_int, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: `ev` outlives the call; the result is checked.
-        if unsafe { libc::epoll_ctl(self.epfd, op, fd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+    fn add(&self, fd: RawFd, events: EventFlags, token: u64) -> io::Result<()> {
+        epoll::add(&self.epfd, borrowed(fd), EventData::new_u64(token), events)?;
         Ok(())
     }
 
     /// Registers a connection for both directions, edge-triggered, once for
     /// its whole life: no `epoll_ctl` per request.
     pub fn add_connection(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        let events = libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET;
-        self.ctl(libc::EPOLL_CTL_ADD, fd, events as u32, token)
+        let events = EventFlags::IN | EventFlags::OUT | EventFlags::RDHUP | EventFlags::ET;
+        self.add(fd, events, token)
     }
 
     /// Registers a listener (readable, edge-triggered). Exclusive: a
@@ -62,65 +74,43 @@ impl Poller {
     /// new connection should wake one loop, not all of them (each of the
     /// others would find nothing to accept).
     pub fn add_listener(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            (libc::EPOLLIN | libc::EPOLLET | libc::EPOLLEXCLUSIVE) as u32,
-            token,
-        )
+        let events = EventFlags::IN | EventFlags::ET | EventFlags::EXCLUSIVE;
+        self.add(fd, events, token)
     }
 
     /// Registers a wake-up descriptor (readable, edge-triggered).
     pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
-        self.ctl(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            (libc::EPOLLIN | libc::EPOLLET) as u32,
-            token,
-        )
+        self.add(fd, EventFlags::IN | EventFlags::ET, token)
     }
 
     pub fn remove(&self, fd: RawFd) {
         // Failure only means it was not registered; closing removes it anyway.
-        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0);
+        let _ = epoll::delete(&self.epfd, borrowed(fd));
     }
 
-    /// Waits up to `timeout_ms` and calls `f` for every event.
+    /// Waits up to `timeout_ms` (negative: without limit) and calls `f` for
+    /// every event.
     pub fn wait(&mut self, timeout_ms: i32, mut f: impl FnMut(Event)) -> io::Result<()> {
-        // SAFETY: the buffer holds `len` events; the result is checked.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epfd,
-                self.events.as_mut_ptr(),
-                self.events.len() as i32,
-                timeout_ms,
-            )
+        let timeout = Timespec {
+            tv_sec: i64::from(timeout_ms / 1000),
+            tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        for ev in &self.events[..n as usize] {
-            let bits = ev.events as i32;
+        let timeout = (timeout_ms >= 0).then_some(&timeout);
+        let n = match epoll::wait(&self.epfd, &mut self.events[..], timeout) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for ev in &self.events[..n] {
+            let flags = ev.flags;
             f(Event {
-                token: ev.u64,
-                readable: bits & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0,
-                writable: bits & libc::EPOLLOUT != 0,
-                peer_closed: bits & libc::EPOLLRDHUP != 0,
-                failed: bits & (libc::EPOLLERR | libc::EPOLLHUP) != 0,
+                token: ev.data.u64(),
+                readable: flags.intersects(EventFlags::IN | EventFlags::RDHUP),
+                writable: flags.contains(EventFlags::OUT),
+                peer_closed: flags.contains(EventFlags::RDHUP),
+                failed: flags.intersects(EventFlags::ERR | EventFlags::HUP),
             });
         }
         Ok(())
-    }
-}
-
-impl Drop for Poller {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor.
-        unsafe { libc::close(self.epfd) };
     }
 }

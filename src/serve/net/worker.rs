@@ -8,9 +8,12 @@
 //! taken yet is kept per connection (and whatever its stack keeps).
 
 use std::net::{IpAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use rustix::io::Errno;
+use rustix::net::{Shutdown, SocketFlags, acceptfrom_with};
 
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
@@ -199,41 +202,31 @@ impl<S: Stack> Worker<S> {
                 self.timers.pause_accepts(self.now);
                 return;
             }
-            // SAFETY: zeroed sockaddr_storage is a valid out-parameter.
-            let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: `addr`/`len` describe a valid buffer.
-            let fd = unsafe {
-                libc::accept4(
-                    lfd,
-                    (&mut addr as *mut libc::sockaddr_storage).cast(),
-                    &mut len,
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let err = std::io::Error::last_os_error();
-                match err.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR | libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-                        if !self.accept_error_logged {
-                            self.accept_error_logged = true;
-                            tracing::warn!(
-                                "accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms until descriptors free up"
-                            );
-                        }
-                        self.timers.pause_accepts(self.now);
-                        return;
+            // SAFETY: the listener is open for the loop's life.
+            let listener = unsafe { BorrowedFd::borrow_raw(lfd) };
+            let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+            let (fd, addr) = match acceptfrom_with(listener, flags) {
+                Ok(accepted) => accepted,
+                Err(Errno::AGAIN) => return,
+                Err(Errno::INTR | Errno::CONNABORTED) => continue,
+                Err(errno @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
+                    if !self.accept_error_logged {
+                        self.accept_error_logged = true;
+                        let err = std::io::Error::from(errno);
+                        tracing::warn!(
+                            "accept: {err}; pausing accepts for {ACCEPT_PAUSE_MS} ms until descriptors free up"
+                        );
                     }
-                    _ => {
-                        tracing::warn!("accept: {err}");
-                        return;
-                    }
+                    self.timers.pause_accepts(self.now);
+                    return;
                 }
-            }
+                Err(errno) => {
+                    tracing::warn!("accept: {}", std::io::Error::from(errno));
+                    return;
+                }
+            };
             self.accept_error_logged = false;
-            self.register(fd, tag, peer_ip(&addr));
+            self.register(fd.into_raw_fd(), tag, peer_ip(addr));
         }
     }
 
@@ -248,7 +241,7 @@ impl<S: Stack> Worker<S> {
         if let Err(e) = self.poller.add_connection(fd, idx as u64) {
             tracing::warn!("epoll_ctl: {e}");
             // SAFETY: we own the fresh descriptor.
-            unsafe { libc::close(fd) };
+            unsafe { rustix::io::close(fd) };
             self.free.push(idx);
             return;
         }
@@ -269,7 +262,7 @@ impl<S: Stack> Worker<S> {
             return;
         }
         // SAFETY: we own the descriptor; closing also removes it from epoll.
-        unsafe { libc::close(conn.fd) };
+        unsafe { rustix::io::close(conn.fd) };
         if let Some(pending) = conn.pending.take() {
             self.spare.put(pending);
         }
@@ -403,8 +396,10 @@ impl<S: Stack> Worker<S> {
     /// request bytes do not turn our last response into a reset.
     fn start_linger(&mut self, idx: usize) {
         let conn = &mut self.conns[idx];
-        // SAFETY: valid descriptor; failure means it is already gone.
-        unsafe { libc::shutdown(conn.fd, libc::SHUT_WR) };
+        // SAFETY: the connection's descriptor is open until `close`.
+        let socket = unsafe { BorrowedFd::borrow_raw(conn.fd) };
+        // Failure means the connection is already gone.
+        let _ = rustix::net::shutdown(socket, Shutdown::Write);
         conn.state.start_lingering(self.now);
         self.drain_lingering(idx);
     }

@@ -58,6 +58,8 @@ use std::os::fd::RawFd;
 
 use rustls::{ConnectionTrafficSecrets, ProtocolVersion};
 
+use crate::sys::ktls as abi;
+
 /// The upper-layer protocol name `TCP_ULP` takes. The kernel copies at most
 /// `optlen` bytes and terminates the name itself, so no NUL is needed.
 const ULP_NAME: &[u8] = b"tls";
@@ -68,7 +70,7 @@ const MAX_LEN: usize = 56;
 
 /// AES-GCM's salt (the implicit part of the nonce) is 4 bytes for both key
 /// sizes.
-const GCM_SALT_LEN: usize = libc::TLS_CIPHER_AES_GCM_128_SALT_SIZE;
+const GCM_SALT_LEN: usize = abi::TLS_CIPHER_AES_GCM_128_SALT_SIZE;
 
 /// One direction's parameters for `setsockopt(SOL_TLS, TLS_TX or TLS_RX)`,
 /// laid out byte for byte as `<linux/tls.h>`'s
@@ -186,18 +188,18 @@ impl Cipher {
     fn kernel(self) -> (u16, usize, &'static str) {
         match self {
             Self::Aes128Gcm => (
-                libc::TLS_CIPHER_AES_GCM_128,
-                libc::TLS_CIPHER_AES_GCM_128_KEY_SIZE,
+                abi::TLS_CIPHER_AES_GCM_128,
+                abi::TLS_CIPHER_AES_GCM_128_KEY_SIZE,
                 "AES-128-GCM",
             ),
             Self::Aes256Gcm => (
-                libc::TLS_CIPHER_AES_GCM_256,
-                libc::TLS_CIPHER_AES_GCM_256_KEY_SIZE,
+                abi::TLS_CIPHER_AES_GCM_256,
+                abi::TLS_CIPHER_AES_GCM_256_KEY_SIZE,
                 "AES-256-GCM",
             ),
             Self::Chacha20Poly1305 => (
-                libc::TLS_CIPHER_CHACHA20_POLY1305,
-                libc::TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE,
+                abi::TLS_CIPHER_CHACHA20_POLY1305,
+                abi::TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE,
                 "ChaCha20-Poly1305",
             ),
         }
@@ -236,8 +238,8 @@ fn build(
     iv: [u8; 12],
 ) -> Result<CryptoInfo, Unsupported> {
     let kernel_version = match version {
-        ProtocolVersion::TLSv1_2 => libc::TLS_1_2_VERSION,
-        ProtocolVersion::TLSv1_3 => libc::TLS_1_3_VERSION,
+        ProtocolVersion::TLSv1_2 => abi::TLS_1_2_VERSION,
+        ProtocolVersion::TLSv1_3 => abi::TLS_1_3_VERSION,
         other => return Err(Unsupported::Version(other)),
     };
     let (cipher_type, key_len, name) = cipher.kernel();
@@ -305,23 +307,9 @@ fn tls12_gcm_first_explicit_nonce(rustls_nonce_base: u64, seq: u64) -> u64 {
 /// the connection is unusable (see the module documentation) and should be
 /// closed.
 pub fn enable(fd: RawFd, tx: &CryptoInfo, rx: &CryptoInfo) -> io::Result<()> {
-    setsockopt(fd, libc::SOL_TCP, libc::TCP_ULP, ULP_NAME)?;
-    setsockopt(fd, libc::SOL_TLS, libc::TLS_TX, tx.as_bytes())?;
-    setsockopt(fd, libc::SOL_TLS, libc::TLS_RX, rx.as_bytes())
-}
-
-fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
-    // Option values here are at most MAX_LEN bytes, so the cast is lossless.
-    let len = value.len() as libc::socklen_t;
-    // SAFETY: `value` points to `len` readable bytes that live through the
-    // call; the kernel copies them and keeps no pointer. A bad `fd` is an
-    // error return (EBADF, ENOTSOCK), not undefined behaviour.
-    let rc = unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    abi::set_socket_option(fd, abi::SOL_TCP, abi::TCP_ULP, ULP_NAME)?;
+    abi::set_socket_option(fd, abi::SOL_TLS, abi::TLS_TX, tx.as_bytes())?;
+    abi::set_socket_option(fd, abi::SOL_TLS, abi::TLS_RX, rx.as_bytes())
 }
 
 #[cfg(test)]
@@ -380,20 +368,20 @@ mod tests {
     fn constants_and_layouts_match_linux_tls_h() {
         // The numbers of <linux/tls.h> and <bits/socket.h> (SOL_TLS) as
         // published, and libc's names for them.
-        assert_eq!(libc::SOL_TLS, 282);
-        assert_eq!(libc::TLS_TX, 1);
-        assert_eq!(libc::TLS_RX, 2);
-        assert_eq!(libc::TCP_ULP, 31);
-        assert_eq!(libc::TLS_1_2_VERSION, 0x0303);
-        assert_eq!(libc::TLS_1_3_VERSION, 0x0304);
-        assert_eq!(libc::TLS_CIPHER_AES_GCM_128, 51);
-        assert_eq!(libc::TLS_CIPHER_AES_GCM_256, 52);
-        assert_eq!(libc::TLS_CIPHER_CHACHA20_POLY1305, 54);
+        assert_eq!(abi::SOL_TLS, 282);
+        assert_eq!(abi::TLS_TX, 1);
+        assert_eq!(abi::TLS_RX, 2);
+        assert_eq!(abi::TCP_ULP, 31);
+        assert_eq!(abi::TLS_1_2_VERSION, 0x0303);
+        assert_eq!(abi::TLS_1_3_VERSION, 0x0304);
+        assert_eq!(abi::TLS_CIPHER_AES_GCM_128, 51);
+        assert_eq!(abi::TLS_CIPHER_AES_GCM_256, 52);
+        assert_eq!(abi::TLS_CIPHER_CHACHA20_POLY1305, 54);
 
         use std::mem::{offset_of, size_of};
-        assert_eq!(size_of::<libc::tls12_crypto_info_aes_gcm_128>(), 40);
-        assert_eq!(size_of::<libc::tls12_crypto_info_aes_gcm_256>(), 56);
-        assert_eq!(size_of::<libc::tls12_crypto_info_chacha20_poly1305>(), 56);
+        assert_eq!(size_of::<abi::tls12_crypto_info_aes_gcm_128>(), 40);
+        assert_eq!(size_of::<abi::tls12_crypto_info_aes_gcm_256>(), 56);
+        assert_eq!(size_of::<abi::tls12_crypto_info_chacha20_poly1305>(), 56);
         // The field offsets the explicit layout of CryptoInfo relies on.
         macro_rules! offsets {
             ($t:ty) => {
@@ -407,15 +395,15 @@ mod tests {
             };
         }
         assert_eq!(
-            offsets!(libc::tls12_crypto_info_aes_gcm_128),
+            offsets!(abi::tls12_crypto_info_aes_gcm_128),
             [0, 4, 12, 28, 32]
         );
         assert_eq!(
-            offsets!(libc::tls12_crypto_info_aes_gcm_256),
+            offsets!(abi::tls12_crypto_info_aes_gcm_256),
             [0, 4, 12, 44, 48]
         );
         assert_eq!(
-            offsets!(libc::tls12_crypto_info_chacha20_poly1305),
+            offsets!(abi::tls12_crypto_info_chacha20_poly1305),
             [0, 4, 16, 48, 48]
         );
 
@@ -454,46 +442,46 @@ mod tests {
                 None => value.parse().unwrap(),
             }
         };
-        assert_eq!(define("TLS_TX"), libc::TLS_TX as u64);
-        assert_eq!(define("TLS_RX"), libc::TLS_RX as u64);
+        assert_eq!(define("TLS_TX"), abi::TLS_TX as u64);
+        assert_eq!(define("TLS_RX"), abi::TLS_RX as u64);
         let version = |major: &str, minor: &str| (define(major) << 8) | define(minor);
         assert_eq!(
             version("TLS_1_2_VERSION_MAJOR", "TLS_1_2_VERSION_MINOR"),
-            u64::from(libc::TLS_1_2_VERSION)
+            u64::from(abi::TLS_1_2_VERSION)
         );
         assert_eq!(
             version("TLS_1_3_VERSION_MAJOR", "TLS_1_3_VERSION_MINOR"),
-            u64::from(libc::TLS_1_3_VERSION)
+            u64::from(abi::TLS_1_3_VERSION)
         );
         for (name, id, [iv, key, salt, rec_seq]) in [
             (
                 "AES_GCM_128",
-                libc::TLS_CIPHER_AES_GCM_128,
+                abi::TLS_CIPHER_AES_GCM_128,
                 [
-                    libc::TLS_CIPHER_AES_GCM_128_IV_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_128_KEY_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_128_SALT_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_128_REC_SEQ_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_128_IV_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_128_KEY_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_128_SALT_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_128_REC_SEQ_SIZE,
                 ],
             ),
             (
                 "AES_GCM_256",
-                libc::TLS_CIPHER_AES_GCM_256,
+                abi::TLS_CIPHER_AES_GCM_256,
                 [
-                    libc::TLS_CIPHER_AES_GCM_256_IV_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_256_KEY_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_256_SALT_SIZE,
-                    libc::TLS_CIPHER_AES_GCM_256_REC_SEQ_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_256_IV_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_256_KEY_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_256_SALT_SIZE,
+                    abi::TLS_CIPHER_AES_GCM_256_REC_SEQ_SIZE,
                 ],
             ),
             (
                 "CHACHA20_POLY1305",
-                libc::TLS_CIPHER_CHACHA20_POLY1305,
+                abi::TLS_CIPHER_CHACHA20_POLY1305,
                 [
-                    libc::TLS_CIPHER_CHACHA20_POLY1305_IV_SIZE,
-                    libc::TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE,
-                    libc::TLS_CIPHER_CHACHA20_POLY1305_SALT_SIZE,
-                    libc::TLS_CIPHER_CHACHA20_POLY1305_REC_SEQ_SIZE,
+                    abi::TLS_CIPHER_CHACHA20_POLY1305_IV_SIZE,
+                    abi::TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE,
+                    abi::TLS_CIPHER_CHACHA20_POLY1305_SALT_SIZE,
+                    abi::TLS_CIPHER_CHACHA20_POLY1305_REC_SEQ_SIZE,
                 ],
             ),
         ] {
@@ -803,7 +791,7 @@ mod tests {
         let tx = crypto_info(v13, 0, &aes256([1; 32], [2; 12])).unwrap();
         let rx = crypto_info(v13, 0, &aes256([3; 32], [4; 12])).unwrap();
         let err = enable(server.as_raw_fd(), &tx, &rx).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        assert_eq!(err.raw_os_error(), Some(abi::ENOENT), "{err}");
     }
 
     /// On a kernel with kTLS: the real thing against RFC 8448. The kernel,
@@ -850,7 +838,7 @@ mod tests {
         peer.open(&RFC8448_CLIENT_RECORD);
         client.write_all(&peer.seal(ALERT, &[1, 0])).unwrap();
         let err = server.read(&mut plaintext).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+        assert_eq!(err.raw_os_error(), Some(abi::EIO), "{err}");
     }
 
     fn loopback_pair() -> (TcpStream, TcpStream) {

@@ -23,16 +23,25 @@
 //! rare case of pipelining past a full batch) until the stack may take it,
 //! and reading stops when too much is held.
 
+mod buf_ring;
+mod pipes;
+mod setup;
+
 use std::collections::VecDeque;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 
-use io_uring::register::Restriction;
-use io_uring::types::BufRingEntry;
-use io_uring::{IoUring, Probe, cqueue, opcode, squeue, types};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use rustix::io::{Errno, ReadWriteFlags};
+use rustix::net::{Shutdown, SocketFlags};
 
+use self::buf_ring::{BGID, Buffers};
+pub use self::pipes::PIPES;
+use self::pipes::Pipe;
+pub use self::setup::probe;
+use self::setup::{CQ_ENTRIES, new_ring};
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
@@ -41,43 +50,17 @@ use super::{
     Shared, Stack, Step, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
+use crate::sys;
 
-/// Submission queue entries; a full queue is flushed with an extra enter.
-const SQ_ENTRIES: u32 = 2048;
-/// Completion queue entries: every connection has a multishot receive
-/// armed, so a turn can complete one per connection and more.
-const CQ_ENTRIES: u32 = 16384;
-/// Memory for receive buffers per thread, shared by all its connections.
-const BUF_MEMORY: usize = 4 << 20;
-/// Buffer size where the kernel consumes buffers incrementally (Linux
-/// 6.12, `IOU_PBUF_RING_INC`): each receive takes only the bytes it got
-/// from the current buffer, so 64 buffers of 64 KiB hold thousands of
-/// request heads in one turn.
-const BUF_SIZE_INCREMENTAL: usize = 64 << 10;
-/// Buffer size where each receive takes a whole buffer: a request head
-/// fits one, a TLS record two; 512 of them.
-const BUF_SIZE_WHOLE: usize = 8 << 10;
-/// Ring entries: enough for the smaller buffers (a power of two).
-const RING_ENTRIES: u16 = (BUF_MEMORY / BUF_SIZE_WHOLE) as u16;
-/// `IOU_PBUF_RING_INC` and `IORING_CQE_F_BUF_MORE` (linux/io_uring.h;
-/// not exported by the `io-uring` crate): the registration flag, and the
-/// completion flag saying the kernel keeps filling the same buffer.
-const IOU_PBUF_RING_INC: u16 = 2;
-const IORING_CQE_F_BUF_MORE: u32 = 1 << 4;
-/// The buffer group of the receive buffers.
-const BGID: u16 = 0;
+/// The poll mask of the waker's `PollAdd`: readable.
+const POLL_IN: u32 = rustix::event::PollFlags::IN.bits() as u32;
+
 /// Input held while a response is being sent: beyond this, reading stops
 /// until the stack has taken what is held.
 const HELD_MAX: usize = 64 * 1024;
 /// Bytes read from a lingering connection before it is closed anyway.
 const LINGER_MAX: usize = 1 << 20;
-/// Pipes for splicing, made at start (the sandbox allows no new ones), as
-/// many as descriptors allow up to this: as many large bodies go out at
-/// once by splice, more by `writev` from the mapping.
-pub const PIPES: usize = 8;
-/// The pipe size asked for (the kernel may give less): one splice moves
-/// at most this much of a body.
-const PIPE_SIZE: usize = 1 << 20;
+
 /// iovecs per `writev` operation; longer outputs (many HTTP/2 frames) go
 /// out in several.
 const IOVECS: usize = 256;
@@ -132,245 +115,6 @@ fn untag(data: u64) -> (Option<Kind>, u32, usize) {
     )
 }
 
-/// The ring of provided buffers multishot receives fill: memory the
-/// kernel picks a buffer from for each receive, handed back to it as soon
-/// as the stack has taken the bytes.
-struct Buffers {
-    /// The ring entries the kernel takes buffers from (page-aligned, as
-    /// the kernel requires).
-    ring: *mut BufRingEntry,
-    /// The buffers themselves: `BUF_MEMORY` bytes, `count` × `size`.
-    memory: *mut u8,
-    /// Buffers in the ring (a power of two).
-    count: u16,
-    /// Bytes per buffer.
-    size: usize,
-    /// The kernel consumes buffers incrementally: a receive's bytes start
-    /// where the previous receive into the same buffer ended.
-    incremental: bool,
-    /// With `incremental`: where the next receive's bytes start in each
-    /// buffer.
-    filled: Vec<u32>,
-    /// The next entry to fill; published to the kernel once per turn.
-    tail: u16,
-}
-
-// SAFETY: the mappings belong to this value alone; it moves to the loop's
-// thread once, before any use.
-unsafe impl std::marker::Send for Buffers {}
-
-impl Buffers {
-    fn new() -> std::io::Result<Buffers> {
-        let ring = map_anonymous(Self::ring_bytes())?;
-        let memory = match map_anonymous(BUF_MEMORY) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: `ring` was mapped just above with this length.
-                unsafe { libc::munmap(ring.cast(), Self::ring_bytes()) };
-                return Err(e);
-            }
-        };
-        Ok(Buffers {
-            ring: ring.cast(),
-            memory,
-            count: RING_ENTRIES,
-            size: BUF_SIZE_WHOLE,
-            incremental: false,
-            filled: Vec::new(),
-            tail: 0,
-        })
-    }
-
-    fn ring_bytes() -> usize {
-        usize::from(RING_ENTRIES) * std::mem::size_of::<BufRingEntry>()
-    }
-
-    /// Registers the ring as buffer group `BGID`, incremental where the
-    /// kernel offers it, and hands every buffer to the kernel.
-    fn register(&mut self, submitter: &io_uring::Submitter<'_>) -> std::io::Result<()> {
-        let incremental_count = (BUF_MEMORY / BUF_SIZE_INCREMENTAL) as u16;
-        // SAFETY: the ring memory outlives the ring (see `Drop`).
-        let incremental = unsafe {
-            submitter.register_buf_ring_with_flags(
-                self.ring as u64,
-                incremental_count,
-                BGID,
-                IOU_PBUF_RING_INC,
-            )
-        };
-        if incremental.is_ok() {
-            self.incremental = true;
-            self.count = incremental_count;
-            self.size = BUF_SIZE_INCREMENTAL;
-            self.filled = vec![0; usize::from(incremental_count)];
-        } else {
-            // SAFETY: as above.
-            unsafe {
-                submitter.register_buf_ring_with_flags(self.ring as u64, RING_ENTRIES, BGID, 0)?
-            };
-        }
-        for bid in 0..self.count {
-            self.recycle(bid);
-        }
-        self.publish();
-        Ok(())
-    }
-
-    /// Hands buffer `bid` back to the kernel (seen at the next publish).
-    fn recycle(&mut self, bid: u16) {
-        let slot = usize::from(self.tail & (self.count - 1));
-        let bid = bid % self.count;
-        if let Some(filled) = self.filled.get_mut(usize::from(bid)) {
-            *filled = 0;
-        }
-        // SAFETY: `slot` < count ≤ RING_ENTRIES entries; the buffer lies
-        // inside the BUF_MEMORY mapping.
-        unsafe {
-            let entry = &mut *self.ring.add(slot);
-            entry.set_addr(self.memory.add(usize::from(bid) * self.size) as u64);
-            entry.set_len(self.size as u32);
-            entry.set_bid(bid);
-        }
-        self.tail = self.tail.wrapping_add(1);
-    }
-
-    /// Makes the recycled buffers visible to the kernel.
-    fn publish(&self) {
-        // SAFETY: the tail field lives in the first entry of our mapping;
-        // the kernel reads it concurrently, hence the atomic release store.
-        unsafe {
-            let tail = BufRingEntry::tail(self.ring) as *mut u16;
-            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
-        }
-    }
-
-    /// Where the `len` bytes a receive completion put in buffer `bid`
-    /// start, and how many of them lie in the buffer; with incremental
-    /// consumption, the next receive into it starts after them.
-    fn locate(&mut self, bid: u16, len: usize) -> (usize, usize) {
-        let start = match self.filled.get_mut(usize::from(bid % self.count)) {
-            Some(filled) => {
-                let start = *filled as usize;
-                *filled = (start + len).min(self.size) as u32;
-                start
-            }
-            None => 0,
-        };
-        (start, len.min(self.size - start))
-    }
-
-    /// The bytes `locate` found.
-    fn slice(&mut self, bid: u16, start: usize, len: usize) -> &mut [u8] {
-        let bid = usize::from(bid % self.count);
-        let len = len.min(self.size.saturating_sub(start));
-        // SAFETY: inside buffer `bid`, which is ours until `done`.
-        unsafe { std::slice::from_raw_parts_mut(self.memory.add(bid * self.size + start), len) }
-    }
-
-    /// A receive completion with buffer `bid` was handled: the buffer goes
-    /// back to the kernel unless the kernel keeps filling it.
-    fn done(&mut self, bid: u16, flags: u32) {
-        if !(self.incremental && flags & IORING_CQE_F_BUF_MORE != 0) {
-            self.recycle(bid);
-        }
-    }
-}
-
-impl Drop for Buffers {
-    fn drop(&mut self) {
-        // SAFETY: both were mapped by `new` with these lengths; the ring
-        // that used them is dropped first (field order of `UringWorker`).
-        unsafe {
-            libc::munmap(self.ring.cast(), Self::ring_bytes());
-            libc::munmap(self.memory.cast(), BUF_MEMORY);
-        }
-    }
-}
-
-fn map_anonymous(len: usize) -> std::io::Result<*mut u8> {
-    // SAFETY: a fresh private anonymous mapping; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(p.cast())
-}
-
-/// A pipe a large body is spliced through, from the pack file to the
-/// socket.
-struct Pipe {
-    /// The read end (spliced into the socket).
-    read: OwnedFd,
-    /// The write end (spliced into from the pack file).
-    write: OwnedFd,
-    /// Its capacity: the most one splice moves.
-    size: usize,
-}
-
-impl Pipe {
-    fn new() -> std::io::Result<Pipe> {
-        let mut ends = [0; 2];
-        // SAFETY: pipe2 fills two descriptors, which we own from here.
-        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are fresh and ours.
-        let (read, write) =
-            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
-        // A larger pipe means fewer splices per body; the kernel may refuse
-        // (pipe-max-size), and then the default size does.
-        // SAFETY: fcntl on our descriptor.
-        let size = unsafe {
-            libc::fcntl(
-                write.as_raw_fd(),
-                libc::F_SETPIPE_SZ,
-                PIPE_SIZE as libc::c_int,
-            )
-        };
-        let size = if size > 0 {
-            size as usize
-        } else {
-            // SAFETY: as above.
-            let current = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-            usize::try_from(current).unwrap_or(0).max(4096)
-        };
-        Ok(Pipe { read, write, size })
-    }
-
-    /// Empties a pipe a body was left in (its connection closed, or a
-    /// splice was cancelled, mid-body) so that it can serve the next one.
-    /// False if that failed: the pipe is then dropped.
-    fn empty(&self) -> bool {
-        let mut scratch = [0u8; 16 * 1024];
-        loop {
-            let mut queued: libc::c_int = 0;
-            // SAFETY: FIONREAD writes one int.
-            if unsafe { libc::ioctl(self.read.as_raw_fd(), libc::FIONREAD, &mut queued) } != 0 {
-                return false;
-            }
-            if queued <= 0 {
-                return true;
-            }
-            let want = scratch.len().min(queued as usize);
-            // SAFETY: `scratch` holds `want` bytes; the pipe holds at least
-            // that many, so the read does not block.
-            let n = unsafe { libc::read(self.read.as_raw_fd(), scratch.as_mut_ptr().cast(), want) };
-            if n <= 0 {
-                return false;
-            }
-        }
-    }
-}
-
 /// Output the kernel is sending for one connection, owned here until the
 /// operation's completion arrives (even if the connection closed).
 struct Outgoing {
@@ -383,7 +127,7 @@ struct Outgoing {
     /// First segment not fully sent.
     next: usize,
     /// The iovecs of the `writev` in flight, read by the kernel.
-    iov: Vec<libc::iovec>,
+    iov: Vec<sys::Iovec>,
     /// The pipe of a splice in progress, and how many bytes it holds.
     pipe: Option<Pipe>,
     /// Bytes spliced into `pipe` and not yet out of it.
@@ -405,13 +149,7 @@ impl Outgoing {
             bytes: Vec::new(),
             segs: Vec::new(),
             next: 0,
-            iov: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                };
-                IOVECS
-            ],
+            iov: vec![sys::iovec(&[]); IOVECS],
             pipe: None,
             in_pipe: 0,
             op: 0,
@@ -487,70 +225,6 @@ struct Listener {
     tag: u32,
     /// Its multishot accept is in flight.
     armed: bool,
-}
-
-/// The operations the ring is restricted to.
-const OPS: [u8; 7] = [
-    opcode::AcceptMulti::CODE,
-    opcode::RecvMulti::CODE,
-    opcode::Writev::CODE,
-    opcode::Splice::CODE,
-    opcode::PollAdd::CODE,
-    opcode::AsyncCancel::CODE,
-    opcode::Close::CODE,
-];
-
-/// Creates a ring with the receive buffers registered and restricted to
-/// `OPS`, still disabled: the thread that will submit enables it
-/// (`IORING_SETUP_SINGLE_ISSUER` makes that thread its owner, which
-/// `IORING_SETUP_DEFER_TASKRUN` needs: completions are then processed only
-/// when the loop enters the ring, in one batch, instead of interrupting it).
-/// Fails where the kernel lacks any of it (or forbids io_uring), which
-/// `--io auto` takes as the answer to use epoll.
-fn new_ring(buffers: &mut Buffers) -> std::io::Result<IoUring> {
-    let ring = IoUring::builder()
-        .setup_r_disabled()
-        .setup_cqsize(CQ_ENTRIES)
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .setup_submit_all()
-        .build(SQ_ENTRIES)?;
-    let submitter = ring.submitter();
-    let mut probe = Probe::new();
-    submitter.register_probe(&mut probe)?;
-    if let Some(op) = OPS.iter().find(|&&op| !probe.is_supported(op)) {
-        return Err(std::io::Error::other(format!(
-            "the kernel lacks io_uring operation {op}"
-        )));
-    }
-    buffers.register(&submitter)?;
-    let mut restrictions: Vec<Restriction> =
-        OPS.iter().map(|&op| Restriction::sqe_op(op)).collect();
-    restrictions.push(Restriction::sqe_flags_allowed(
-        squeue::Flags::BUFFER_SELECT.bits(),
-    ));
-    submitter.register_restrictions(&mut restrictions)?;
-    Ok(ring)
-}
-
-/// Whether this kernel (and whatever confines the process) lets kiln use
-/// io_uring the way it does: sets up one ring, as every thread will.
-/// Returns how receive buffers are used, for the log.
-pub fn probe() -> std::io::Result<String> {
-    let mut buffers = Buffers::new()?;
-    new_ring(&mut buffers)?
-        .submitter()
-        .register_enable_rings()?;
-    Ok(format!(
-        "receive buffers: {} × {} KiB per thread{}",
-        buffers.count,
-        buffers.size >> 10,
-        if buffers.incremental {
-            ", consumed incrementally"
-        } else {
-            ""
-        }
-    ))
 }
 
 /// One thread's io_uring loop and everything it owns.
@@ -714,8 +388,8 @@ impl<S: Stack> UringWorker<S> {
             Ok(_) => Ok(()),
             Err(e)
                 if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                    Errno::from_io_error(&e),
+                    Some(Errno::TIME | Errno::INTR | Errno::BUSY)
                 ) =>
             {
                 Ok(())
@@ -782,7 +456,7 @@ impl<S: Stack> UringWorker<S> {
     }
 
     fn arm_waker(&mut self) {
-        let entry = opcode::PollAdd::new(types::Fd(self.waker.raw()), libc::POLLIN as u32)
+        let entry = opcode::PollAdd::new(types::Fd(self.waker.raw()), POLL_IN)
             .multi(true)
             .build()
             .user_data(tag(Kind::Wake, 0, 0));
@@ -811,7 +485,7 @@ impl<S: Stack> UringWorker<S> {
             // one where it would otherwise wait for room (a `writev`
             // into a full socket), and nothing here makes a blocking call.
             let entry = opcode::AcceptMulti::new(types::Fd(fd))
-                .flags(libc::SOCK_CLOEXEC)
+                .flags(SocketFlags::CLOEXEC.bits() as i32)
                 .build()
                 .user_data(tag(Kind::Accept, 0, i));
             self.push(entry);
@@ -849,12 +523,12 @@ impl<S: Stack> UringWorker<S> {
             let Some(tag) = self.listeners.get(listener).map(|l| l.tag) else {
                 // Accepted while shutting down: the listener is gone.
                 // SAFETY: the descriptor is fresh and ours.
-                unsafe { libc::close(fd) };
+                unsafe { rustix::io::close(fd) };
                 return;
             };
             if self.drain_deadline.is_some() {
                 // SAFETY: as above.
-                unsafe { libc::close(fd) };
+                unsafe { rustix::io::close(fd) };
                 return;
             }
             self.accept_error_logged = false;
@@ -867,9 +541,9 @@ impl<S: Stack> UringWorker<S> {
                 self.pause_accepts();
             }
         } else {
-            match -result {
-                libc::ECANCELED | libc::EINTR | libc::ECONNABORTED => {}
-                libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+            match Errno::from_raw_os_error(-result) {
+                Errno::CANCELED | Errno::INTR | Errno::CONNABORTED => {}
+                Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM => {
                     if !self.accept_error_logged {
                         self.accept_error_logged = true;
                         tracing::warn!(
@@ -879,9 +553,7 @@ impl<S: Stack> UringWorker<S> {
                     }
                     self.pause_accepts();
                 }
-                errno => {
-                    tracing::warn!("accept: {}", std::io::Error::from_raw_os_error(errno))
-                }
+                errno => tracing::warn!("accept: {}", std::io::Error::from(errno)),
             }
         }
         self.arm_accepts();
@@ -889,18 +561,7 @@ impl<S: Stack> UringWorker<S> {
 
     fn register(&mut self, fd: RawFd, tag: u32) {
         let peer = if self.stack.wants_peer() {
-            // SAFETY: zeroed sockaddr_storage is a valid out-parameter.
-            let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: `addr`/`len` describe a valid buffer.
-            let ok = unsafe {
-                libc::getpeername(
-                    fd,
-                    (&mut addr as *mut libc::sockaddr_storage).cast(),
-                    &mut len,
-                )
-            } == 0;
-            if ok { peer_ip(&addr) } else { None }
+            peer_ip(rustix::net::getpeername(borrowed(fd)).ok().flatten())
         } else {
             None
         };
@@ -973,12 +634,12 @@ impl<S: Stack> UringWorker<S> {
             self.release_if_done(idx);
             return;
         }
-        if result == -libc::ENOBUFS {
+        if result == -Errno::NOBUFS.raw_os_error() {
             slot.starved = true;
             self.starved.push(idx);
             return;
         }
-        if result == -libc::ECANCELED {
+        if result == -Errno::CANCELED.raw_os_error() {
             // Reading was paused on purpose (`held` is full); it resumes
             // here if the stack took the held input meanwhile.
             self.keep_reading(idx);
@@ -1144,11 +805,16 @@ impl<S: Stack> UringWorker<S> {
                 &*backing,
                 &send.segs[send.next..],
                 &mut send.iov,
+                sys::iovec,
             ) else {
                 return self.fail_send(idx);
             };
             send.op = tag(Kind::Send, generation, idx);
-            let rw_flags = if send.nowait { libc::RWF_NOWAIT } else { 0 };
+            let rw_flags = if send.nowait {
+                ReadWriteFlags::NOWAIT.bits() as i32
+            } else {
+                0
+            };
             opcode::Writev::new(types::Fd(fd), send.iov.as_ptr(), count as u32)
                 .rw_flags(rw_flags)
                 .build()
@@ -1265,8 +931,8 @@ impl<S: Stack> UringWorker<S> {
         slot.paused = false;
         // A syscall, not an operation: a shutdown operation runs on a
         // kernel worker, and would resolve the descriptor there, later.
-        // SAFETY: valid descriptor; failure means it is already gone.
-        unsafe { libc::shutdown(slot.fd, libc::SHUT_WR) };
+        // Failure means the connection is already gone.
+        let _ = rustix::net::shutdown(borrowed(slot.fd), Shutdown::Write);
         self.keep_reading(idx);
     }
 
@@ -1423,46 +1089,12 @@ impl<S: Stack> Swept for UringWorker<S> {
 /// Whether the socket holds bytes not read yet (FIONREAD; the filter
 /// allows this `ioctl`).
 fn unread(fd: RawFd) -> bool {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) == 0 && queued > 0 }
+    rustix::io::ioctl_fionread(borrowed(fd)).is_ok_and(|queued| queued > 0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The ring runs only the operations kiln uses: anything else (here a
-    /// no-op) is refused by the kernel, as an attacker's would be.
-    #[test]
-    fn the_ring_refuses_operations_outside_its_list() {
-        if IoUring::new(8).is_err() {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"skipped: this kernel offers no io_uring\n",
-            );
-            return;
-        }
-        let mut buffers = Buffers::new().unwrap();
-        let mut ring = new_ring(&mut buffers).unwrap();
-        ring.submitter().register_enable_rings().unwrap();
-        let nop = opcode::Nop::new().build().user_data(1);
-        let waker = Waker::new().unwrap();
-        let poll = opcode::PollAdd::new(types::Fd(waker.raw()), libc::POLLIN as u32)
-            .build()
-            .user_data(2);
-        // SAFETY: neither entry points to memory.
-        unsafe {
-            ring.submission().push(&nop).unwrap();
-            ring.submission().push(&poll).unwrap();
-        }
-        waker.wake();
-        ring.submit_and_wait(2).unwrap();
-        let mut results: Vec<(u64, i32)> = ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        results.sort();
-        assert_eq!(results, [(1, -libc::EACCES), (2, libc::POLLIN as i32)]);
-    }
+/// `fd` borrowed for one call.
+fn borrowed(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: callers pass a socket the loop holds open (a slot's, until
+    // it is released) for the whole call; the borrow is not kept.
+    unsafe { BorrowedFd::borrow_raw(fd) }
 }

@@ -1,0 +1,18 @@
+//! Capabilities: every one dropped when the sandbox goes up, also when
+//! staying root.
+
+use anyhow::anyhow;
+use rustix::thread;
+
+/// Empties the effective, permitted and inheritable sets (and so the
+/// ambient one). The bounding set matters only at execve, which the filter
+/// refuses.
+pub(super) fn drop_capabilities() -> anyhow::Result<()> {
+    let none = thread::CapabilitySets {
+        effective: thread::CapabilitySet::empty(),
+        permitted: thread::CapabilitySet::empty(),
+        inheritable: thread::CapabilitySet::empty(),
+    };
+    thread::set_capabilities(None, none)
+        .map_err(|e| anyhow!("cannot drop capabilities: {}", std::io::Error::from(e)))
+}

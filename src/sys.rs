@@ -1,0 +1,276 @@
+//! The system calls and kernel types rustix does not cover, the only place
+//! `libc` is named. Everything else goes through `rustix`: this module
+//! holds what is left, each with why it is here and its SAFETY note.
+
+/// The iovec the io_uring crate's `Writev` takes (its API is in `libc`
+/// types): one per segment of a ring's `writev`.
+pub type Iovec = libc::iovec;
+
+/// The iovec of `slice`, for a `writev` on a ring: the caller keeps
+/// `slice` alive until the operation completes.
+pub fn iovec(slice: &[u8]) -> Iovec {
+    Iovec {
+        iov_base: slice.as_ptr() as *mut libc::c_void,
+        iov_len: slice.len(),
+    }
+}
+
+/// Blocks `signals` in the calling thread (and so in every thread it
+/// spawns afterwards) and returns a signalfd that reads them: rustix has
+/// neither `pthread_sigmask` (the C library's, which keeps its own
+/// signals) nor `signalfd`.
+pub fn block_signals_into_signalfd(
+    signals: &[rustix::process::Signal],
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the set is a local, initialised by sigemptyset before use;
+    // pthread_sigmask and signalfd read it and the results are checked;
+    // the descriptor signalfd returns is fresh and owned from here.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in signals {
+            libc::sigaddset(&mut set, signal.as_raw());
+        }
+        let errno = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if errno != 0 {
+            return Err(std::io::Error::from_raw_os_error(errno));
+        }
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(std::os::fd::OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// What one read of a signalfd returns per signal (`signalfd_siginfo`);
+/// its first four bytes are the signal's number.
+pub const SIGNALFD_SIGINFO_BYTES: usize = std::mem::size_of::<libc::signalfd_siginfo>();
+
+/// Starts writing back `len` bytes of `file` from `offset`, without
+/// waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which rustix lacks).
+/// A failure only means the final sync does all the work.
+pub fn start_writeback(file: std::os::fd::BorrowedFd<'_>, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a descriptor the caller holds open;
+    // it touches no memory of ours.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+/// Returns the allocator's free memory to the system (glibc's
+/// `malloc_trim`; other C libraries have nothing to call).
+pub fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The system call numbers and argument values the seccomp filter names
+/// (`serve::sandbox`): the kernel's ABI, which rustix does not export.
+pub mod seccomp {
+    pub use libc::{
+        F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, FIONREAD, PR_SET_NAME, PROT_EXEC, SYS_accept4, SYS_brk,
+        SYS_clock_gettime, SYS_clone, SYS_clone3, SYS_close, SYS_epoll_ctl, SYS_epoll_pwait,
+        SYS_exit, SYS_exit_group, SYS_fcntl, SYS_fstat, SYS_ftruncate, SYS_futex, SYS_getdents64,
+        SYS_getpeername, SYS_getrandom, SYS_gettid, SYS_inotify_add_watch, SYS_io_uring_enter,
+        SYS_io_uring_register, SYS_ioctl, SYS_lseek, SYS_lstat, SYS_madvise, SYS_memfd_create,
+        SYS_mlock, SYS_mmap, SYS_mprotect, SYS_mremap, SYS_munmap, SYS_newfstatat, SYS_open,
+        SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_pwrite64, SYS_read, SYS_readlink,
+        SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_sched_getaffinity,
+        SYS_sched_yield, SYS_sendfile, SYS_set_robust_list, SYS_shutdown, SYS_sigaltstack,
+        SYS_stat, SYS_statx, SYS_write, SYS_writev,
+    };
+}
+
+/// One entry of the user database.
+pub struct Passwd {
+    /// The user's name.
+    pub name: String,
+    /// Its user id.
+    pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
+}
+
+/// The user database's entry for `name` (`getpwnam_r`: the C library's
+/// name service, which rustix has no part of); `Ok(None)` when there is
+/// none.
+pub fn passwd_by_name(name: &std::ffi::CStr) -> std::io::Result<Option<Passwd>> {
+    lookup_passwd(|pwd, buf, result| {
+        // SAFETY: every pointer is valid for the call; buf's length is given.
+        unsafe { libc::getpwnam_r(name.as_ptr(), pwd, buf.as_mut_ptr(), buf.len(), result) }
+    })
+}
+
+/// The user database's entry for `uid` (`getpwuid_r`).
+pub fn passwd_by_uid(uid: u32) -> std::io::Result<Option<Passwd>> {
+    lookup_passwd(|pwd, buf, result| {
+        // SAFETY: as in `passwd_by_name`.
+        unsafe { libc::getpwuid_r(uid, pwd, buf.as_mut_ptr(), buf.len(), result) }
+    })
+}
+
+/// Runs a `getpw*_r` call with a buffer that grows until the entry fits.
+fn lookup_passwd(
+    call: impl Fn(&mut libc::passwd, &mut [libc::c_char], &mut *mut libc::passwd) -> libc::c_int,
+) -> std::io::Result<Option<Passwd>> {
+    let mut buf: Vec<libc::c_char> = vec![0; 1024];
+    loop {
+        // SAFETY: an all-zero passwd is a valid out-parameter.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        match call(&mut pwd, &mut buf, &mut result) {
+            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
+            0 if result.is_null() => return Ok(None),
+            // "Not found" as some C libraries say it: musl when there is
+            // no /etc/passwd at all (a `FROM scratch` image), glibc with
+            // some NSS modules (getpwnam_r(3)).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            0 => {
+                // SAFETY: on success pw_name points to a C string in `buf`.
+                let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+                return Ok(Some(Passwd {
+                    name: name.to_string_lossy().into_owned(),
+                    uid: pwd.pw_uid,
+                    gid: pwd.pw_gid,
+                }));
+            }
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// Sets the supplementary groups to those the user database lists for
+/// `user`, and `gid` (`initgroups`: the C library's name service).
+pub fn init_groups(user: &std::ffi::CStr, gid: u32) -> std::io::Result<()> {
+    // SAFETY: a valid C string; the result is checked.
+    if unsafe { libc::initgroups(user.as_ptr(), gid) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The exit status after a system call the seccomp filter refused: 128 +
+/// SIGSYS, as a shell reports a process killed by that signal.
+pub const DENIED_SYSCALL_EXIT: i32 = 128 + libc::SIGSYS;
+
+/// The fields of a SIGSYS `siginfo_t` on 64-bit Linux (`_sigsys`).
+#[repr(C)]
+struct SigsysInfo {
+    /// SIGSYS.
+    signo: libc::c_int,
+    /// Unused.
+    errno: libc::c_int,
+    /// SYS_SECCOMP.
+    code: libc::c_int,
+    /// Where the call was made.
+    call_addr: *mut libc::c_void,
+    /// The system call's number.
+    syscall: libc::c_int,
+    /// Its AUDIT_ARCH.
+    arch: libc::c_uint,
+}
+
+/// The SIGSYS handler: the filter refused a system call. Writes one line
+/// naming it and ends the process with [`DENIED_SYSCALL_EXIT`];
+/// async-signal-safe (write and _exit only, both on the filter's list).
+extern "C" fn on_denied_syscall(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    // SAFETY: the kernel hands a SIGSYS handler a siginfo with `_sigsys`.
+    let number = unsafe { (*info.cast::<SigsysInfo>()).syscall };
+    let mut line = [0u8; 96];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        let n = bytes.len().min(line.len() - len);
+        line[len..len + n].copy_from_slice(&bytes[..n]);
+        len += n;
+    };
+    put(b"kiln: sandbox: system call ");
+    // `itoa` writes into a stack buffer: async-signal-safe.
+    put(itoa::Buffer::new().format(number).as_bytes());
+    put(b" is not allowed; exiting\n");
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; a failed write
+    // changes nothing.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), len);
+        libc::_exit(DENIED_SYSCALL_EXIT);
+    }
+}
+
+/// Installs the handler that reports a system call the seccomp filter
+/// refused and exits (rustix has no `sigaction` outside its runtime).
+pub fn exit_on_denied_syscall() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction with the handler, flags and an empty mask.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_denied_syscall as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGSYS, &action, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the process with `program`, without arguments; returns only
+/// when that failed (debug builds' sandbox probe, which expects the
+/// filter to refuse it).
+#[cfg(debug_assertions)]
+pub fn execute(program: &std::ffi::CStr) -> std::io::Error {
+    let argv = [program.as_ptr(), std::ptr::null()];
+    // SAFETY: a valid path and a NULL-terminated argv.
+    unsafe { libc::execv(program.as_ptr(), argv.as_ptr()) };
+    std::io::Error::last_os_error()
+}
+
+/// Kernel TLS (cargo feature `ktls`): the ULP and crypto-info socket
+/// options and their constants and structures, none of which rustix has.
+#[cfg(feature = "ktls")]
+pub mod ktls {
+    pub use libc::{
+        EIO, ENOENT, SOL_TCP, SOL_TLS, TCP_ULP, TLS_1_2_VERSION, TLS_1_3_VERSION,
+        TLS_CIPHER_AES_GCM_128, TLS_CIPHER_AES_GCM_128_IV_SIZE, TLS_CIPHER_AES_GCM_128_KEY_SIZE,
+        TLS_CIPHER_AES_GCM_128_REC_SEQ_SIZE, TLS_CIPHER_AES_GCM_128_SALT_SIZE,
+        TLS_CIPHER_AES_GCM_256, TLS_CIPHER_AES_GCM_256_IV_SIZE, TLS_CIPHER_AES_GCM_256_KEY_SIZE,
+        TLS_CIPHER_AES_GCM_256_REC_SEQ_SIZE, TLS_CIPHER_AES_GCM_256_SALT_SIZE,
+        TLS_CIPHER_CHACHA20_POLY1305, TLS_CIPHER_CHACHA20_POLY1305_IV_SIZE,
+        TLS_CIPHER_CHACHA20_POLY1305_KEY_SIZE, TLS_CIPHER_CHACHA20_POLY1305_REC_SEQ_SIZE,
+        TLS_CIPHER_CHACHA20_POLY1305_SALT_SIZE, TLS_RX, TLS_TX, tls12_crypto_info_aes_gcm_128,
+        tls12_crypto_info_aes_gcm_256, tls12_crypto_info_chacha20_poly1305,
+    };
+
+    /// Sets the socket option `name` of `level` on `fd` to the bytes of
+    /// `value`.
+    pub fn set_socket_option(
+        fd: std::os::fd::RawFd,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: &[u8],
+    ) -> std::io::Result<()> {
+        // Option values here are a few dozen bytes: the cast is lossless.
+        let len = value.len() as libc::socklen_t;
+        // SAFETY: `value` points to `len` readable bytes that live through
+        // the call; the kernel copies them and keeps no pointer. A bad `fd`
+        // is an error return (EBADF, ENOTSOCK), not undefined behaviour.
+        let rc = unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), len) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+}
