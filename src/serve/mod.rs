@@ -536,7 +536,14 @@ pub fn load_tls(
 /// The server configuration new TLS connections start from.
 pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig>> {
     // HTTP/2 first: every browser that offers it is better served by it.
-    tls::server_config(resolver, &[b"h2", b"http/1.1"]).map_err(anyhow::Error::msg)
+    // `acme-tls/1` last: only a validation, which offers nothing else,
+    // agrees on it.
+    let alpn: &[&[u8]] = if resolver.answers_acme() {
+        &[b"h2", b"http/1.1", tls::ACME_TLS_ALPN]
+    } else {
+        &[b"h2", b"http/1.1"]
+    };
+    tls::server_config(resolver, alpn).map_err(anyhow::Error::msg)
 }
 
 /// What the sandbox lets the server read after start: what is served
