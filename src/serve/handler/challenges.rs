@@ -16,8 +16,9 @@ use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 use super::{Body, Extra, Method, Request, Response, builtin};
 
 /// The backing number output segments name the key authorizations by:
-/// never a site's slot (slots count up from 0, one per site).
-pub const SLOT: u32 = u32::MAX;
+/// never a site's slot (slots count up from 0, one per site), nor
+/// `u32::MAX`, which `net::io::gather` takes for "no pack looked up yet".
+pub const SLOT: u32 = u32::MAX - 1;
 
 /// Where HTTP-01 challenges are fetched (RFC 8555 §8.3).
 pub const PREFIX: &[u8] = b"/.well-known/acme-challenge/";

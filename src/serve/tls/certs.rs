@@ -94,20 +94,34 @@ impl SniResolver {
                 .map(|(_, key)| key);
         }
         if let Some(name) = &name {
-            if let Some(e) = self.entries.iter().find(|e| e.names.contains(name)) {
+            if let Some(e) = self.covering(name) {
                 return Some(&e.key);
-            }
-            if let Some((_, parent)) = name.split_once('.') {
-                let wildcard = format!("*.{parent}");
-                if let Some(e) = self.entries.iter().find(|e| e.names.contains(&wildcard)) {
-                    return Some(&e.key);
-                }
             }
             if self.acme.as_ref().is_some_and(|a| a.managed.contains(name)) {
                 return None;
             }
         }
         self.entries.first().map(|e| &e.key)
+    }
+
+    /// The first certificate for `name` (lower case, no trailing dot): by
+    /// exact name, then by a wildcard.
+    fn covering(&self, name: &str) -> Option<&Entry> {
+        let exact = self
+            .entries
+            .iter()
+            .find(|e| e.names.iter().any(|n| n == name));
+        exact.or_else(|| {
+            let (_, parent) = name.split_once('.')?;
+            let wildcard = format!("*.{parent}");
+            self.entries.iter().find(|e| e.names.contains(&wildcard))
+        })
+    }
+
+    /// Whether a certificate here is for `name` (lower case), by exact
+    /// name or wildcard.
+    pub fn covers(&self, name: &str) -> bool {
+        self.covering(name).is_some()
     }
 
     /// The same certificates with `acme`'s managed names and challenge
@@ -193,9 +207,11 @@ pub fn load_with_acme(
     ))
 }
 
-/// Reads an RFC 8737 challenge file (the certificate, then its key, PEM):
-/// its key must match, its dates are not checked (the CA checks only the
-/// `acmeIdentifier` extension and the name).
+/// Reads an RFC 8737 challenge file (the certificate, then its key, PEM).
+/// Neither its dates nor the key's match are checked: the CA checks the
+/// name and the `acmeIdentifier` extension, which RFC 8737 makes
+/// critical, and which the parser behind `keys_match` refuses as an
+/// unknown critical extension; a wrong key fails the handshake.
 pub fn load_challenge(path: &Path) -> Result<Arc<CertifiedKey>, String> {
     let name = path.display();
     let pem = read(path)?;
@@ -209,11 +225,7 @@ pub fn load_challenge(path: &Path) -> Result<Arc<CertifiedKey>, String> {
         .map_err(|e| format!("{name}: no usable PEM private key ({e})"))?;
     let signing =
         any_supported_type(&key).map_err(|e| format!("{name}: unsupported private key ({e})"))?;
-    let certified = CertifiedKey::new(chain, signing);
-    certified
-        .keys_match()
-        .map_err(|e| format!("{name}: the key does not belong to the certificate ({e})"))?;
-    Ok(Arc::new(certified))
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
 }
 
 /// Loads every pair of `source` again, each on its own: a pair that now
