@@ -216,20 +216,17 @@ impl rustls::client::danger::ServerCertVerifier for TrustAnything {
     }
 }
 
+/// What a handshake ended with: the server's certificate, the protocol
+/// agreed on, and the connection.
+type Handshake = (
+    Vec<u8>,
+    Option<Vec<u8>>,
+    rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+);
+
 /// A TLS client for `name` offering `alpn`: the server's certificate and
 /// the protocol agreed on, with the stream, or the handshake's error.
-fn handshake(
-    port: u16,
-    name: &str,
-    alpn: &[&[u8]],
-) -> Result<
-    (
-        Vec<u8>,
-        Option<Vec<u8>>,
-        rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-    ),
-    String,
-> {
+fn handshake(port: u16, name: &str, alpn: &[&[u8]]) -> Result<Handshake, String> {
     let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let server_name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();

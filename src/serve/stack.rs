@@ -38,7 +38,14 @@ pub struct CurrentSites {
     generation: AtomicU64,
     /// The sites, the TLS configuration (`None` without TLS listeners) and
     /// the HTTP-01 challenges (`None` without `--acme`).
-    state: Mutex<(Arc<Sites>, Option<Arc<ServerConfig>>, Option<Arc<Http01>>)>,
+    state: Mutex<State>,
+}
+
+/// What `CurrentSites` holds, each part replaced on its own.
+struct State {
+    sites: Arc<Sites>,
+    tls: Option<Arc<ServerConfig>>,
+    http01: Option<Arc<Http01>>,
 }
 
 /// One generation of what `CurrentSites` holds, as a thread takes it.
@@ -53,31 +60,35 @@ impl CurrentSites {
     pub fn new(sites: Arc<Sites>, tls: Option<Arc<ServerConfig>>) -> CurrentSites {
         CurrentSites {
             generation: AtomicU64::new(0),
-            state: Mutex::new((sites, tls, None)),
+            state: Mutex::new(State {
+                sites,
+                tls,
+                http01: None,
+            }),
         }
     }
 
     /// Publishes a new generation of the sites; responses in flight keep
     /// their Arc.
     pub fn publish(&self, sites: Arc<Sites>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = sites;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).sites = sites;
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// The sites being served now.
     pub fn sites(&self) -> Arc<Sites> {
-        Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).0)
+        Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).sites)
     }
 
     /// Publishes new certificates; connections already open keep theirs.
     pub fn publish_tls(&self, tls: Arc<ServerConfig>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(tls);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).tls = Some(tls);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Publishes the HTTP-01 challenges answered from now on.
     pub fn publish_http01(&self, http01: Arc<Http01>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).2 = Some(http01);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).http01 = Some(http01);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
@@ -86,9 +97,9 @@ impl CurrentSites {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         (
             generation,
-            Arc::clone(&state.0),
-            state.1.clone(),
-            state.2.clone(),
+            Arc::clone(&state.sites),
+            state.tls.clone(),
+            state.http01.clone(),
         )
     }
 }
