@@ -334,7 +334,11 @@ fn managed_pairs_are_served_once_they_arrive_and_a_users_own_pair_wins() {
     let h1 = [&b"http/1.1"[..]];
     assert_eq!(handshake(port, "b.example", &h1).unwrap().0, own_der);
     let refused = handshake(port, "a.example", &h1).err();
-    assert!(refused.is_some(), "a.example has no certificate yet");
+    let refused = refused.expect("a.example has no certificate yet: refused");
+    assert!(
+        refused.contains("AccessDenied"),
+        "a clean refusal: {refused}"
+    );
 
     let (cert_a, key_a, der_a) = certificate(&["a.example"], false);
     put(&layout::key_path(&f.state, "a.example"), key_a.as_bytes());

@@ -666,11 +666,6 @@ fn start_acme_client(
     challenges: &[&str],
     identity: Option<&sandbox::Identity>,
 ) -> anyhow::Result<acme::Client> {
-    if challenges.is_empty() {
-        bail!(
-            "--acme needs a listener the CA can validate on: --listen (HTTP-01) or --listen-tls (TLS-ALPN-01)"
-        );
-    }
     let user = args
         .user
         .clone()
@@ -1032,6 +1027,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         };
         acme::challenges(&ports(stack::CLEARTEXT), &ports(stack::TLS))
     };
+    if managed.is_some() && acme_challenges.is_empty() {
+        bail!(
+            "--acme needs a listener the CA can validate on: --listen (HTTP-01) or --listen-tls (TLS-ALPN-01)"
+        );
+    }
     if let Some(value) = &args.metrics {
         metrics_listeners.extend(bind_metrics(value)?);
     }

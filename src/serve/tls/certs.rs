@@ -66,9 +66,10 @@ pub struct SniResolver {
 #[derive(Clone, Debug, Default)]
 pub struct Acme {
     /// The names kiln obtains certificates for. A ClientHello for one of
-    /// them that no certificate covers yet is refused (a handshake
-    /// failure alert): the fallback pair is another name's, which a
-    /// browser would warn about and a user might click through.
+    /// them that no certificate covers yet is refused (rustls answers
+    /// with a fatal `access_denied` alert): the fallback pair is another
+    /// name's, which a browser would warn about and a user might click
+    /// through.
     pub managed: Vec<String>,
     /// RFC 8737 challenge certificates by name, served only to a
     /// ClientHello whose one ALPN protocol is `acme-tls/1`.
