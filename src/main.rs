@@ -33,7 +33,7 @@ enum Command {
     },
     /// Serve a pack, a folder of sites or a directory over HTTP/1.1,
     /// HTTP/2 and TLS.
-    Serve(kiln::serve::ServeArgs),
+    Serve(Box<kiln::serve::ServeArgs>),
 }
 
 /// How the command ended, when it did not fail.
@@ -53,7 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
             true => Outcome::Differ,
             false => Outcome::Done,
         }),
-        Command::Serve(args) => done(kiln::serve::run(args)),
+        Command::Serve(args) => done(kiln::serve::run(*args)),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;

@@ -274,3 +274,23 @@ pub mod ktls {
         }
     }
 }
+
+/// Has the kernel reap this process's children as they end
+/// (`SA_NOCLDWAIT` with the default action): the sandboxed server has no
+/// `wait` call. Not `SIG_IGN`, which a child would inherit across exec,
+/// and its own wait for its children would fail. rustix has no
+/// `sigaction` outside its runtime feature.
+pub fn reap_children_automatically() -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction with the default action, an empty mask
+    // (initialised by sigemptyset) and one flag; the result is checked.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        action.sa_flags = libc::SA_NOCLDWAIT;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

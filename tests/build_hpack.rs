@@ -159,7 +159,7 @@ fn every_handler_response_carries_its_head_as_hpack() {
                 "416" => req.range = Some(b"bytes=999999999-"),
                 _ => {}
             }
-            let resp = handler::answer(&site, &req, None, &mut scratch);
+            let resp = handler::answer(&site, &req, None, None, &mut scratch);
             statuses.insert(resp.status);
             let what = format!(
                 "{} {ask} -> {}",

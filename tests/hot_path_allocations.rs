@@ -39,7 +39,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use kiln::pack::{Pack, PackWriter, RouteKind};
-use kiln::serve::handler::{Site, Sites};
+use kiln::serve::handler::{Http01, Site, Sites};
 use kiln::serve::metrics::Metrics;
 use kiln::serve::net::io::{self, Flush, Sent, SparePending};
 use kiln::serve::net::{Backing, Output, Seg, Stack};
@@ -146,8 +146,13 @@ struct Server {
     now: i64,
 }
 
+/// An ACME HTTP-01 token (`--acme`) whose key authorization is `SMALL`
+/// bytes long, as `/small.bin`'s body.
+const CHALLENGE: &str = "/.well-known/acme-challenge/hot-path";
+
 impl Server {
-    fn new(sites: Arc<Sites>, tls: bool) -> Server {
+    /// `http01`: answer `CHALLENGE`, as `--acme` does.
+    fn new(sites: Arc<Sites>, tls: bool, http01: bool) -> Server {
         let tls_config = tls.then(|| {
             let source = certs::Source::SelfSigned(vec!["localhost".into()]);
             let resolver = certs::load(&source, NOW).unwrap();
@@ -162,6 +167,14 @@ impl Server {
             metrics: Metrics::new(1, NOW),
         };
         let current = Arc::new(CurrentSites::new(sites, tls_config));
+        if http01 {
+            let token = CHALLENGE.rsplit('/').next().unwrap();
+            let authorization = vec![b'k'; SMALL];
+            current.publish_http01(Arc::new(Http01::new([(
+                token.as_bytes().to_vec(),
+                authorization,
+            )])));
+        }
         let mut protocols = Protocols::new(current, Arc::new(config), SENDFILE_MIN, 0);
         protocols.begin_turn(NOW, false);
         let listener = if tls { stack::TLS } else { stack::CLEARTEXT };
@@ -442,15 +455,16 @@ fn measured(
     sites: &Arc<Sites>,
     client: &mut dyn Client,
     tls: Option<&[u8]>,
+    challenge: bool,
     len: usize,
     count: usize,
 ) -> usize {
-    let mut server = Server::new(Arc::clone(sites), tls.is_some());
+    let mut server = Server::new(Arc::clone(sites), tls.is_some(), challenge);
     let mut transport = Transport::open(&mut server, tls);
-    let path = if len == SMALL {
-        "/small.bin"
-    } else {
-        "/large.bin"
+    let path = match len {
+        _ if challenge => CHALLENGE,
+        SMALL => "/small.bin",
+        _ => "/large.bin",
     };
     let preface = client.preface();
     let mut measured = 0;
@@ -478,20 +492,23 @@ fn no_allocation_per_request_after_warm_up() {
     let sites = sites(dir.path());
     let mut failures = Vec::new();
     let mut table = String::new();
-    for (name, h2, tls) in [
-        ("HTTP/1.1", false, None),
-        ("h2c", true, None),
-        ("HTTP/1.1 over TLS", false, Some(&b"http/1.1"[..])),
-        ("h2 over TLS", true, Some(&b"h2"[..])),
+    for (name, h2, tls, challenge) in [
+        ("HTTP/1.1", false, None, false),
+        ("h2c", true, None, false),
+        ("HTTP/1.1 over TLS", false, Some(&b"http/1.1"[..]), false),
+        ("h2 over TLS", true, Some(&b"h2"[..]), false),
+        ("HTTP/1.1, an ACME HTTP-01 token", false, None, true),
+        ("h2c, an ACME HTTP-01 token", true, None, true),
     ] {
-        for len in [SMALL, LARGE] {
+        let lens: &[usize] = if challenge { &[SMALL] } else { &[SMALL, LARGE] };
+        for &len in lens {
             for count in [1, BATCH] {
                 let mut client: Box<dyn Client> = if h2 {
                     Box::new(Http2::default())
                 } else {
                     Box::new(Http1)
                 };
-                let allocations = measured(&sites, &mut *client, tls, len, count);
+                let allocations = measured(&sites, &mut *client, tls, challenge, len, count);
                 let requests = MEASURED_ROUNDS * count;
                 let line = format!(
                     "{name}, {len}-byte bodies, {count} per read: {allocations} allocations in {requests} requests ({:.1} per request)\n",

@@ -175,6 +175,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
             log: None,
             peer: None,
             draining: false,
+            http01: None,
             https_redirect: None,
             scheme: Scheme::Http,
             metrics: metrics(),

@@ -2,10 +2,17 @@
 //! a second one forces exit; SIGHUP: reload everything) and an inotify
 //! watch on the directories of what is served (a pack replaced by rename
 //! or rewritten, a pack added to or removed from a folder of sites, a
-//! certificate or key replaced: reload that; an overflowed event queue:
+//! certificate or key replaced: reload that; under `--acme`, a managed
+//! pair, an HTTP-01 token or a TLS-ALPN-01 certificate written by the
+//! ACME client: reload and publish that; an overflowed event queue:
 //! reload everything, as the lost events could have said anything). A
 //! reload opens and verifies a new pack before publishing it; a bad one is
 //! logged and the old one keeps serving, site by site.
+//!
+//! It also watches the ACME client process (`--acme`) and says when it
+//! ended: the server goes on serving the certificates it has, and does
+//! not start the client again (that takes `wait`, which the sandbox does
+//! not allow; the client is a supervisor that restarts its own worker).
 //!
 //! Without this thread the server would ignore SIGTERM and SIGHUP (they are
 //! blocked everywhere) and could only be killed, so whatever ends it — an
@@ -26,6 +33,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{CreateFlags, WatchFlags};
 use rustix::process::Signal;
 
+use super::acme::{self, Managed};
 use super::handler::{Site, Sites};
 use super::inotify;
 use super::load::{Folder, SiteSource, open_site};
@@ -52,6 +60,22 @@ pub enum Role {
     /// A folder of sites: any name in it may be a site's pack,
     /// certificate or key.
     Folder,
+    /// `--acme`: the folder of managed pairs (any name in it).
+    AcmeCertificates,
+    /// `--acme`: the folder of HTTP-01 tokens (any name in it).
+    AcmeHttp01,
+    /// `--acme`: the folder of TLS-ALPN-01 certificates (any name in it).
+    AcmeTlsAlpn01,
+}
+
+impl Role {
+    /// Whether every name in the watched folder counts, not one file's.
+    fn is_folder(self) -> bool {
+        matches!(
+            self,
+            Role::Folder | Role::AcmeCertificates | Role::AcmeHttp01 | Role::AcmeTlsAlpn01
+        )
+    }
 }
 
 /// One file (or folder) watched through a directory.
@@ -82,6 +106,10 @@ struct Changes {
     certificate: bool,
     /// Names in a folder of sites that changed.
     in_folder: Vec<OsString>,
+    /// An HTTP-01 token came or went.
+    http01: bool,
+    /// A TLS-ALPN-01 certificate came or went.
+    tls_alpn01: bool,
 }
 
 impl Watch {
@@ -95,6 +123,9 @@ impl Watch {
                     Role::Folder => changes
                         .in_folder
                         .push(OsStr::from_bytes(event.name).to_os_string()),
+                    Role::AcmeCertificates => changes.certificate = true,
+                    Role::AcmeHttp01 => changes.http01 = true,
+                    Role::AcmeTlsAlpn01 => changes.tls_alpn01 = true,
                     _ if f.name.as_bytes() != event.name => {}
                     Role::Pack => changes.pack = true,
                     Role::Certificate => changes.certificate = true,
@@ -114,7 +145,7 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
     let mut watched = Vec::new();
     for &(path, role) in files {
         let (dir, name) = match role {
-            Role::Folder => (path.to_path_buf(), OsString::new()),
+            _ if role.is_folder() => (path.to_path_buf(), OsString::new()),
             _ => (
                 match path.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -167,6 +198,8 @@ pub struct TlsReload {
 pub struct Reloader {
     pub served: Served,
     pub tls: Option<TlsReload>,
+    /// `--acme`: the managed names and the state folder.
+    pub acme: Option<Arc<Managed>>,
     pub current: Arc<CurrentSites>,
     pub metrics: Arc<Metrics>,
     /// systemd's notification socket, when started by it.
@@ -198,6 +231,7 @@ impl Reloader {
         }
         self.reload_sites(None);
         self.reload_tls();
+        self.reload_http01();
         if let Some(n) = &self.notifier {
             n.ready("serving (reloaded)");
         }
@@ -235,7 +269,15 @@ impl Reloader {
         if matches!(tls.given, tls::Source::SelfSigned(_)) {
             return;
         }
-        let source = certificate_source(&tls.given, &self.served);
+        let mut source = certificate_source(&tls.given, &self.served);
+        if let (Some(managed), tls::Source::Files(pairs)) = (&self.acme, &mut source) {
+            // After the user's own: theirs win for a name both cover.
+            for pair in managed.pairs() {
+                if !pairs.contains(&pair) {
+                    pairs.push(pair);
+                }
+            }
+        }
         let (resolver, failures) = tls::certs::reload(&source, &tls.resolver, super::now_unix());
         for failure in &failures {
             tracing::error!("reload of a TLS certificate failed: {failure}");
@@ -247,7 +289,10 @@ impl Reloader {
             tracing::error!("no certificate left to serve; still serving the previous ones");
             return;
         };
-        let resolver = Arc::new(resolver);
+        let resolver = Arc::new(match &self.acme {
+            Some(managed) => resolver.with_acme(managed.resolver_acme()),
+            None => resolver,
+        });
         match super::tls_config(Arc::clone(&resolver)) {
             Ok(config) => {
                 tls.resolver = resolver;
@@ -285,10 +330,29 @@ impl Reloader {
         }
     }
 
-    /// inotify said these changed: sites reload at once (a pack arrives
-    /// whole, by rename); returns whether a certificate or key changed,
-    /// which reloads after a pause (a pair is renewed by two renames).
+    /// Reads the HTTP-01 tokens again and publishes them (`--acme`).
+    fn reload_http01(&mut self) {
+        let Some(managed) = &self.acme else {
+            return;
+        };
+        let http01 = managed.http01();
+        let tokens = http01.len();
+        self.current.publish_http01(Arc::new(http01));
+        // Said once published: the client tells the CA to validate then.
+        tracing::info!("ACME HTTP-01: answering {tokens} tokens");
+    }
+
+    /// inotify said these changed: sites, HTTP-01 tokens and TLS-ALPN-01
+    /// certificates reload at once (each arrives whole, by rename);
+    /// returns whether a certificate or key changed, which reloads after
+    /// a pause (a pair is renewed by two renames).
     fn files_changed(&mut self, changes: Changes) -> bool {
+        if changes.http01 {
+            self.reload_http01();
+        }
+        if changes.tls_alpn01 {
+            self.reload_tls();
+        }
         if changes.pack {
             self.reload_sites(None);
         }
@@ -353,16 +417,26 @@ impl Control {
 }
 
 /// Starts the control thread (see `run`); its end shuts the server down.
+/// `acme_client`: the ACME client process, watched for its end.
 pub fn spawn(
     signals: OwnedFd,
     reloader: Reloader,
     watched: Option<Watch>,
+    acme_client: Option<acme::Client>,
     shutdown_delay: Duration,
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
 ) -> io::Result<Control> {
     supervise(shared, wakers, move |shared, wakers| {
-        run(signals, reloader, watched, shutdown_delay, shared, wakers)
+        run(
+            signals,
+            reloader,
+            watched,
+            acme_client,
+            shutdown_delay,
+            shared,
+            wakers,
+        )
     })
 }
 
@@ -460,6 +534,7 @@ fn run(
     signals: OwnedFd,
     mut reloader: Reloader,
     mut watched: Option<Watch>,
+    mut acme_client: Option<acme::Client>,
     shutdown_delay: Duration,
     shared: &Shared,
     wakers: &[Arc<Waker>],
@@ -468,12 +543,21 @@ fn run(
     let siginfo_len = sys::SIGNALFD_SIGINFO_BYTES;
     let mut timers = Timers::default();
     let mut stopping = false;
+    if let Some(client) = acme_client.take_if(|c| c.pidfd.is_none()) {
+        acme::log_client_end(client.pid);
+    }
     loop {
-        // Without a watch, the second entry waits on the signals again.
+        // Without a watch or an ACME client, their entries wait on the
+        // signals again.
         let watch_fd = watched.as_ref().map_or(signals.as_fd(), |w| w.fd.as_fd());
+        let client_fd = acme_client
+            .as_ref()
+            .and_then(|c| c.pidfd.as_ref())
+            .map_or(signals.as_fd(), |fd| fd.as_fd());
         let mut fds = [
             PollFd::from_borrowed_fd(signals.as_fd(), PollFlags::IN),
             PollFd::from_borrowed_fd(watch_fd, PollFlags::IN),
+            PollFd::from_borrowed_fd(client_fd, PollFlags::IN),
         ];
         if let Err(errno) = rustix::event::poll(&mut fds, timers.timeout().as_ref()) {
             let e = io::Error::from(errno);
@@ -482,7 +566,11 @@ fn run(
             }
             return io::Error::new(e.kind(), format!("poll: {e}"));
         }
-        let (signalled, watch_ready) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+        let (signalled, watch_ready, client_ready) = (
+            !fds[0].revents().is_empty(),
+            !fds[1].revents().is_empty(),
+            !fds[2].revents().is_empty(),
+        );
         let now = Instant::now();
         if timers.drain.is_some_and(|at| at <= now) {
             timers.drain = None;
@@ -531,6 +619,9 @@ fn run(
                     }
                 }
             }
+        }
+        if client_ready && let Some(client) = acme_client.take() {
+            acme::log_client_end(client.pid);
         }
         if watch_ready && let Some(watch) = watched.as_ref() {
             match rustix::io::read(&watch.fd, &mut buf[..]) {
@@ -611,6 +702,7 @@ mod tests {
         let reloader = Reloader {
             served: Served::Nothing,
             tls: None,
+            acme: None,
             current: Arc::new(CurrentSites::new(
                 Sites::single(Site::dummy(SiteStats::new("_default", 1))),
                 None,
@@ -621,6 +713,7 @@ mod tests {
         let control = spawn(
             not_signals,
             reloader,
+            None,
             None,
             Duration::ZERO,
             Arc::clone(&shared),

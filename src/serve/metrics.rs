@@ -204,6 +204,9 @@ pub struct Metrics {
     started: i64,
     /// Set once the server drains: `/ready` answers 503.
     pub draining: AtomicBool,
+    /// Under `--acme`: the state folder and the managed names, whose
+    /// status files each scrape reads.
+    acme: std::sync::OnceLock<(std::path::PathBuf, Vec<String>)>,
 }
 
 impl Metrics {
@@ -219,7 +222,13 @@ impl Metrics {
             io: std::sync::OnceLock::new(),
             started,
             draining: AtomicBool::new(false),
+            acme: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Under `--acme`: scrapes show the status of `names` from `dir`.
+    pub fn set_acme(&self, dir: &std::path::Path, names: &[String]) {
+        let _ = self.acme.set((dir.to_path_buf(), names.to_vec()));
     }
 
     /// Names the connection layer chosen at start (`uring`, `epoll`).
@@ -548,7 +557,54 @@ impl Metrics {
                 p.loaded
             );
         }
+        if let Some((dir, names)) = self.acme.get() {
+            render_acme(&mut out, dir, names);
+        }
         out
+    }
+}
+
+/// The ACME gauges of each managed name, from the status files the ACME
+/// client writes (read here, at scrape time, on the metrics thread): a
+/// name without a status file yet, or with one that cannot be read, has
+/// no sample.
+fn render_acme(out: &mut String, dir: &std::path::Path, names: &[String]) {
+    use crate::acme::layout;
+    let statuses: Vec<layout::Status> = names
+        .iter()
+        .filter_map(|name| std::fs::read_to_string(layout::status_path(dir, name)).ok())
+        .filter_map(|text| layout::Status::from_json(&text))
+        .collect();
+    header(
+        out,
+        "kiln_acme_certificate_expiry_seconds",
+        "gauge",
+        "When the managed certificate of the name expires (its notAfter, Unix time).",
+    );
+    for s in &statuses {
+        if let Some(not_after) = s.not_after {
+            let _ = writeln!(
+                out,
+                "kiln_acme_certificate_expiry_seconds{{name=\"{}\"}} {not_after}",
+                label(&s.name)
+            );
+        }
+    }
+    header(
+        out,
+        "kiln_acme_last_error_timestamp_seconds",
+        "gauge",
+        "When the last ACME failure for the name happened (Unix time), the failure in `error`; no sample once a success cleared it.",
+    );
+    for s in &statuses {
+        if let (Some(error), Some(at)) = (&s.last_error, s.last_error_at) {
+            let _ = writeln!(
+                out,
+                "kiln_acme_last_error_timestamp_seconds{{name=\"{}\",error=\"{}\"}} {at}",
+                label(&s.name),
+                label(error)
+            );
+        }
     }
 }
 

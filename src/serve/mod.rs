@@ -10,6 +10,7 @@
 //! walls the serving threads run inside).
 
 pub mod access_log;
+pub mod acme;
 pub mod control;
 pub mod date;
 pub mod handler;
@@ -123,7 +124,7 @@ pub struct ServeArgs {
     pub tls_key: Vec<PathBuf>,
     /// Serve TLS with a certificate made at start for localhost and the
     /// listen addresses (for development; prints its SHA-256 fingerprint).
-    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"], env = "KILN_TLS_SELF_SIGNED")]
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "acme_enabled"], env = "KILN_TLS_SELF_SIGNED")]
     pub tls_self_signed: bool,
     /// Write the self-signed certificate to FILE (PEM) at start, for a
     /// client to trust: `curl --cacert FILE https://localhost:PORT/`.
@@ -139,6 +140,31 @@ pub struct ServeArgs {
     /// ACME challenges under /.well-known/acme-challenge/, still served.
     #[arg(long, env = "KILN_REDIRECT_HTTPS")]
     pub redirect_https: bool,
+    /// Obtain and renew certificates from an ACME CA (Let's Encrypt by
+    /// default) for every HOST.pack of a folder of sites (not _default, IP
+    /// addresses or names without a dot), or for each --acme-domain of
+    /// one pack. A separate process, `kiln acme run`, started before the
+    /// sandbox, talks to the CA and writes --acme-dir; the server only
+    /// reads it: HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the
+    /// TLS ones (the CA validates on ports 80 and 443). A name's own
+    /// certificate (HOST.crt beside the packs, --tls-cert) wins and is
+    /// never managed. Until its first certificate arrives, TLS
+    /// handshakes for a managed name are refused. If the client process
+    /// dies, the server goes on serving the certificates it has.
+    #[arg(long = "acme", id = "acme_enabled", env = "KILN_ACME")]
+    pub acme_enabled: bool,
+    /// A name to obtain a certificate for when one pack is served
+    /// (repeatable; a folder of sites names its own).
+    #[arg(
+        long = "acme-domain",
+        value_name = "NAME",
+        requires = "acme_enabled",
+        env = "KILN_ACME_DOMAIN",
+        value_delimiter = ','
+    )]
+    pub acme_domain: Vec<String>,
+    #[command(flatten)]
+    pub acme: crate::acme::args::AcmeArgs,
     /// Connection layer: io_uring (`uring`), epoll (`epoll`), or io_uring
     /// where the kernel offers every operation kiln needs, else epoll
     /// (`auto`; the choice is logged).
@@ -463,8 +489,10 @@ fn given_certificates(
         names.dedup();
         return Ok(Some(tls::Source::SelfSigned(names)));
     }
-    if args.tls_cert.is_empty() && !in_folder {
-        bail!("--listen-tls needs --tls-cert FILE --tls-key FILE (or --tls-self-signed)");
+    if args.tls_cert.is_empty() && !in_folder && !args.acme_enabled {
+        bail!(
+            "--listen-tls needs --tls-cert FILE --tls-key FILE (or --tls-self-signed, or --acme)"
+        );
     }
     if args.tls_cert.len() != args.tls_key.len() {
         bail!(
@@ -533,10 +561,135 @@ pub fn load_tls(
     Ok((resolver, config))
 }
 
+/// Under `--acme`: the user's own pairs of `source` (each must load), the
+/// managed pairs there are (one that fails is said and left out), the
+/// TLS-ALPN-01 certificates; no certificate at all yet is no error.
+fn load_tls_with_acme(
+    source: &tls::Source,
+    managed: &acme::Managed,
+) -> anyhow::Result<(Arc<SniResolver>, Arc<ServerConfig>)> {
+    let own = match source {
+        tls::Source::Files(pairs) => pairs.as_slice(),
+        tls::Source::SelfSigned(_) => bail!("--acme and --tls-self-signed do not go together"),
+    };
+    let (resolver, failures) =
+        tls::certs::load_with_acme(own, &managed.pairs(), managed.resolver_acme(), now_unix())
+            .map_err(anyhow::Error::msg)?;
+    for failure in failures {
+        tracing::error!("ACME certificate: {failure}");
+    }
+    let resolver = Arc::new(resolver);
+    let config = tls_config(Arc::clone(&resolver))?;
+    Ok((resolver, config))
+}
+
+/// The names `--acme` obtains certificates for: a folder's sites, or
+/// `--acme-domain`; a name a user's own certificate covers (or, in a
+/// folder, with a `HOST.crt` beside its pack) is left to it.
+fn managed_names(
+    args: &ServeArgs,
+    opened: &Opened,
+    own: Option<&tls::Source>,
+) -> anyhow::Result<acme::Managed> {
+    let (candidates, folder_pairs) = match &opened.served {
+        control::Served::Folder(folder) => {
+            if !args.acme_domain.is_empty() {
+                bail!(
+                    "--acme-domain names the sites of one pack; a folder of sites gets a \
+                     certificate for each HOST.pack"
+                );
+            }
+            (acme::folder_names(folder.dir()), folder.certificate_pairs())
+        }
+        _ => {
+            if args.acme_domain.is_empty() {
+                bail!(
+                    "--acme with one site needs the names to obtain a certificate for: --acme-domain NAME"
+                );
+            }
+            let names = args
+                .acme_domain
+                .iter()
+                .map(|n| acme::dns_name(n).map_err(|e| anyhow::anyhow!("--acme-domain {e}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            (names, Vec::new())
+        }
+    };
+    let own_pairs = match own {
+        Some(tls::Source::Files(pairs)) => pairs.as_slice(),
+        _ => &[],
+    };
+    let (own, _) =
+        tls::certs::load_with_acme(own_pairs, &[], tls::certs::Acme::default(), now_unix())
+            .map_err(anyhow::Error::msg)?;
+    let beside = |name: &str| {
+        folder_pairs
+            .iter()
+            .any(|p| p.cert.file_stem().is_some_and(|stem| stem == name))
+    };
+    let (theirs, mut names): (Vec<String>, Vec<String>) = candidates
+        .into_iter()
+        .partition(|name| own.covers(name) || beside(name));
+    if !theirs.is_empty() {
+        tracing::info!(
+            "--acme: {} have their own certificates, not managed",
+            theirs.join(", ")
+        );
+    }
+    names.sort();
+    names.dedup();
+    if names.is_empty() {
+        bail!(
+            "--acme: no name to obtain a certificate for (a folder's HOST.pack, not _default, \
+             an IP address or a name without a dot, and without its own certificate)"
+        );
+    }
+    Ok(acme::Managed {
+        dir: args.acme.dir.clone(),
+        names,
+    })
+}
+
+/// The user kiln switches to when it started as root, if another.
+fn switched_user(identity: Option<&sandbox::Identity>) -> Option<&sandbox::Identity> {
+    let root = rustix::process::geteuid().is_root();
+    identity.filter(|i| root && i.uid != 0)
+}
+
+/// Starts the ACME client (`kiln acme run`) for `managed`, as the user the
+/// server will serve as when kiln started as root (`--user`, or
+/// `nobody`), so that it writes what the server can read.
+fn start_acme_client(
+    args: &ServeArgs,
+    managed: &acme::Managed,
+    challenges: &[&str],
+    identity: Option<&sandbox::Identity>,
+) -> anyhow::Result<acme::Client> {
+    let user = args
+        .user
+        .clone()
+        .or_else(|| switched_user(identity).map(|i| i.name.clone()));
+    let client_args = acme::client_args(&args.acme, &managed.names, challenges, user.as_deref());
+    let client = acme::spawn_client(&client_args)?;
+    tracing::info!(
+        "ACME: started the client (pid {}): kiln {}",
+        client.pid,
+        client_args.join(" ")
+    );
+    Ok(client)
+}
+
 /// The server configuration new TLS connections start from.
 pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig>> {
     // HTTP/2 first: every browser that offers it is better served by it.
-    tls::server_config(resolver, &[b"h2", b"http/1.1"]).map_err(anyhow::Error::msg)
+    // `acme-tls/1` last: only a validation, which offers nothing else,
+    // agrees on it.
+    let alpn: &[&[u8]] = if resolver.answers_acme() {
+        &[b"h2", b"http/1.1", tls::ACME_TLS_ALPN]
+    } else {
+        &[b"h2", b"http/1.1"]
+    };
+    tls::server_config(resolver, alpn).map_err(anyhow::Error::msg)
 }
 
 /// What the sandbox lets the server read after start: what is served
@@ -779,8 +932,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let access_log = open_access_log(&args)?;
     let activated = sort_activated(settings.activated);
     let certificates = certificates(&args, &settings.listens, &activated, &opened.served)?;
+    let managed = managed_certificates(&args, &opened, &certificates, settings.identity.as_ref())?;
     let (listeners, metrics_listeners) =
         bind_listeners(&args, &settings.listens, settings.threads, activated)?;
+    let acme_challenges = acme_challenges(managed.as_deref(), &listeners)?;
     let stack_config = stack_config(
         &args,
         &listeners,
@@ -789,11 +944,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &metrics,
     );
     let urls = serving_urls(&listeners)?;
-    let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates)?;
+    let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates, managed.as_deref())?;
     let backend = choose_io(args.io)?;
     metrics.set_io(backend);
     let shared = Arc::new(Shared::default());
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
+    if let Some(managed) = &managed {
+        current.publish_http01(Arc::new(managed.http01()));
+        metrics.set_acme(&managed.dir, &managed.names);
+    }
     let Loops { loops, wakers } = build_loops(
         listeners,
         backend,
@@ -803,13 +962,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &current,
         &stack_config,
     )?;
-    let watched = watch_for_reloads(&opened.served, certificates.given.as_ref());
+    let watched = watch_for_reloads(
+        &opened.served,
+        certificates.given.as_ref(),
+        managed.as_deref(),
+        tls_reload.is_some(),
+    );
     let announcement = announcement(&opened.what, &urls, settings.threads, &metrics_listeners);
+    // The ACME client starts while the process has one thread, before the
+    // sandbox, which it does not share: its own is narrower.
+    let acme_client = match &managed {
+        Some(managed) => Some(start_acme_client(
+            &args,
+            managed,
+            &acme_challenges,
+            settings.identity.as_ref(),
+        )?),
+        None => None,
+    };
     enter_sandbox(
         settings.identity,
         backend,
         opened.path.as_deref(),
         certificates.source.as_ref(),
+        managed.as_ref().map(|m| m.dir.as_path()),
     )?;
     let handles = start_threads(opened.preview, &current, metrics_listeners, &metrics, loops)?;
     // Every loop runs: ready for systemd; then the control thread (reloads
@@ -820,6 +996,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let reloader = control::Reloader {
         served: opened.served,
         tls: tls_reload,
+        acme: managed,
         current,
         metrics,
         notifier: settings.notifier,
@@ -828,6 +1005,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         signals,
         reloader,
         watched,
+        acme_client,
         settings.shutdown_delay,
         Arc::clone(&shared),
         wakers,
@@ -886,6 +1064,18 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         );
     }
     let shutdown_delay = Duration::from_secs_f64(args.shutdown_delay);
+    let acme_flags = [
+        ("--acme-email", args.acme.email.is_some()),
+        ("--acme-ca", args.acme.ca.is_some()),
+        ("--acme-staging", args.acme.staging),
+        ("--acme-ca-root", args.acme.ca_root.is_some()),
+    ];
+    if let Some((flag, _)) = acme_flags
+        .iter()
+        .find(|(_, given)| *given && !args.acme_enabled)
+    {
+        bail!("{flag} goes with --acme");
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -1058,6 +1248,53 @@ fn serving_urls(listeners: &[Listeners]) -> anyhow::Result<Vec<String>> {
     Ok(urls)
 }
 
+/// Under `--acme`: the names to obtain certificates for, and the state
+/// folder prepared (made, and given to the serving user when kiln started
+/// as root). Once the certificates given are known (a name with its own is
+/// not managed), and before the watches are set on the folder's parts.
+fn managed_certificates(
+    args: &ServeArgs,
+    opened: &Opened,
+    certificates: &Certificates,
+    identity: Option<&sandbox::Identity>,
+) -> anyhow::Result<Option<Arc<acme::Managed>>> {
+    if !args.acme_enabled {
+        return Ok(None);
+    }
+    let managed = managed_names(args, opened, certificates.source.as_ref())?;
+    acme::prepare_dir(
+        &managed.dir,
+        switched_user(identity).map(|i| (i.uid, i.gid)),
+    )?;
+    Ok(Some(Arc::new(managed)))
+}
+
+/// Under `--acme`: the challenges the listeners allow the CA to validate
+/// by, in the order the client tries them; none is an error. Once bound,
+/// for the ports the kernel chose.
+fn acme_challenges(
+    managed: Option<&acme::Managed>,
+    listeners: &[Listeners],
+) -> anyhow::Result<Vec<&'static str>> {
+    let Some(_) = managed else {
+        return Ok(Vec::new());
+    };
+    let ports = |tag: u32| -> Vec<u16> {
+        listeners[0]
+            .iter()
+            .filter(|(_, t)| *t == tag)
+            .filter_map(|(l, _)| l.local_addr().ok().map(|a| a.port()))
+            .collect()
+    };
+    let challenges = acme::challenges(&ports(stack::CLEARTEXT), &ports(stack::TLS));
+    if challenges.is_empty() {
+        bail!(
+            "--acme needs a listener the CA can validate on: --listen (HTTP-01) or --listen-tls (TLS-ALPN-01)"
+        );
+    }
+    Ok(challenges)
+}
+
 /// Loads the certificates (a self-signed one made and said), when a
 /// listener speaks TLS, and says whether the kernel offers kTLS: once the
 /// server is known to listen, before the sandbox, which lets only the
@@ -1065,10 +1302,14 @@ fn serving_urls(listeners: &[Listeners]) -> anyhow::Result<Vec<String>> {
 fn load_tls_at_start(
     args: &ServeArgs,
     certificates: &Certificates,
+    managed: Option<&acme::Managed>,
 ) -> anyhow::Result<(Option<control::TlsReload>, Option<Arc<ServerConfig>>)> {
     Ok(match &certificates.source {
         Some(source) => {
-            let (resolver, config) = load_tls(source, args.tls_self_signed_out.as_deref())?;
+            let (resolver, config) = match managed {
+                Some(managed) => load_tls_with_acme(source, managed)?,
+                None => load_tls(source, args.tls_self_signed_out.as_deref())?,
+            };
             // The hand-off of keys to the kernel (tls::ktls) is the cargo
             // feature `ktls`, off by default and never called: no machine
             // here has kTLS to prove it on, so records stay in userspace.
@@ -1148,6 +1389,8 @@ fn build_loops(
 fn watch_for_reloads(
     served: &control::Served,
     given: Option<&tls::Source>,
+    managed: Option<&acme::Managed>,
+    tls_on: bool,
 ) -> Option<control::Watch> {
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
     match served {
@@ -1163,6 +1406,22 @@ fn watch_for_reloads(
         for pair in pairs {
             watched_files.push((&pair.cert, control::Role::Certificate));
             watched_files.push((&pair.key, control::Role::Certificate));
+        }
+    }
+    // Under --acme: the challenges the client writes, and its pairs and
+    // TLS-ALPN-01 certificates when a listener speaks TLS.
+    let acme_folders = managed.map(|m| {
+        (
+            crate::acme::layout::http01_dir(&m.dir),
+            crate::acme::layout::certs_dir(&m.dir),
+            crate::acme::layout::tls_alpn01_dir(&m.dir),
+        )
+    });
+    if let Some((http01, certs, tls_alpn01)) = &acme_folders {
+        watched_files.push((http01, control::Role::AcmeHttp01));
+        if tls_on {
+            watched_files.push((certs, control::Role::AcmeCertificates));
+            watched_files.push((tls_alpn01, control::Role::AcmeTlsAlpn01));
         }
     }
     match control::watch(&watched_files) {
@@ -1207,10 +1466,14 @@ fn enter_sandbox(
     backend: Backend,
     site: Option<&Path>,
     tls_source: Option<&tls::Source>,
+    acme_dir: Option<&Path>,
 ) -> anyhow::Result<()> {
     match identity {
         Some(identity) => {
-            let plan = sandbox_plan(identity, backend, site, tls_source);
+            let mut plan = sandbox_plan(identity, backend, site, tls_source);
+            if let Some(dir) = acme_dir {
+                plan.read_tree_again(dir);
+            }
             #[cfg(debug_assertions)]
             sandbox::debug_exiting_thread();
             sandbox::enter(&plan)?;

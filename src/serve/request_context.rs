@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
-use super::handler::{Scratch, Sites};
+use super::handler::{Http01, Scratch, Sites};
 use super::metrics::{Answered, Metrics, Protocol, Scheme};
 use super::net::clock::monotonic_us;
 use super::server_headers::ServerHeaders;
@@ -33,6 +33,9 @@ pub struct RequestContext<'w> {
     pub peer: Option<IpAddr>,
     /// The server is shutting down: answer what was asked, then close.
     pub draining: bool,
+    /// `--acme` on a cleartext connection: the HTTP-01 challenges to
+    /// answer.
+    pub http01: Option<&'w Http01>,
     /// `--redirect-https` on a cleartext connection: the HTTPS port to
     /// send requests to.
     pub https_redirect: Option<u16>,

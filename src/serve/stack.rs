@@ -14,7 +14,7 @@ use rustls::ServerConfig;
 
 use super::access_log::{AccessLog, Format, Sink};
 use super::date::DateCache;
-use super::handler::{Scratch, Sites};
+use super::handler::{Http01, Scratch, Sites, challenges};
 use super::http1;
 use super::http2;
 use super::metrics::{Metrics, Scheme};
@@ -23,53 +23,120 @@ use super::net::conn::Expiry;
 use super::net::{self, Backing, Output, Step, Wait};
 use super::request_context::RequestContext;
 use super::server_headers::ServerHeaders;
-use super::tls::TlsSession;
+use super::tls::{ACME_TLS_ALPN, TlsSession};
 
 /// The tag of cleartext listeners.
 pub const CLEARTEXT: u32 = 0;
 /// The tag of TLS listeners.
 pub const TLS: u32 = 1;
 
-/// What new requests are answered with: the sites and the TLS
-/// configuration, each replaced by reloads.
+/// What new requests are answered with: the sites, the TLS configuration
+/// and the ACME HTTP-01 challenges, each replaced by reloads.
 pub struct CurrentSites {
-    /// Bumped after either is replaced; threads compare it once per loop
+    /// Bumped after any is replaced; threads compare it once per loop
     /// turn and take the lock only when it changed.
     generation: AtomicU64,
-    /// The sites and the TLS configuration (`None` without TLS listeners).
-    state: Mutex<(Arc<Sites>, Option<Arc<ServerConfig>>)>,
+    /// The sites, the TLS configuration (`None` without TLS listeners) and
+    /// the HTTP-01 challenges (`None` without `--acme`).
+    state: Mutex<State>,
 }
+
+/// What `CurrentSites` holds, each part replaced on its own.
+struct State {
+    sites: Arc<Sites>,
+    tls: Option<Arc<ServerConfig>>,
+    http01: Option<Arc<Http01>>,
+}
+
+/// One generation of what `CurrentSites` holds, as a thread takes it.
+type Taken = (
+    u64,
+    Arc<Sites>,
+    Option<Arc<ServerConfig>>,
+    Option<Arc<Http01>>,
+);
 
 impl CurrentSites {
     pub fn new(sites: Arc<Sites>, tls: Option<Arc<ServerConfig>>) -> CurrentSites {
         CurrentSites {
             generation: AtomicU64::new(0),
-            state: Mutex::new((sites, tls)),
+            state: Mutex::new(State {
+                sites,
+                tls,
+                http01: None,
+            }),
         }
     }
 
     /// Publishes a new generation of the sites; responses in flight keep
     /// their Arc.
     pub fn publish(&self, sites: Arc<Sites>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = sites;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).sites = sites;
         self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// The sites being served now.
     pub fn sites(&self) -> Arc<Sites> {
-        Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).0)
+        Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).sites)
     }
 
     /// Publishes new certificates; connections already open keep theirs.
     pub fn publish_tls(&self, tls: Arc<ServerConfig>) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(tls);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).tls = Some(tls);
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    fn get(&self) -> (u64, Arc<Sites>, Option<Arc<ServerConfig>>) {
+    /// Publishes the HTTP-01 challenges answered from now on.
+    pub fn publish_http01(&self, http01: Arc<Http01>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).http01 = Some(http01);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn get(&self) -> Taken {
         let generation = self.generation.load(Ordering::Acquire);
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (generation, Arc::clone(&state.0), state.1.clone())
+        (
+            generation,
+            Arc::clone(&state.sites),
+            state.tls.clone(),
+            state.http01.clone(),
+        )
+    }
+}
+
+/// What output segments point into under `--acme`: the sites' packs, and
+/// the HTTP-01 key authorizations at `challenges::SLOT`.
+struct WithChallenges {
+    sites: Arc<Sites>,
+    http01: Arc<Http01>,
+}
+
+impl Backing for WithChallenges {
+    fn bytes(&self, pack: u32) -> &[u8] {
+        match pack {
+            challenges::SLOT => self.http01.bytes(),
+            _ => self.sites.bytes(pack),
+        }
+    }
+
+    /// The key authorizations are in memory only; a few dozen bytes, far
+    /// under `--sendfile-min`'s default, they go out with `writev`.
+    fn file(&self, pack: u32) -> Option<RawFd> {
+        match pack {
+            challenges::SLOT => None,
+            _ => self.sites.file(pack),
+        }
+    }
+}
+
+/// The backing of one generation: the sites alone, or with challenges.
+fn backing_of(sites: &Arc<Sites>, http01: Option<&Arc<Http01>>) -> Arc<dyn Backing> {
+    match http01 {
+        Some(http01) => Arc::new(WithChallenges {
+            sites: Arc::clone(sites),
+            http01: Arc::clone(http01),
+        }),
+        None => sites.clone(),
     }
 }
 
@@ -114,6 +181,8 @@ pub struct Protocols {
     backing: Arc<dyn Backing>,
     /// What new TLS sessions start from.
     tls: Option<Arc<ServerConfig>>,
+    /// The HTTP-01 challenges cleartext connections answer (`--acme`).
+    http01: Option<Arc<Http01>>,
     /// Plaintext a TLS session decrypted from the last read.
     plain_in: Vec<u8>,
     /// The protocol's output (HTTP/1 or HTTP/2) on a TLS connection,
@@ -255,8 +324,8 @@ impl Protocols {
         sendfile_min: u64,
         thread: usize,
     ) -> Protocols {
-        let (generation, sites, tls) = current.get();
-        let backing: Arc<dyn Backing> = sites.clone();
+        let (generation, sites, tls, http01) = current.get();
+        let backing = backing_of(&sites, http01.as_ref());
         let log = config
             .access_log
             .clone()
@@ -267,6 +336,7 @@ impl Protocols {
             sites,
             backing,
             tls,
+            http01,
             plain_in: Vec::with_capacity(64 * 1024),
             plain_out: Output::new(64 * 1024, sendfile_min),
             h2: http2::Scratch::default(),
@@ -299,6 +369,11 @@ macro_rules! context {
             log: $p.log.as_mut(),
             peer: $session.peer,
             draining: $p.draining,
+            http01: if $session.tls.is_some() {
+                None
+            } else {
+                $p.http01.as_deref()
+            },
             https_redirect: $session.https_redirect,
             scheme: if $session.tls.is_some() {
                 Scheme::Https
@@ -367,8 +442,8 @@ impl net::Stack for Protocols {
             self.turn_us = monotonic_us();
         }
         if self.current.generation.load(Ordering::Acquire) != self.generation {
-            (self.generation, self.sites, self.tls) = self.current.get();
-            self.backing = self.sites.clone();
+            (self.generation, self.sites, self.tls, self.http01) = self.current.get();
+            self.backing = backing_of(&self.sites, self.http01.as_ref());
         }
     }
 
@@ -438,8 +513,15 @@ impl net::Stack for Protocols {
                 .of_loop(self.thread)
                 .tls_handshakes
                 .add(1);
-            if tls.alpn_protocol() == Some(b"h2") {
-                session.proto = Protocol::Http2(Box::default());
+            match tls.alpn_protocol() {
+                Some(b"h2") => session.proto = Protocol::Http2(Box::default()),
+                // RFC 8737 §3: a TLS-ALPN-01 validation ends with the
+                // handshake; nothing is served on such a connection.
+                Some(ACME_TLS_ALPN) => {
+                    tls.close_notify(out);
+                    return CLOSE_STEP;
+                }
+                _ => {}
             }
         }
         let plain_in = std::mem::take(&mut self.plain_in);

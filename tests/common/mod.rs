@@ -727,8 +727,10 @@ impl Server {
             let sink = Arc::clone(&stderr);
             std::thread::spawn(move || {
                 for line in BufReader::new(err_pipe).lines().map_while(Result::ok) {
-                    if line.starts_with("kiln: serving ") {
-                        let _ = started_tx.send(line.clone());
+                    // A child the server started (`--acme`) writes to the
+                    // same stderr, and a line of its may be cut by this one.
+                    if let Some(at) = line.find("kiln: serving ") {
+                        let _ = started_tx.send(line[at..].to_string());
                     }
                     let mut s = sink.lock().unwrap();
                     s.push_str(&line);

@@ -6,6 +6,7 @@
 //! route, the other pattern rules, wildcard routes walking up the directories,
 //! the not-found page, a built-in 404.
 
+pub mod challenges;
 mod conditional;
 mod field_lines;
 mod negotiate;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use super::metrics::{PackGauges, SiteStats};
 use crate::pack::{Encoding, Pack, RouteKind};
+pub use challenges::Http01;
 use conditional::{Precondition, RangeAsk};
 pub use field_lines::{FieldLines, MAX_FIELD_LINES, TooManyLines};
 pub use path::{PathError, normalize};
@@ -343,25 +345,26 @@ const PRECONDITION_FAILED: Response<'static> = Response {
     encoding: None,
 };
 
-/// Where ACME HTTP-01 challenges are answered: served from the pack even
-/// when cleartext requests are redirected to HTTPS, so a certificate can
-/// be obtained for the very site.
-const ACME_CHALLENGE: &[u8] = b"/.well-known/acme-challenge/";
-
 /// What the protocols call: a target of `*` is for OPTIONS only (400
-/// otherwise); the site is chosen by host (the authority of an
-/// absolute-form target, else `Host`), and a host no site serves gets
-/// 421; with `https_redirect` (`--redirect-https`, on cleartext
-/// connections) a request is sent to HTTPS when it can be; everything
-/// else is answered from the site. Allocation-free.
+/// otherwise); with `http01` (`--acme`, on cleartext connections) an ACME
+/// HTTP-01 challenge is answered from it, whatever the host (the CA asks
+/// for names that may have no site yet); the site is chosen by host (the
+/// authority of an absolute-form target, else `Host`), and a host no site
+/// serves gets 421; with `https_redirect` (`--redirect-https`, on
+/// cleartext connections) a request is sent to HTTPS when it can be;
+/// everything else is answered from the site. Allocation-free.
 pub fn answer<'a>(
     sites: &'a Sites,
     req: &Request<'_>,
+    http01: Option<&'a Http01>,
     https_redirect: Option<u16>,
     scratch: &'a mut Scratch,
 ) -> Response<'a> {
     if req.target == b"*" && req.method != Method::Options {
         return builtin(400, b"400 Bad Request\n");
+    }
+    if let Some(resp) = http01.and_then(|h| h.answer(req)) {
+        return resp;
     }
     let host = sites::target_authority(req.target).or(req.host);
     let Some(site) = sites.route(host) else {
@@ -379,8 +382,9 @@ pub fn answer<'a>(
 }
 
 /// The host name and target `--redirect-https` sends `req` to, or `None`
-/// for requests still served here (ACME challenges, and requests without a
-/// Host to redirect to).
+/// for requests still served here: ACME challenges (from the pack when
+/// kiln does not run ACME itself, so that another client's tokens built
+/// into it are still found) and requests without a Host to redirect to.
 fn redirect_parts<'r>(req: &Request<'r>) -> Option<(&'r [u8], &'r [u8])> {
     let host = req.host.filter(|h| !h.is_empty())?;
     let target = match req.target.strip_prefix(b"http://") {
@@ -391,7 +395,7 @@ fn redirect_parts<'r>(req: &Request<'r>) -> Option<(&'r [u8], &'r [u8])> {
             .map_or(&b"/"[..], |i| &rest[i..]),
         None => req.target,
     };
-    if target.starts_with(ACME_CHALLENGE) {
+    if target.starts_with(challenges::PREFIX) {
         return None;
     }
     // The port of the cleartext listener is not the HTTPS one.
@@ -795,7 +799,7 @@ mod tests {
             (Method::Get, b"*"),
         ] {
             let req = Request::new(method, target);
-            let resp = answer(&site, &req, None, &mut scratch);
+            let resp = answer(&site, &req, None, None, &mut scratch);
             assert_eq!(
                 decoded_lines(resp.hpack),
                 lowercase_names(resp.head),
@@ -804,7 +808,7 @@ mod tests {
         }
         let mut req = Request::new(Method::Get, b"/x");
         req.host = Some(b"example.com");
-        let resp = answer(&site, &req, Some(443), &mut scratch);
+        let resp = answer(&site, &req, None, Some(443), &mut scratch);
         assert_eq!(
             (resp.status, resp.head, resp.hpack),
             (308, &b""[..], &b""[..])

@@ -256,7 +256,7 @@ pub fn serve_batch(
             }
         };
         let req = &head.request;
-        let resp = handler::answer(ctx.sites, req, ctx.https_redirect, ctx.scratch);
+        let resp = handler::answer(ctx.sites, req, ctx.http01, ctx.https_redirect, ctx.scratch);
         let close = !head.keep_alive || ctx.draining || matches!(resp.status, 400 | 405 | 501);
         let connection = match (close, head.minor_version) {
             (true, _) => ConnectionLine::Close,

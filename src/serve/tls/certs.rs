@@ -2,6 +2,11 @@
 //! (readable, parseable, in date, key matching the certificate), the
 //! certificate of each connection chosen by SNI against the names each one
 //! carries, and the in-memory self-signed certificate of `--tls-self-signed`.
+//! Under `--acme`, the managed pairs come after the user's own (which win
+//! for a name both cover), a managed name without a certificate yet is
+//! refused rather than served another name's, and a ClientHello that
+//! offers only `acme-tls/1` gets the name's RFC 8737 challenge
+//! certificate.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,28 +50,94 @@ struct Entry {
 }
 
 /// Chooses a certificate by SNI: an exact name first, then a wildcard
-/// covering exactly one leftmost label, else the first pair.
+/// covering exactly one leftmost label, else the first pair (under
+/// `--acme`: none for a managed name, see [`Acme`]).
 #[derive(Debug)]
 pub struct SniResolver {
-    /// In command-line order; never empty.
+    /// In command-line order, then the managed pairs; never empty without
+    /// `--acme` (with it, the server may start before any certificate
+    /// was issued).
     entries: Vec<Entry>,
+    /// What `--acme` adds.
+    acme: Option<Acme>,
+}
+
+/// What `--acme` adds to the choice of a certificate.
+#[derive(Clone, Debug, Default)]
+pub struct Acme {
+    /// The names kiln obtains certificates for. A ClientHello for one of
+    /// them that no certificate covers yet is refused (rustls answers
+    /// with a fatal `access_denied` alert): the fallback pair is another
+    /// name's, which a browser would warn about and a user might click
+    /// through.
+    pub managed: Vec<String>,
+    /// RFC 8737 challenge certificates by name, served only to a
+    /// ClientHello whose one ALPN protocol is `acme-tls/1`.
+    pub challenges: Vec<(String, Arc<CertifiedKey>)>,
 }
 
 impl SniResolver {
-    fn choose(&self, server_name: Option<&str>) -> &Arc<CertifiedKey> {
-        if let Some(name) = server_name {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            if let Some(e) = self.entries.iter().find(|e| e.names.contains(&name)) {
-                return &e.key;
+    /// The certificate for a ClientHello naming `server_name`; `acme_alpn`:
+    /// it offers `acme-tls/1` and no other protocol. `None` refuses the
+    /// handshake.
+    fn choose(&self, server_name: Option<&str>, acme_alpn: bool) -> Option<&Arc<CertifiedKey>> {
+        let name = server_name.map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+        if let Some(acme) = &self.acme
+            && acme_alpn
+        {
+            // RFC 8737 §3: a validation gets the challenge certificate or
+            // nothing, never a certificate that would serve HTTP.
+            let name = name?;
+            return acme
+                .challenges
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, key)| key);
+        }
+        if let Some(name) = &name {
+            if let Some(e) = self.covering(name) {
+                return Some(&e.key);
             }
-            if let Some((_, parent)) = name.split_once('.') {
-                let wildcard = format!("*.{parent}");
-                if let Some(e) = self.entries.iter().find(|e| e.names.contains(&wildcard)) {
-                    return &e.key;
-                }
+            if self.acme.as_ref().is_some_and(|a| a.managed.contains(name)) {
+                return None;
             }
         }
-        &self.entries[0].key
+        self.entries.first().map(|e| &e.key)
+    }
+
+    /// The first certificate for `name` (lower case, no trailing dot): by
+    /// exact name, then by a wildcard.
+    fn covering(&self, name: &str) -> Option<&Entry> {
+        let exact = self
+            .entries
+            .iter()
+            .find(|e| e.names.iter().any(|n| n == name));
+        exact.or_else(|| {
+            let (_, parent) = name.split_once('.')?;
+            let wildcard = format!("*.{parent}");
+            self.entries.iter().find(|e| e.names.contains(&wildcard))
+        })
+    }
+
+    /// Whether a certificate here is for `name` (lower case), by exact
+    /// name or wildcard.
+    pub fn covers(&self, name: &str) -> bool {
+        self.covering(name).is_some()
+    }
+
+    /// The same certificates with `acme`'s managed names and challenge
+    /// certificates (replacing those it had).
+    pub fn with_acme(self, acme: Acme) -> SniResolver {
+        SniResolver {
+            entries: self.entries,
+            acme: Some(acme),
+        }
+    }
+
+    /// Whether `--acme` is on: the TLS configuration then offers
+    /// `acme-tls/1` too.
+    pub fn answers_acme(&self) -> bool {
+        self.acme.is_some()
     }
 
     /// Every name of every certificate, for the start-up log.
@@ -80,7 +151,11 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(self.choose(client_hello.server_name())))
+        let acme_alpn = client_hello.alpn().is_some_and(|mut offered| {
+            offered.next() == Some(super::ACME_TLS_ALPN) && offered.next().is_none()
+        });
+        self.choose(client_hello.server_name(), acme_alpn)
+            .map(Arc::clone)
     }
 }
 
@@ -97,7 +172,61 @@ pub fn load(source: &Source, now_unix: i64) -> Result<SniResolver, String> {
     if entries.is_empty() {
         return Err("no certificate given (--tls-cert and --tls-key, or --tls-self-signed)".into());
     }
-    Ok(SniResolver { entries })
+    Ok(SniResolver {
+        entries,
+        acme: None,
+    })
+}
+
+/// Under `--acme`: the user's own pairs `given` (each must load, as at
+/// any start), then the managed pairs found (one that fails is left out:
+/// the ACME client will write it again), then `acme`. Returns the
+/// resolver and one line per managed pair left out.
+pub fn load_with_acme(
+    given: &[PairPaths],
+    managed: &[PairPaths],
+    acme: Acme,
+    now_unix: i64,
+) -> Result<(SniResolver, Vec<String>), String> {
+    let mut entries = given
+        .iter()
+        .map(|p| load_pair(p, now_unix))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut failures = Vec::new();
+    for pair in managed {
+        match load_pair(pair, now_unix) {
+            Ok(entry) => entries.push(entry),
+            Err(e) => failures.push(format!("{e}; not served")),
+        }
+    }
+    Ok((
+        SniResolver {
+            entries,
+            acme: Some(acme),
+        },
+        failures,
+    ))
+}
+
+/// Reads an RFC 8737 challenge file (the certificate, then its key, PEM).
+/// Neither its dates nor the key's match are checked: the CA checks the
+/// name and the `acmeIdentifier` extension, which RFC 8737 makes
+/// critical, and which the parser behind `keys_match` refuses as an
+/// unknown critical extension; a wrong key fails the handshake.
+pub fn load_challenge(path: &Path) -> Result<Arc<CertifiedKey>, String> {
+    let name = path.display();
+    let pem = read(path)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{name}: not a PEM certificate ({e})"))?;
+    if chain.is_empty() {
+        return Err(format!("{name}: no CERTIFICATE block in the file"));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| format!("{name}: no usable PEM private key ({e})"))?;
+    let signing =
+        any_supported_type(&key).map_err(|e| format!("{name}: unsupported private key ({e})"))?;
+    Ok(Arc::new(CertifiedKey::new(chain, signing)))
 }
 
 /// Loads every pair of `source` again, each on its own: a pair that now
@@ -114,6 +243,7 @@ pub fn reload(
         return (
             Some(SniResolver {
                 entries: previous.entries.clone(),
+                acme: previous.acme.clone(),
             }),
             Vec::new(),
         );
@@ -139,7 +269,12 @@ pub fn reload(
             }
         })
         .collect();
-    let resolver = (!entries.is_empty()).then_some(SniResolver { entries });
+    // Under `--acme` no certificate at all is a state the server starts
+    // in, not a failure.
+    let resolver = (!entries.is_empty() || previous.acme.is_some()).then(|| SniResolver {
+        entries,
+        acme: previous.acme.clone(),
+    });
     (resolver, failures)
 }
 
@@ -319,9 +454,10 @@ mod tests {
                 entry(&["*.example.com"]),
                 entry(&["www.example.com", "example.com"]),
             ],
+            acme: None,
         };
         let pick = |name: Option<&str>| {
-            let chosen = r.choose(name);
+            let chosen = r.choose(name, false).unwrap();
             r.entries
                 .iter()
                 .position(|e| Arc::ptr_eq(&e.key, chosen))
@@ -338,6 +474,42 @@ mod tests {
         );
         assert_eq!(pick(Some("other.test")), 0);
         assert_eq!(pick(None), 0);
+    }
+
+    #[test]
+    fn under_acme_a_pending_name_is_refused_and_validations_get_the_challenge() {
+        let challenge = entry(&["pending.example"]).key;
+        let r = SniResolver {
+            entries: vec![entry(&["own.example"]), entry(&["issued.example"])],
+            acme: Some(Acme {
+                managed: vec!["issued.example".into(), "pending.example".into()],
+                challenges: vec![("pending.example".into(), Arc::clone(&challenge))],
+            }),
+        };
+        let pick = |name: &str, acme_alpn: bool| {
+            r.choose(Some(name), acme_alpn).map(|chosen| {
+                if Arc::ptr_eq(chosen, &challenge) {
+                    "challenge".to_string()
+                } else {
+                    let e = r.entries.iter().find(|e| Arc::ptr_eq(&e.key, chosen));
+                    e.unwrap().names[0].clone()
+                }
+            })
+        };
+        assert_eq!(
+            pick("issued.example", false).as_deref(),
+            Some("issued.example")
+        );
+        assert_eq!(pick("pending.example", false), None, "not the fallback");
+        assert_eq!(pick("Pending.Example.", true).as_deref(), Some("challenge"));
+        assert_eq!(pick("issued.example", true), None, "no challenge: refused");
+        assert_eq!(pick("other.example", false).as_deref(), Some("own.example"));
+        let none = SniResolver {
+            entries: Vec::new(),
+            acme: Some(Acme::default()),
+        };
+        assert!(none.choose(Some("any.example"), false).is_none());
+        assert!(none.choose(None, false).is_none());
     }
 
     #[test]

@@ -32,6 +32,11 @@ use rustls::{ServerConfig, version};
 pub use certs::{PairPaths, SniResolver, Source};
 pub use session::TlsSession;
 
+/// The ALPN protocol of ACME TLS-ALPN-01 validations (RFC 8737): offered
+/// last, and only under `--acme`; a connection that agrees on it gets the
+/// challenge certificate and is closed once the handshake is done.
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
 /// TLS 1.2 sessions remembered for clients that do not take tickets.
 const SESSION_CACHE: usize = 4096;
 

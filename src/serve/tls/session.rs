@@ -43,7 +43,7 @@ const MAX_PARTIAL: usize = 80 * 1024;
 
 /// The protocols kiln offers by ALPN, so that the one agreed on can be
 /// kept after rustls' state is gone without an allocation.
-const KNOWN_ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+const KNOWN_ALPN: [&[u8]; 3] = [b"h2", b"http/1.1", super::ACME_TLS_ALPN];
 
 /// TLS 1.3 KeyUpdate (RFC 8446 §4.6.3), as a handshake message.
 const KEY_UPDATE: u8 = 24;

@@ -56,7 +56,7 @@ impl Conn {
             self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
             return;
         }
-        let resp = handler::answer(ctx.sites, &req, ctx.https_redirect, ctx.scratch);
+        let resp = handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch);
         let head_only = req.method == Method::Head;
         self.write_response(i, &resp, head_only, ctx.date, ctx.server_headers, out);
         let sent = if head_only { 0 } else { resp.body.len() };

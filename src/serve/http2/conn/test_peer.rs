@@ -60,6 +60,7 @@ impl Peer {
             log: None,
             peer: None,
             draining: self.draining,
+            http01: None,
             https_redirect: None,
             scheme: crate::serve::metrics::Scheme::Http,
             metrics: &self.metrics,
