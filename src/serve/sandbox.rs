@@ -628,7 +628,7 @@ fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
 /// Switches to `identity` (supplementary groups, group, then user: each
 /// later step needs the privileges the user switch gives up) and drops
 /// every capability, also when staying root.
-fn switch_user(identity: &Identity) -> anyhow::Result<()> {
+pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
     // SAFETY: plain getter.
     let euid = unsafe { libc::geteuid() };
     if euid == 0 && identity.uid != 0 {
