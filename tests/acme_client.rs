@@ -271,11 +271,18 @@ fn http01_responder(dir: &Path, hold: Arc<AtomicBool>) -> u16 {
                     .and_then(|token| std::fs::read(tokens.join(token)).ok());
                 let response = match body {
                     Some(body) => [
-                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len()).into_bytes(),
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes(),
                         body,
                     ]
                     .concat(),
-                    None => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec(),
+                    None => {
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_vec()
+                    }
                 };
                 let _ = stream.write_all(&response);
             });
@@ -421,7 +428,11 @@ fn pair(dir: &Path, name: &str) -> (Vec<u8>, i64) {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&chain)
         .collect::<Result<_, _>>()
         .unwrap();
-    assert!(certs.len() >= 2, "a chain, leaf then issuer: {} certificates", certs.len());
+    assert!(
+        certs.len() >= 2,
+        "a chain, leaf then issuer: {} certificates",
+        certs.len()
+    );
     let (_, leaf) = x509_parser::parse_x509_certificate(certs[0].as_ref()).unwrap();
     let names: Vec<String> = leaf
         .subject_alternative_name()
@@ -444,7 +455,10 @@ fn pair(dir: &Path, name: &str) -> (Vec<u8>, i64) {
         "1.2.840.10045.2.1",
         "not an EC key"
     );
-    (leaf.raw_serial().to_vec(), leaf.validity().not_after.timestamp())
+    (
+        leaf.raw_serial().to_vec(),
+        leaf.validity().not_after.timestamp(),
+    )
 }
 
 /// The serial of `name`'s certificate, if it has one.
@@ -514,7 +528,10 @@ fn two_names_are_issued_as_the_layout_says_and_the_account_is_reused() {
         assert_eq!(s["not_after"], not_after);
         assert!(s["last_error"].is_null(), "{s}");
         // 90 days: renewed in the CA's window (ARI), weeks from now.
-        assert!(s["next_attempt"].as_i64().unwrap() > unix_now() + 86400, "{s}");
+        assert!(
+            s["next_attempt"].as_i64().unwrap() > unix_now() + 86400,
+            "{s}"
+        );
         assert_eq!(mode(&dir.join(format!("certs/{name}.key"))), 0o600);
     }
     assert_eq!(mode(dir), 0o700);
@@ -526,7 +543,10 @@ fn two_names_are_issued_as_the_layout_says_and_the_account_is_reused() {
     assert_eq!(mode(&account[0]), 0o600);
     // The challenges are removed once answered; no lock is left.
     assert_eq!(files_in(dir, "challenges/http-01"), Vec::<String>::new());
-    assert_eq!(files_in(dir, "challenges/tls-alpn-01"), Vec::<String>::new());
+    assert_eq!(
+        files_in(dir, "challenges/tls-alpn-01"),
+        Vec::<String>::new()
+    );
     assert_eq!(files_in(dir, "locks"), Vec::<String>::new());
     assert!(terminate(&mut client.process).success());
 
@@ -539,26 +559,54 @@ fn two_names_are_issued_as_the_layout_says_and_the_account_is_reused() {
     let table = String::from_utf8(table.stdout).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 3, "{table}");
-    assert!(lines[1].starts_with("a.kiln.test ") && lines[1].ends_with(" -"), "{table}");
-    assert!(lines[2].starts_with("b.kiln.test ") && lines[2].ends_with(" -"), "{table}");
+    assert!(
+        lines[1].starts_with("a.kiln.test ") && lines[1].ends_with(" -"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("b.kiln.test ") && lines[2].ends_with(" -"),
+        "{table}"
+    );
 
     // A second run, with one more name: the same account, no new one.
     let credentials = std::fs::read(&account[0]).unwrap();
     let second = setup.client(&["a.kiln.test", "b.kiln.test", "c.kiln.test"], &[]);
     wait_for_certificate(dir, "c.kiln.test");
     second.log.wait_for("the account", |t| t.contains("(from "));
-    assert!(!second.log.text().contains("created account"), "{}", second.log.text());
+    assert!(
+        !second.log.text().contains("created account"),
+        "{}",
+        second.log.text()
+    );
     assert_eq!(std::fs::read(&account[0]).unwrap(), credentials);
-    assert_eq!(setup.ca.log.count("accounts in memory"), 1, "{}", setup.ca.log.text());
-    assert_eq!(setup.ca.log.count("Issued certificate serial"), 3, "{}", setup.ca.log.text());
+    assert_eq!(
+        setup.ca.log.count("accounts in memory"),
+        1,
+        "{}",
+        setup.ca.log.text()
+    );
+    assert_eq!(
+        setup.ca.log.count("Issued certificate serial"),
+        3,
+        "{}",
+        setup.ca.log.text()
+    );
 }
 
 #[test]
 fn http01_alone_and_tls_alpn01_alone_each_get_a_certificate_falling_back_from_the_other() {
     let Some(tools) = tools() else { return };
     let cases = [
-        (Answers::Http01Only, ["tls-alpn-01", "http-01"], "tls-alpn-01: "),
-        (Answers::TlsAlpn01Only, ["http-01", "tls-alpn-01"], "http-01: "),
+        (
+            Answers::Http01Only,
+            ["tls-alpn-01", "http-01"],
+            "tls-alpn-01: ",
+        ),
+        (
+            Answers::TlsAlpn01Only,
+            ["http-01", "tls-alpn-01"],
+            "http-01: ",
+        ),
     ];
     let runs: Vec<_> = cases
         .iter()
@@ -573,7 +621,8 @@ fn http01_alone_and_tls_alpn01_alone_each_get_a_certificate_falling_back_from_th
         pair(&setup.dir, "solo.kiln.test");
         let log = client.log.text();
         assert!(
-            log.contains(&format!("solo.kiln.test: {failed_first}")) && log.contains(&format!("trying {}", order[1])),
+            log.contains(&format!("solo.kiln.test: {failed_first}"))
+                && log.contains(&format!("trying {}", order[1])),
             "no fallback from {}: {log}",
             order[0]
         );
@@ -605,7 +654,11 @@ fn a_worker_killed_mid_order_is_restarted_and_gets_the_certificate() {
     setup.hold.store(false, Ordering::SeqCst);
     wait_for_certificate(&setup.dir, "killed.kiln.test");
     pair(&setup.dir, "killed.kiln.test");
-    assert!(client.log.text().contains("took over the lock"), "{}", client.log.text());
+    assert!(
+        client.log.text().contains("took over the lock"),
+        "{}",
+        client.log.text()
+    );
 }
 
 #[test]
@@ -629,7 +682,9 @@ fn an_unreachable_ca_is_retried_after_a_minute_with_the_error_in_the_status() {
     let failed_at = s["last_error_at"].as_i64().unwrap();
     assert!(s["not_after"].is_null(), "{s}");
     assert!(s["next_attempt"].as_i64().unwrap() >= failed_at + 60, "{s}");
-    client.log.wait_for("the failure's line", |t| t.contains("attempt 1 failed, next in 60 s"));
+    client.log.wait_for("the failure's line", |t| {
+        t.contains("attempt 1 failed, next in 60 s")
+    });
     // No tight loop: a second look after a while finds no other attempt.
     std::thread::sleep(Duration::from_secs(2));
     let log = client.log.text();
@@ -640,7 +695,10 @@ fn an_unreachable_ca_is_retried_after_a_minute_with_the_error_in_the_status() {
         .output()
         .unwrap();
     let table = String::from_utf8(table.stdout).unwrap();
-    assert!(table.contains("down.kiln.test") && table.contains("new account"), "{table}");
+    assert!(
+        table.contains("down.kiln.test") && table.contains("new account"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -655,7 +713,9 @@ fn two_clients_on_one_state_folder_order_each_name_once() {
     // Both have looked at both names since they were issued.
     for client in &clients {
         client.log.wait_for("both names settled", |t| {
-            names.iter().all(|n| t.contains(&format!("{n}: certificate valid until")))
+            names
+                .iter()
+                .all(|n| t.contains(&format!("{n}: certificate valid until")))
         });
     }
     let obtained: usize = clients
@@ -663,7 +723,12 @@ fn two_clients_on_one_state_folder_order_each_name_once() {
         .map(|c| c.log.count("certificate obtained"))
         .sum();
     assert_eq!(obtained, 2);
-    assert_eq!(setup.ca.log.count("Added order"), 2, "{}", setup.ca.log.text());
+    assert_eq!(
+        setup.ca.log.count("Added order"),
+        2,
+        "{}",
+        setup.ca.log.text()
+    );
     assert_eq!(setup.ca.log.count("Issued certificate serial"), 2);
 }
 
@@ -682,5 +747,9 @@ fn renewal_follows_the_cas_window_and_replaces_the_certificate() {
     let log = client.log.text();
     assert!(log.contains("(ARI)"), "{log}");
     assert!(log.contains(", replacing "), "{log}");
-    assert!(setup.ca.log.text().contains("is a replacement of"), "{}", setup.ca.log.text());
+    assert!(
+        setup.ca.log.text().contains("is a replacement of"),
+        "{}",
+        setup.ca.log.text()
+    );
 }

@@ -66,7 +66,8 @@ impl CaClient {
                 for cert in CertificateDer::pem_file_iter(path)
                     .with_context(|| format!("--acme-ca-root {}", path.display()))?
                 {
-                    let cert = cert.with_context(|| format!("--acme-ca-root {}", path.display()))?;
+                    let cert =
+                        cert.with_context(|| format!("--acme-ca-root {}", path.display()))?;
                     roots
                         .add(cert)
                         .with_context(|| format!("--acme-ca-root {}", path.display()))?;
@@ -124,7 +125,11 @@ mod tests {
     #[test]
     fn retry_after_is_read_as_seconds_or_a_date() {
         let secs = |v: &[u8]| {
-            retry_after_value(v).map(|at| at.duration_since(SystemTime::now()).unwrap_or_default().as_secs())
+            retry_after_value(v).map(|at| {
+                at.duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    .as_secs()
+            })
         };
         assert!(matches!(secs(b"120"), Some(119..=120)));
         assert_eq!(

@@ -139,7 +139,10 @@ impl RunArgs {
 /// one dot, not an IP address, lower-cased, without a trailing dot. It
 /// names files, so nothing else passes.
 pub fn domain_name(value: &str) -> anyhow::Result<String> {
-    let name = value.strip_suffix('.').unwrap_or(value).to_ascii_lowercase();
+    let name = value
+        .strip_suffix('.')
+        .unwrap_or(value)
+        .to_ascii_lowercase();
     let label_ok = |l: &str| {
         (1..=63).contains(&l.len())
             && l.bytes()
@@ -153,7 +156,12 @@ pub fn domain_name(value: &str) -> anyhow::Result<String> {
              non-ASCII names as A-labels, xn--…)"
         );
     }
-    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.rsplit('.').next().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit())) {
+    if name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name
+            .rsplit('.')
+            .next()
+            .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+    {
         bail!("--domain {value:?}: an IP address, which ACME's DNS challenges do not cover");
     }
     Ok(name)
@@ -166,8 +174,22 @@ mod tests {
     #[test]
     fn names_are_checked_and_normalised() {
         assert_eq!(domain_name("Example.COM.").unwrap(), "example.com");
-        assert_eq!(domain_name("xn--bcher-kva.example").unwrap(), "xn--bcher-kva.example");
-        for bad in ["localhost", "127.0.0.1", "a..b", "../x.y", "x/y.z", "-a.b", "a-.b", "bü.cher", "", "."] {
+        assert_eq!(
+            domain_name("xn--bcher-kva.example").unwrap(),
+            "xn--bcher-kva.example"
+        );
+        for bad in [
+            "localhost",
+            "127.0.0.1",
+            "a..b",
+            "../x.y",
+            "x/y.z",
+            "-a.b",
+            "a-.b",
+            "bü.cher",
+            "",
+            ".",
+        ] {
             assert!(domain_name(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -182,9 +204,24 @@ mod tests {
         }
         let parse = |args: &[&str]| Cli::try_parse_from([&["kiln"], args].concat()).unwrap().run;
         let default = parse(&["--domain", "a.test"]);
-        assert_eq!(default.challenge_order(), [Challenge::Http01, Challenge::TlsAlpn01]);
-        let given = parse(&["--domain", "a.test", "--challenge", "tls-alpn-01", "--challenge", "http-01", "--challenge", "tls-alpn-01"]);
-        assert_eq!(given.challenge_order(), [Challenge::TlsAlpn01, Challenge::Http01]);
+        assert_eq!(
+            default.challenge_order(),
+            [Challenge::Http01, Challenge::TlsAlpn01]
+        );
+        let given = parse(&[
+            "--domain",
+            "a.test",
+            "--challenge",
+            "tls-alpn-01",
+            "--challenge",
+            "http-01",
+            "--challenge",
+            "tls-alpn-01",
+        ]);
+        assert_eq!(
+            given.challenge_order(),
+            [Challenge::TlsAlpn01, Challenge::Http01]
+        );
         let again = parse(
             &given
                 .worker_argv()

@@ -96,7 +96,8 @@ pub fn take(dir: &Path, name: &str) -> anyhow::Result<Taken> {
             .open(&temp)
             .map_err(|e| fail("create", e))?;
         try_flock(&file).map_err(|e| fail("flock", e))?;
-        file.write_all(owner.as_bytes()).map_err(|e| fail("write", e))?;
+        file.write_all(owner.as_bytes())
+            .map_err(|e| fail("write", e))?;
         let linked = fs::hard_link(&temp, &path);
         let _ = fs::remove_file(&temp);
         match linked {
@@ -138,8 +139,12 @@ pub fn take(dir: &Path, name: &str) -> anyhow::Result<Taken> {
         }
         there.set_len(0).map_err(|e| fail("truncate", e))?;
         there.rewind().map_err(|e| fail("seek", e))?;
-        there.write_all(owner.as_bytes()).map_err(|e| fail("write", e))?;
-        there.set_modified(SystemTime::now()).map_err(|e| fail("touch", e))?;
+        there
+            .write_all(owner.as_bytes())
+            .map_err(|e| fail("write", e))?;
+        there
+            .set_modified(SystemTime::now())
+            .map_err(|e| fail("touch", e))?;
         tracing::info!(
             "acme: {name}: took over the lock of {line:?} (heartbeat {} s old, its owner is gone)",
             age.as_secs()
@@ -189,7 +194,10 @@ mod tests {
             panic!("a held lock was taken again")
         };
         assert!(owner.contains(&std::process::id().to_string()), "{owner}");
-        assert!(matches!(take(dir.path(), "b.test").unwrap(), Taken::Held(_)));
+        assert!(matches!(
+            take(dir.path(), "b.test").unwrap(),
+            Taken::Held(_)
+        ));
         first.release();
         assert!(!dir.path().join("locks/a.test.lock").exists());
         // An owner that died without releasing: its flock is gone with its
@@ -199,7 +207,10 @@ mod tests {
         };
         drop(dead);
         assert!(dir.path().join("locks/a.test.lock").exists());
-        assert!(matches!(take(dir.path(), "a.test").unwrap(), Taken::Held(_)));
+        assert!(matches!(
+            take(dir.path(), "a.test").unwrap(),
+            Taken::Held(_)
+        ));
     }
 
     #[test]
@@ -208,10 +219,20 @@ mod tests {
         fs::create_dir(dir.path().join("locks")).unwrap();
         let path = dir.path().join("locks/a.test.lock");
         fs::write(&path, "elsewhere 42 0123456789abcdef\n").unwrap();
-        assert!(matches!(take(dir.path(), "a.test").unwrap(), Taken::Busy(o) if o.starts_with("elsewhere")));
+        assert!(
+            matches!(take(dir.path(), "a.test").unwrap(), Taken::Busy(o) if o.starts_with("elsewhere"))
+        );
         let old = SystemTime::now() - STALE_AFTER - Duration::from_secs(1);
-        File::options().write(true).open(&path).unwrap().set_modified(old).unwrap();
-        assert!(matches!(take(dir.path(), "a.test").unwrap(), Taken::Held(_)));
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert!(matches!(
+            take(dir.path(), "a.test").unwrap(),
+            Taken::Held(_)
+        ));
         assert!(fs::read_to_string(&path).unwrap().starts_with(&hostname()));
     }
 }

@@ -28,8 +28,8 @@ mod store;
 mod supervisor;
 mod worker;
 
-pub use command::AcmeCommand;
 use command::AcmeAction;
+pub use command::AcmeCommand;
 
 /// Runs `kiln acme …`.
 pub fn run(command: AcmeCommand) -> anyhow::Result<()> {

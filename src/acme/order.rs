@@ -8,7 +8,9 @@ use instant_acme::{
     Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewOrder,
     OrderStatus, RetryPolicy,
 };
-use rcgen::{CertificateParams, CustomExtension, DistinguishedName, KeyPair, PKCS_ECDSA_P256_SHA256};
+use rcgen::{
+    CertificateParams, CustomExtension, DistinguishedName, KeyPair, PKCS_ECDSA_P256_SHA256,
+};
 
 use super::command::Challenge;
 use super::{layout, store};
@@ -101,7 +103,10 @@ pub async fn obtain(
         OrderStatus::Ready => {}
         status => {
             let why = authorization_errors(&mut order).await;
-            bail!("{} validation failed (order {status:?}){why}", challenge.name());
+            bail!(
+                "{} validation failed (order {status:?}){why}",
+                challenge.name()
+            );
         }
     }
     drop(files);

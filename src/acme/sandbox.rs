@@ -116,10 +116,7 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
         read.extend(with_target(root));
     }
     ruleset = ruleset
-        .add_rules(landlock::path_beneath_rules(
-            read,
-            AccessFs::from_read(abi),
-        ))
+        .add_rules(landlock::path_beneath_rules(read, AccessFs::from_read(abi)))
         .map_err(fail)?;
     for port in [plan.ca_port, 53] {
         ruleset = ruleset

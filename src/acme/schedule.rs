@@ -13,7 +13,9 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(24 * 60 * 60);
 /// on a 429), however long.
 pub fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
     let doubled = FIRST_BACKOFF.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
-    doubled.min(MAX_BACKOFF).max(retry_after.unwrap_or_default())
+    doubled
+        .min(MAX_BACKOFF)
+        .max(retry_after.unwrap_or_default())
 }
 
 /// When a certificate valid from `not_before` to `not_after` (Unix
@@ -21,6 +23,13 @@ pub fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
 /// lifetime is left.
 pub fn one_third_left(not_before: i64, not_after: i64) -> i64 {
     not_after - (not_after - not_before).max(0) / 3
+}
+
+/// The latest moment a renewal starts, whatever window a CA suggests:
+/// with a tenth of the lifetime left, time for a failed order to be tried
+/// again (and for the `replaces` of the next to name a live certificate).
+pub fn latest_renewal(not_before: i64, not_after: i64) -> i64 {
+    not_after - (not_after - not_before).max(0) / 10
 }
 
 /// The moment to renew within a suggested window (RFC 9773 §4.2): chosen
@@ -54,7 +63,9 @@ mod tests {
         let secs = |f, ra: Option<u64>| backoff(f, ra.map(Duration::from_secs)).as_secs();
         assert_eq!(
             (1..=12).map(|f| secs(f, None)).collect::<Vec<_>>(),
-            [60, 120, 240, 480, 960, 1920, 3840, 7680, 15360, 30720, 61440, 86400]
+            [
+                60, 120, 240, 480, 960, 1920, 3840, 7680, 15360, 30720, 61440, 86400
+            ]
         );
         assert_eq!(secs(1000, None), 86400);
         assert_eq!(secs(1, Some(3600)), 3600);
@@ -67,6 +78,8 @@ mod tests {
         assert_eq!(one_third_left(0, 90 * 86400), 60 * 86400);
         assert_eq!(one_third_left(1000, 1030), 1020);
         assert_eq!(one_third_left(1000, 900), 900);
+        assert_eq!(latest_renewal(0, 90 * 86400), 81 * 86400);
+        assert_eq!(latest_renewal(1000, 1030), 1027);
     }
 
     #[test]

@@ -23,8 +23,17 @@ fn when(unix: Option<i64>) -> String {
 /// The table: one line per status file, by name.
 pub fn table(statuses: &[Status]) -> String {
     let mut out = String::new();
-    let width = statuses.iter().map(|s| s.name.len()).max().unwrap_or(0).max(4);
-    let _ = writeln!(out, "{:width$}  {:20}  {:20}  LAST ERROR", "NAME", "EXPIRES", "NEXT ATTEMPT");
+    let width = statuses
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let _ = writeln!(
+        out,
+        "{:width$}  {:20}  {:20}  LAST ERROR",
+        "NAME", "EXPIRES", "NEXT ATTEMPT"
+    );
     for s in statuses {
         let error = match (&s.last_error, s.last_error_at) {
             (Some(e), Some(at)) => format!("{} ({e})", when(Some(at))),
@@ -50,8 +59,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     for entry in entries {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "json") {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("{}", path.display()))?;
+            let text =
+                std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
             match Status::from_json(&text) {
                 Some(status) => statuses.push(status),
                 None => tracing::warn!("{}: not a status file; skipped", path.display()),
@@ -87,7 +96,15 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("NAME"));
-        assert!(lines[1].starts_with("a.example  2027-01-15T08:00:00Z  2026-09-21T19:13:20Z  -"), "{}", lines[1]);
-        assert!(lines[2].contains("2023-11-14T22:13:20Z (new account: connection refused)"), "{}", lines[2]);
+        assert!(
+            lines[1].starts_with("a.example  2027-01-15T08:00:00Z  2026-09-21T14:13:20Z  -"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("2023-11-14T22:13:20Z (new account: connection refused)"),
+            "{}",
+            lines[2]
+        );
     }
 }

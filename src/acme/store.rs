@@ -52,9 +52,15 @@ pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
 /// Writes `bytes` to `path` whole: into a new file beside it (mode
 /// `mode`), synced, then renamed over it.
 pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    let folder = path.parent().ok_or_else(|| anyhow!("{}: no folder", path.display()))?;
+    let folder = path
+        .parent()
+        .ok_or_else(|| anyhow!("{}: no folder", path.display()))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let temp = folder.join(format!(".{name}.{}.{}.tmp", std::process::id(), unix_now_nanos()));
+    let temp = folder.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        unix_now_nanos()
+    ));
     let written = (|| -> std::io::Result<()> {
         let mut file = fs::OpenOptions::new()
             .write(true)
@@ -83,11 +89,15 @@ pub fn remove(path: &Path) {
 
 /// Now, in Unix seconds.
 pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn unix_now_nanos() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// Where the account for the CA at `directory_url` is kept: one file per
@@ -99,7 +109,13 @@ pub fn account_path(dir: &Path, directory_url: &str) -> PathBuf {
         .map_or(directory_url, |(_, rest)| rest);
     let file: String = bare
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     dir.join("accounts").join(format!("{file}.json"))
 }

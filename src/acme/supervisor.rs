@@ -93,12 +93,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             listed: false,
         },
     };
-    let owner = (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
+    let owner =
+        (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
     store::prepare(&args.acme.dir, owner)?;
     sandbox::switch_user(&identity)?;
     // SAFETY: plain prctl; the result is checked.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        bail!("cannot set no_new_privs: {}", std::io::Error::last_os_error());
+        bail!(
+            "cannot set no_new_privs: {}",
+            std::io::Error::last_os_error()
+        );
     }
     // After the user switch, which would clear it.
     super::die_with_parent_signal(libc::SIGTERM, parent)?;
@@ -134,7 +138,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             delay.as_secs()
         );
         let restart = Instant::now() + delay;
-        while let Some(left) = restart.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+        while let Some(left) = restart
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        {
             if let Wake::Stop = wait(&set, left.min(Duration::from_secs(1)), parent) {
                 return Ok(());
             }

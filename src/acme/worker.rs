@@ -97,7 +97,10 @@ pub(super) fn ca_endpoint(url: &str) -> anyhow::Result<(String, u16)> {
     let host = uri
         .host()
         .ok_or_else(|| anyhow!("--acme-ca {url:?}: no host"))?;
-    Ok((host.trim_matches(['[', ']']).to_owned(), uri.port_u16().unwrap_or(443)))
+    Ok((
+        host.trim_matches(['[', ']']).to_owned(),
+        uri.port_u16().unwrap_or(443),
+    ))
 }
 
 /// Runs the worker until killed.
@@ -181,9 +184,17 @@ impl Worker {
     async fn run(mut self) -> anyhow::Result<()> {
         tracing::info!(
             "acme: managing {} with {} ({})",
-            self.names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "),
+            self.names
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             self.url,
-            self.challenges.iter().map(|c| c.name()).collect::<Vec<_>>().join(", then ")
+            self.challenges
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", then ")
         );
         loop {
             let i = (0..self.names.len())
@@ -283,7 +294,10 @@ impl Worker {
             return Ok(account.clone());
         }
         let path = store::account_path(&self.dir, &self.url);
-        let client = Box::new(CaClient::new(self.ca_root.as_deref(), self.retry_after.clone())?);
+        let client = Box::new(CaClient::new(
+            self.ca_root.as_deref(),
+            self.retry_after.clone(),
+        )?);
         let account = match std::fs::read(&path) {
             Ok(bytes) => {
                 let credentials: AccountCredentials = serde_json::from_slice(&bytes)
@@ -330,7 +344,14 @@ impl Worker {
         let n = &mut self.names[i];
         let third = schedule::one_third_left(current.not_before, current.not_after);
         let Some(id) = &current.id else {
-            return if third <= now { Renewal::Due(None) } else { Renewal::Wait { wake: third, renew_at: third } };
+            return if third <= now {
+                Renewal::Due(None)
+            } else {
+                Renewal::Wait {
+                    wake: third,
+                    renew_at: third,
+                }
+            };
         };
         let key = id.to_string();
         let cached = n
@@ -343,7 +364,9 @@ impl Worker {
                 Ok((info, retry_after)) => {
                     let start = info.suggested_window.start.unix_timestamp();
                     let end = info.suggested_window.end.unix_timestamp();
-                    let at = schedule::in_window(start, end, now, schedule::random_u64());
+                    let latest = schedule::latest_renewal(current.not_before, current.not_after);
+                    let at =
+                        schedule::in_window(start, end.min(latest), now, schedule::random_u64());
                     tracing::info!(
                         "acme: {}: the CA suggests renewing between {start} and {end} (ARI); renewing at {at}, in {} s",
                         n.name,
@@ -356,7 +379,14 @@ impl Worker {
                     })
                 }
                 Err(instant_acme::Error::Unsupported(_)) => {
-                    return if third <= now { Renewal::Due(None) } else { Renewal::Wait { wake: third, renew_at: third } };
+                    return if third <= now {
+                        Renewal::Due(None)
+                    } else {
+                        Renewal::Wait {
+                            wake: third,
+                            renew_at: third,
+                        }
+                    };
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -389,7 +419,8 @@ impl Worker {
         let account = self.account().await?;
         let name = self.names[i].name.clone();
         let current = store::current(&self.dir, &name);
-        if let Renewal::Wait { wake, renew_at } = self.renewal(i, &account, current.as_ref()).await {
+        if let Renewal::Wait { wake, renew_at } = self.renewal(i, &account, current.as_ref()).await
+        {
             return Ok(Outcome::Wait { wake, renew_at });
         }
         let lock = match lock::take(&self.dir, &name)? {
@@ -443,8 +474,16 @@ impl Worker {
     /// Writes a new pair: key first, then the chain (a reader that finds
     /// the chain finds its key).
     fn install(&self, name: &str, issued: &order::Issued) -> anyhow::Result<Outcome> {
-        store::write_atomically(&layout::key_path(&self.dir, name), issued.key.as_bytes(), 0o600)?;
-        store::write_atomically(&layout::cert_path(&self.dir, name), issued.chain.as_bytes(), 0o644)?;
+        store::write_atomically(
+            &layout::key_path(&self.dir, name),
+            issued.key.as_bytes(),
+            0o600,
+        )?;
+        store::write_atomically(
+            &layout::cert_path(&self.dir, name),
+            issued.chain.as_bytes(),
+            0o644,
+        )?;
         let current = store::current(&self.dir, name)
             .ok_or_else(|| anyhow!("the CA's certificate does not cover {name}"))?;
         tracing::info!(
@@ -467,8 +506,14 @@ mod tests {
             ca_endpoint("https://acme-v02.api.letsencrypt.org/directory").unwrap(),
             ("acme-v02.api.letsencrypt.org".to_owned(), 443)
         );
-        assert_eq!(ca_endpoint("https://127.0.0.1:14000/dir").unwrap(), ("127.0.0.1".to_owned(), 14000));
-        assert_eq!(ca_endpoint("https://[::1]:14000/dir").unwrap(), ("::1".to_owned(), 14000));
+        assert_eq!(
+            ca_endpoint("https://127.0.0.1:14000/dir").unwrap(),
+            ("127.0.0.1".to_owned(), 14000)
+        );
+        assert_eq!(
+            ca_endpoint("https://[::1]:14000/dir").unwrap(),
+            ("::1".to_owned(), 14000)
+        );
         assert!(ca_endpoint("http://ca.test/dir").is_err());
         assert!(ca_endpoint("not a url").is_err());
     }
