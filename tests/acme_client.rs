@@ -753,3 +753,99 @@ fn renewal_follows_the_cas_window_and_replaces_the_certificate() {
         setup.ca.log.text()
     );
 }
+
+/// A self-signed root for a CA that is never reached.
+fn unused_root(path: &Path) {
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["ca.kiln.test".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(path, cert.pem()).unwrap();
+}
+
+/// A field of `/proc/PID/status`.
+fn proc_status(pid: u32, field: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+        .trim()
+        .to_owned()
+}
+
+/// Whether process `pid` is gone (or a zombie no one reaped).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z'))
+    })
+}
+
+#[test]
+fn the_worker_runs_sandboxed_as_the_user_given_and_both_stop_with_the_parent() {
+    // SAFETY: a plain getter.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let work = tempfile::tempdir().unwrap();
+    // The user switched to must reach the state folder and the root.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = work.path().join("acme");
+    let root = work.path().join("root.pem");
+    unused_root(&root);
+    let url = format!("https://127.0.0.1:{}/dir", free_port());
+    // The parent, a shell, says the supervisor's pid and waits.
+    let user = if as_root {
+        "--user=nobody"
+    } else {
+        "--acme-email=tests@kiln.test"
+    };
+    let mut parent = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" acme run --domain user.kiln.test --acme-ca "$1" --acme-ca-root "$2" --acme-dir "$3" "$4" & echo $!; wait"#)
+        .args([KILN.as_ref(), url.as_ref(), root.as_os_str(), dir.as_os_str(), user.as_ref()])
+        .env_remove("KILN_USER")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Log::of(parent.stderr.take().unwrap());
+    let mut line = String::new();
+    BufReader::new(parent.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let supervisor: u32 = line.trim().parse().unwrap();
+    let mut parent = Process(parent);
+    // The worker wrote its status: it can write the state folder.
+    wait_until("the status", || {
+        status(&dir, "user.kiln.test").is_some_and(|s| s["last_error"].is_string())
+    });
+    let text = log.text();
+    let worker: u32 = text
+        .split("acme: worker ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no worker pid in {text}"));
+    assert!(text.contains("Landlock "), "{text}");
+    assert_eq!(proc_status(worker, "SigBlk"), "0000000000000000");
+    assert_eq!(proc_status(worker, "NoNewPrivs"), "1");
+    assert_eq!(proc_status(worker, "CapEff"), "0000000000000000");
+    assert_eq!(proc_status(worker, "CapPrm"), "0000000000000000");
+    assert_eq!(proc_status(supervisor, "CapEff"), "0000000000000000");
+    if as_root {
+        let nobody = proc_status(worker, "Uid");
+        assert!(
+            nobody.split_whitespace().all(|id| id == "65534"),
+            "{nobody}"
+        );
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&dir).unwrap()),
+            65534
+        );
+    }
+    assert_eq!(mode(&dir), 0o700);
+    // The parent dies: the supervisor stops, and its worker with it.
+    let _ = parent.0.kill();
+    let _ = parent.0.wait();
+    wait_until("the supervisor's end", || gone(supervisor));
+    wait_until("the worker's end", || gone(worker));
+}

@@ -20,6 +20,9 @@ use instant_acme::{BodyWrapper, BytesResponse, Error, HttpClient};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 
+/// How long a connection to the CA may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The last `Retry-After` a CA sent with a 429 or 503, as a moment.
 #[derive(Clone, Default)]
 pub struct RetryAfter(Arc<Mutex<Option<SystemTime>>>);
@@ -86,7 +89,10 @@ impl CaClient {
                 .with_native_roots()
                 .context("the system's trust store")?,
         };
-        let connector = builder.https_only().enable_http1().build();
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.enforce_http(false);
+        let connector = builder.https_only().enable_http1().wrap_connector(http);
         Ok(CaClient {
             hyper: HyperClient::builder(TokioExecutor::new()).build(connector),
             retry_after,

@@ -168,9 +168,13 @@ impl NameLock {
         file.set_modified(SystemTime::now())
             .context("lock heartbeat")
     }
+}
 
-    /// Removes the lock file, if it is still this one.
-    pub fn release(self) {
+impl Drop for NameLock {
+    /// Removes the lock file, if it is still this one. Also when an
+    /// attempt is abandoned half-way (its future dropped): the name is
+    /// free at once rather than after [`STALE_AFTER`].
+    fn drop(&mut self) {
         let ours = self.file.metadata().ok().map(|m| (m.dev(), m.ino()));
         let named = fs::metadata(&self.path).ok().map(|m| (m.dev(), m.ino()));
         if ours.is_some() && ours == named {
@@ -184,7 +188,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lock_is_held_once_and_free_again_when_its_owner_releases_or_dies() {
+    fn a_lock_is_held_once_and_free_again_when_its_owner_drops_it_or_dies() {
         let dir = tempfile::tempdir().unwrap();
         fs::create_dir(dir.path().join("locks")).unwrap();
         let Taken::Held(first) = take(dir.path(), "a.test").unwrap() else {
@@ -198,15 +202,15 @@ mod tests {
             take(dir.path(), "b.test").unwrap(),
             Taken::Held(_)
         ));
-        first.release();
+        drop(first);
         assert!(!dir.path().join("locks/a.test.lock").exists());
-        // An owner that died without releasing: its flock is gone with its
-        // descriptor, the file stays, fresh.
-        let Taken::Held(dead) = take(dir.path(), "a.test").unwrap() else {
-            panic!("a released lock was busy")
-        };
-        drop(dead);
-        assert!(dir.path().join("locks/a.test.lock").exists());
+        // An owner on this machine that died without removing its lock:
+        // the file is there, fresh, but nobody holds its flock.
+        fs::write(
+            dir.path().join("locks/a.test.lock"),
+            format!("{} 1 0123456789abcdef\n", hostname()),
+        )
+        .unwrap();
         assert!(matches!(
             take(dir.path(), "a.test").unwrap(),
             Taken::Held(_)
@@ -229,10 +233,10 @@ mod tests {
             .unwrap()
             .set_modified(old)
             .unwrap();
-        assert!(matches!(
-            take(dir.path(), "a.test").unwrap(),
-            Taken::Held(_)
-        ));
+        let taken = take(dir.path(), "a.test").unwrap();
+        assert!(matches!(taken, Taken::Held(_)));
         assert!(fs::read_to_string(&path).unwrap().starts_with(&hostname()));
+        drop(taken);
+        assert!(!path.exists());
     }
 }

@@ -107,8 +107,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // After the user switch, which would clear it.
     super::die_with_parent_signal(libc::SIGTERM, parent)?;
     let set = signal_set();
-    // SAFETY: a valid set; blocked so that sigtimedwait takes them. A
-    // child's mask is reset by std::process before exec.
+    // SAFETY: a valid set; blocked so that sigtimedwait takes them. The
+    // worker inherits the mask and clears it first thing.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let mut delay = FIRST_RESTART_DELAY;
     loop {

@@ -31,6 +31,10 @@ const BAD_NONCE_RETRIES: u32 = 5;
 /// CA's `Retry-After` says, and how soon after a failed fetch.
 const ARI_REFETCH_FLOOR: i64 = 60;
 const ARI_FAILED_RETRY: i64 = 3600;
+/// How long one attempt (account, order, validation, issuance) may take
+/// before it is abandoned as a failure: a CA that accepts connections and
+/// never answers must not stall the worker.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(10 * 60);
 /// The longest single sleep: the loop wakes at least this often to look
 /// again (a clock that jumped, a certificate another server renewed).
 const MAX_SLEEP: i64 = 3600;
@@ -105,6 +109,14 @@ pub(super) fn ca_endpoint(url: &str) -> anyhow::Result<(String, u16)> {
 
 /// Runs the worker until killed.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // The supervisor blocks the signals it waits for, and a blocked mask
+    // survives exec: SIGTERM must end the worker.
+    // SAFETY: an empty set, initialised by sigemptyset.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
     super::die_with_parent()?;
     let names = args.names()?;
     let url = args.acme.directory_url().to_owned();
@@ -152,6 +164,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("tokio runtime")?
         .block_on(worker.run())
+}
+
+/// A task stopped when its handle goes, also when the future holding it
+/// is dropped half-way (an attempt past [`ATTEMPT_LIMIT`]).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Keeps a lock's heartbeat until aborted.
@@ -211,7 +233,14 @@ impl Worker {
 
     /// One event for name `i`: an attempt, its log line, its status.
     async fn step(&mut self, i: usize) {
-        let outcome = self.attempt(i).await;
+        let outcome = tokio::time::timeout(ATTEMPT_LIMIT, self.attempt(i))
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow!(
+                    "no result from the CA within {} s; abandoned",
+                    ATTEMPT_LIMIT.as_secs()
+                ))
+            });
         let now = unix_now();
         let retry_after = self.retry_after.take();
         let current = store::current(&self.dir, &self.names[i].name);
@@ -427,10 +456,9 @@ impl Worker {
             Taken::Held(lock) => lock,
             Taken::Busy(owner) => return Ok(Outcome::Busy(owner)),
         };
-        let beating = tokio::spawn(heartbeat(lock.heartbeat_handle()));
+        let _beating = AbortOnDrop(tokio::spawn(heartbeat(lock.heartbeat_handle())));
         let result = self.order_locked(i, &account).await;
-        beating.abort();
-        lock.release();
+        drop(lock);
         result
     }
 
