@@ -29,7 +29,7 @@ pub fn one_third_left(not_before: i64, not_after: i64) -> i64 {
 /// with a tenth of the lifetime left, time for a failed order to be tried
 /// again (and for the `replaces` of the next to name a live certificate).
 pub fn latest_renewal(not_before: i64, not_after: i64) -> i64 {
-    not_after - (not_after - not_before).max(0) / 10
+    not_after - ((not_after - not_before).max(0) + 9) / 10
 }
 
 /// The moment to renew within a suggested window (RFC 9773 §4.2): chosen
@@ -80,6 +80,8 @@ mod tests {
         assert_eq!(one_third_left(1000, 900), 900);
         assert_eq!(latest_renewal(0, 90 * 86400), 81 * 86400);
         assert_eq!(latest_renewal(1000, 1030), 1027);
+        // A lifetime of seconds still leaves one.
+        assert_eq!(latest_renewal(1000, 1009), 1008);
     }
 
     #[test]
