@@ -45,7 +45,7 @@ fn signal_set() -> libc::sigset_t {
 fn wait(set: &libc::sigset_t, timeout: Duration, parent: libc::pid_t) -> Wake {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: a valid set and timespec; the siginfo is not wanted.
     let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
