@@ -73,6 +73,29 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The variables that set the worker's flags: its command line says all
+/// of it, and `KILN_ACME_STAGING` beside the `--acme-ca` it is given
+/// would be refused as a conflict.
+const FLAG_VARIABLES: [&str; 6] = [
+    "KILN_ACME_EMAIL",
+    "KILN_ACME_CA",
+    "KILN_ACME_STAGING",
+    "KILN_ACME_CA_ROOT",
+    "KILN_ACME_DIR",
+    "KILN_USER",
+];
+
+/// The worker's command: this binary again, `acme worker` and the request
+/// spelled out, no flag from the environment.
+fn worker_command(args: &RunArgs) -> Command {
+    let mut command = Command::new("/proc/self/exe");
+    command.args(args.worker_argv()).stdin(Stdio::null());
+    for variable in FLAG_VARIABLES {
+        command.env_remove(variable);
+    }
+    command
+}
+
 /// Runs the supervisor until told to stop.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // Everything the worker would refuse is refused here, once, rather
@@ -112,9 +135,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let mut delay = FIRST_RESTART_DELAY;
     loop {
-        let mut child = Command::new("/proc/self/exe")
-            .args(args.worker_argv())
-            .stdin(Stdio::null())
+        let mut child = worker_command(&args)
             .spawn()
             .context("cannot start the ACME worker")?;
         let started = Instant::now();
@@ -147,5 +168,48 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         delay = (delay * 2).min(MAX_RESTART_DELAY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_worker_takes_its_flags_from_its_command_line_alone() {
+        let args = Cli::parse_from(["kiln", "--domain", "a.test", "--acme-staging"]).run;
+        let command = worker_command(&args);
+        let cleared: Vec<_> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_str().unwrap().to_owned())
+            .collect();
+        for variable in FLAG_VARIABLES {
+            assert!(
+                cleared.iter().any(|c| c == variable),
+                "{variable} is passed on"
+            );
+        }
+        // Every variable clap reads for these flags is among them.
+        let cli = <Cli as clap::CommandFactory>::command();
+        for arg in cli.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                let env = env.to_str().unwrap();
+                assert!(FLAG_VARIABLES.contains(&env), "{env} is not cleared");
+            }
+        }
+        let argv: Vec<_> = command.get_args().map(|a| a.to_str().unwrap()).collect();
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--acme-ca", crate::acme::args::LETS_ENCRYPT_STAGING]),
+            "{argv:?}"
+        );
     }
 }
