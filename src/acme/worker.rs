@@ -43,6 +43,7 @@ const MAX_SLEEP: i64 = 3600;
 /// certificate, until `refetch_at`.
 struct AriPlan {
     certificate: String,
+    window: (i64, i64),
     at: i64,
     refetch_at: i64,
 }
@@ -372,15 +373,15 @@ impl Worker {
         };
         let n = &mut self.names[i];
         let third = schedule::one_third_left(current.not_before, current.not_after);
+        let by_third = |wake: i64| match third <= now {
+            true => Renewal::Due(None),
+            false => Renewal::Wait {
+                wake: wake.min(third),
+                renew_at: third,
+            },
+        };
         let Some(id) = &current.id else {
-            return if third <= now {
-                Renewal::Due(None)
-            } else {
-                Renewal::Wait {
-                    wake: third,
-                    renew_at: third,
-                }
-            };
+            return by_third(third);
         };
         let key = id.to_string();
         let cached = n
@@ -391,45 +392,48 @@ impl Worker {
             Some(plan) => plan,
             None => match account.renewal_info(id).await {
                 Ok((info, retry_after)) => {
-                    let start = info.suggested_window.start.unix_timestamp();
-                    let end = info.suggested_window.end.unix_timestamp();
-                    let latest = schedule::latest_renewal(current.not_before, current.not_after);
-                    let at =
-                        schedule::in_window(start, end.min(latest), now, schedule::random_u64());
-                    tracing::info!(
-                        "acme: {}: the CA suggests renewing between {start} and {end} (ARI); renewing at {at}, in {} s",
-                        n.name,
-                        at - now
+                    let window = (
+                        info.suggested_window.start.unix_timestamp(),
+                        info.suggested_window.end.unix_timestamp(),
                     );
+                    let refetch_at = now + (retry_after.as_secs() as i64).max(ARI_REFETCH_FLOOR);
+                    // The same window again keeps the moment drawn in it.
+                    let kept = n
+                        .ari
+                        .as_ref()
+                        .filter(|p| p.certificate == key && p.window == window)
+                        .map(|p| p.at);
+                    let at = kept.unwrap_or_else(|| {
+                        let latest =
+                            schedule::latest_renewal(current.not_before, current.not_after);
+                        let (start, end) = window;
+                        let at = schedule::in_window(
+                            start,
+                            end.min(latest),
+                            now,
+                            schedule::random_u64(),
+                        );
+                        tracing::info!(
+                            "acme: {}: the CA suggests renewing between {start} and {end} (ARI); renewing at {at}, in {} s",
+                            n.name,
+                            at - now
+                        );
+                        at
+                    });
                     n.ari.insert(AriPlan {
                         certificate: key,
+                        window,
                         at,
-                        refetch_at: now + (retry_after.as_secs() as i64).max(ARI_REFETCH_FLOOR),
+                        refetch_at,
                     })
                 }
-                Err(instant_acme::Error::Unsupported(_)) => {
-                    return if third <= now {
-                        Renewal::Due(None)
-                    } else {
-                        Renewal::Wait {
-                            wake: third,
-                            renew_at: third,
-                        }
-                    };
-                }
+                Err(instant_acme::Error::Unsupported(_)) => return by_third(third),
                 Err(e) => {
                     tracing::warn!(
                         "acme: {}: renewal information: {e}; renewing when a third of the lifetime is left, asking again in {ARI_FAILED_RETRY} s",
                         n.name
                     );
-                    return if third <= now {
-                        Renewal::Due(None)
-                    } else {
-                        Renewal::Wait {
-                            wake: third.min(now + ARI_FAILED_RETRY),
-                            renew_at: third,
-                        }
-                    };
+                    return by_third(now + ARI_FAILED_RETRY);
                 }
             },
         };
