@@ -671,12 +671,7 @@ fn an_unreachable_ca_is_retried_after_a_minute_with_the_error_in_the_status() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("acme");
     let root = work.path().join("root.pem");
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["ca.kiln.test".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(&root, cert.pem()).unwrap();
+    unused_root(&root);
     let url = format!("https://127.0.0.1:{}/dir", free_port());
     let client = start_client(&dir, &url, &root, &["down.kiln.test"], &[]);
     wait_until("a status with the error", || {
@@ -853,4 +848,70 @@ fn the_worker_runs_sandboxed_as_the_user_given_and_both_stop_with_the_parent() {
     let _ = parent.0.wait();
     wait_until("the supervisor's end", || gone(supervisor));
     wait_until("the worker's end", || gone(worker));
+}
+
+/// A CA that answers everything with 429 and `Retry-After: 7200`, over
+/// HTTPS with a certificate from `pki`.
+fn rate_limiting_ca(pki: &Pki) -> u16 {
+    let chain = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let conn = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, stream);
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match tls.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = r#"{"type":"urn:ietf:params:acme:error:rateLimited","detail":"slow down","status":429}"#;
+            let _ = write!(
+                tls,
+                "HTTP/1.1 429 Too Many Requests\r\nretry-after: 7200\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    });
+    port
+}
+
+#[test]
+fn a_ca_answering_429_is_left_alone_as_long_as_its_retry_after_says() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("acme");
+    let pki = pki(work.path());
+    let port = rate_limiting_ca(&pki);
+    let url = format!("https://127.0.0.1:{port}/dir");
+    let client = start_client(&dir, &url, &pki.root, &["busy.kiln.test"], &[]);
+    wait_until("a status with the error", || {
+        status(&dir, "busy.kiln.test").is_some_and(|s| s["last_error"].is_string())
+    });
+    let s = status(&dir, "busy.kiln.test").unwrap();
+    let failed_at = s["last_error_at"].as_i64().unwrap();
+    // Two hours, not the first failure's minute.
+    let wait = s["next_attempt"].as_i64().unwrap() - failed_at;
+    assert!((7190..=7200).contains(&wait), "{s}");
+    client.log.wait_for("the failure's line", |t| {
+        t.contains("attempt 1 failed, next in 71")
+    });
 }
