@@ -729,6 +729,8 @@ fn two_clients_on_one_state_folder_order_each_name_once() {
         setup.ca.log.text()
     );
     assert_eq!(setup.ca.log.count("Issued certificate serial"), 2);
+    // One account file, whichever client created it first.
+    assert_eq!(files_in(&setup.dir, "accounts").len(), 1);
 }
 
 #[test]

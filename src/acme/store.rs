@@ -78,6 +78,28 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<
     Ok(())
 }
 
+/// Writes `bytes` to `path` whole unless a file is there already (made
+/// beside it, then hard-linked into place, which fails if one is):
+/// whether it was written.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<bool> {
+    let folder = path
+        .parent()
+        .ok_or_else(|| anyhow!("{}: no folder", path.display()))?;
+    let temp = folder.join(format!(
+        ".new.{}.{}.tmp",
+        std::process::id(),
+        unix_now_nanos()
+    ));
+    write_atomically(&temp, bytes, mode)?;
+    let linked = fs::hard_link(&temp, path);
+    remove(&temp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(anyhow!("{}: cannot write: {e}", path.display())),
+    }
+}
+
 /// Removes `path`; a file already gone is not an error.
 pub fn remove(path: &Path) {
     if let Err(e) = fs::remove_file(path)

@@ -324,16 +324,20 @@ impl Worker {
             return Ok(account.clone());
         }
         let path = store::account_path(&self.dir, &self.url);
-        let client = Box::new(CaClient::new(
-            self.ca_root.as_deref(),
-            self.retry_after.clone(),
-        )?);
+        let client = || -> anyhow::Result<Box<CaClient>> {
+            Ok(Box::new(CaClient::new(
+                self.ca_root.as_deref(),
+                self.retry_after.clone(),
+            )?))
+        };
+        let stored = |bytes: &[u8]| -> anyhow::Result<AccountCredentials> {
+            serde_json::from_slice(bytes)
+                .with_context(|| format!("{}: not an account", path.display()))
+        };
         let account = match std::fs::read(&path) {
             Ok(bytes) => {
-                let credentials: AccountCredentials = serde_json::from_slice(&bytes)
-                    .with_context(|| format!("{}: not an account", path.display()))?;
-                let account = Account::builder_with_http(client)
-                    .from_credentials(credentials)
+                let account = Account::builder_with_http(client()?)
+                    .from_credentials(stored(&bytes)?)
                     .await
                     .context("account")?;
                 tracing::info!("acme: account {} (from {})", account.id(), path.display());
@@ -342,7 +346,7 @@ impl Worker {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let contact = self.email.as_ref().map(|e| format!("mailto:{e}"));
                 let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-                let (account, credentials) = Account::builder_with_http(client)
+                let (account, credentials) = Account::builder_with_http(client()?)
                     .create(
                         &NewAccount {
                             contact: &contacts,
@@ -355,9 +359,22 @@ impl Worker {
                     .await
                     .context("new account")?;
                 let json = serde_json::to_vec(&credentials)?;
-                store::write_atomically(&path, &json, 0o600)?;
-                tracing::info!("acme: created account {} at {}", account.id(), self.url);
-                account
+                if store::write_new(&path, &json, 0o600)? {
+                    tracing::info!("acme: created account {} at {}", account.id(), self.url);
+                    account
+                } else {
+                    // Another client sharing the folder created one at the
+                    // same time: every client uses the one stored.
+                    let account = Account::builder_with_http(client()?)
+                        .from_credentials(stored(&std::fs::read(&path)?)?)
+                        .await
+                        .context("account")?;
+                    tracing::info!(
+                        "acme: account {} (created by another client at the same time)",
+                        account.id()
+                    );
+                    account
+                }
             }
             Err(e) => bail!("{}: {e}", path.display()),
         };
