@@ -790,7 +790,8 @@ fn the_worker_runs_sandboxed_as_the_user_given_and_both_stop_with_the_parent() {
     let work = tempfile::tempdir().unwrap();
     // The user switched to must reach the state folder and the root.
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dir = work.path().join("acme");
+    // Its parent is made too, passable (as /var/lib/kiln for the default).
+    let dir = work.path().join("lib/kiln/acme");
     let root = work.path().join("root.pem");
     unused_root(&root);
     let url = format!("https://127.0.0.1:{}/dir", free_port());
@@ -845,6 +846,7 @@ fn the_worker_runs_sandboxed_as_the_user_given_and_both_stop_with_the_parent() {
         );
     }
     assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&work.path().join("lib/kiln")), 0o755);
     // The parent dies: the supervisor stops, and its worker with it.
     let _ = parent.0.kill();
     let _ = parent.0.wait();

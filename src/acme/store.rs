@@ -19,6 +19,15 @@ use super::layout;
 /// `owner`: hand the state folder and its folders to this uid/gid (the
 /// `--user` the client switches to), so that it can write them.
 pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
+    // Folders above it that do not exist yet (`/var/lib/kiln`) are made
+    // 0755: the user switched to must pass through them.
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| anyhow!("{}: cannot create: {e}", parent.display()))?;
+    }
     let folders = [
         dir.to_path_buf(),
         dir.join("accounts"),
