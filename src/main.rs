@@ -34,6 +34,9 @@ enum Command {
     /// Serve a pack, a folder of sites or a directory over HTTP/1.1,
     /// HTTP/2 and TLS.
     Serve(Box<kiln::serve::ServeArgs>),
+    /// Obtain and renew certificates from an ACME CA (what `kiln serve
+    /// --acme` runs beside the server), or list their state.
+    Acme(kiln::acme::AcmeCommand),
 }
 
 /// How the command ended, when it did not fail.
@@ -54,6 +57,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
             false => Outcome::Done,
         }),
         Command::Serve(args) => done(kiln::serve::run(*args)),
+        Command::Acme(command) => done(kiln::acme::run(command)),
         Command::Verify { pack } => {
             let opened = kiln::pack::Pack::open(&pack)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;

@@ -9,6 +9,69 @@
 //!
 //! [`args`] holds the flags both take; [`layout`] is the state folder's
 //! layout, the one contract between them.
+//!
+//! The client is two processes itself: the supervisor ([`supervisor`],
+//! `kiln acme run`) and the worker it restarts ([`worker`], `kiln acme
+//! worker`), which alone speaks to the CA, inside its own sandbox
+//! ([`sandbox`]), with a tokio runtime of one thread.
 
 pub mod args;
+mod client;
+pub mod command;
 pub mod layout;
+mod lock;
+mod order;
+mod sandbox;
+mod schedule;
+mod status;
+mod store;
+mod supervisor;
+mod worker;
+
+use command::AcmeAction;
+pub use command::AcmeCommand;
+
+/// Runs `kiln acme …`.
+pub fn run(command: AcmeCommand) -> anyhow::Result<()> {
+    init_logging();
+    match command.action {
+        AcmeAction::Run(args) => supervisor::run(args),
+        AcmeAction::Worker(args) => worker::run(args),
+        AcmeAction::Status(args) => status::run(args),
+    }
+}
+
+/// Log lines to stderr, one per event; a line that cannot be written is
+/// dropped (the subscriber's own report of it would panic on a closed
+/// stderr), as the server's.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Has `signal` sent to this process when its parent dies, and exits at
+/// once if `parent` is already gone (it died before the request).
+fn die_with_parent_signal(signal: libc::c_int, parent: libc::pid_t) -> anyhow::Result<()> {
+    // SAFETY: plain prctl; the result is checked.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) } != 0 {
+        anyhow::bail!(
+            "cannot ask for the parent's death signal: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: a plain getter.
+    if unsafe { libc::getppid() } != parent {
+        anyhow::bail!("the parent process is gone");
+    }
+    Ok(())
+}
+
+/// The worker's death signal: killed with its supervisor.
+fn die_with_parent() -> anyhow::Result<()> {
+    // SAFETY: a plain getter.
+    die_with_parent_signal(libc::SIGKILL, unsafe { libc::getppid() })
+}

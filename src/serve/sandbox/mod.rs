@@ -45,7 +45,8 @@ use self::seccomp::seccomp_program;
 pub use self::seccomp::{ArgTest, Syscall, allowed_syscalls};
 use self::threads::wait_until_single_threaded;
 pub use self::user::{Identity, resolve_user};
-use self::user::{switch_user, warn_unreachable};
+pub use self::user::switch_user;
+use self::user::warn_unreachable;
 use super::net::Backend;
 use crate::sys;
 

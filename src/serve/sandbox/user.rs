@@ -115,7 +115,7 @@ pub fn resolve_user(asked: Option<&str>) -> anyhow::Result<Identity> {
 /// Switches to `identity` (supplementary groups, group, then user: each
 /// later step needs the privileges the user switch gives up) and drops
 /// every capability, also when staying root.
-pub(super) fn switch_user(identity: &Identity) -> anyhow::Result<()> {
+pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
     if geteuid().is_root() && identity.uid != 0 {
         let name = CString::new(identity.name.as_bytes()).context("NUL in the user name")?;
         let fail = |what: &str, e: std::io::Error| {

@@ -1,0 +1,151 @@
+//! One order: a certificate for one name, proved by one challenge.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use instant_acme::{
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, Identifier, NewOrder,
+    OrderStatus, RetryPolicy,
+};
+use rcgen::{
+    CertificateParams, CustomExtension, DistinguishedName, KeyPair, PKCS_ECDSA_P256_SHA256,
+};
+
+use super::command::Challenge;
+use super::{layout, store};
+
+/// How long the CA is given to validate, and then to issue: polled from
+/// one second, doubling, within two minutes (or as its `Retry-After`
+/// says).
+const POLL: RetryPolicy = RetryPolicy::new()
+    .initial_delay(Duration::from_secs(1))
+    .backoff(2.0)
+    .timeout(Duration::from_secs(120));
+
+/// A certificate obtained: the chain (PEM, leaf first) and its key (PEM,
+/// PKCS#8).
+pub struct Issued {
+    pub chain: String,
+    pub key: String,
+}
+
+/// The challenge files an order wrote, removed when it ends however it
+/// ends.
+struct ChallengeFiles(Vec<PathBuf>);
+
+impl Drop for ChallengeFiles {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            store::remove(path);
+        }
+    }
+}
+
+/// Orders a certificate for `name`, answering `challenge` through the
+/// state folder `dir`; `replaces` names the certificate it renews (ARI).
+pub async fn obtain(
+    account: &Account,
+    dir: &Path,
+    name: &str,
+    challenge: Challenge,
+    replaces: Option<CertificateIdentifier<'static>>,
+) -> anyhow::Result<Issued> {
+    let identifiers = [Identifier::Dns(name.to_owned())];
+    let mut new = NewOrder::new(&identifiers);
+    if let Some(id) = replaces {
+        new = new.replaces(id);
+    }
+    let mut order = account.new_order(&new).await.context("new order")?;
+    let mut files = ChallengeFiles(Vec::new());
+    let kind = match challenge {
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz.context("authorization")?;
+        match authz.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => bail!("authorization is {other:?}"),
+        }
+        let mut handle = authz
+            .challenge(kind.clone())
+            .ok_or_else(|| anyhow!("the CA offers no {} challenge", challenge.name()))?;
+        let key_authorization = handle.key_authorization();
+        let path = match challenge {
+            Challenge::Http01 => {
+                // The token names a file: the CA's base64url alphabet only.
+                let token = &handle.token;
+                if token.is_empty()
+                    || !token
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                {
+                    bail!("the CA sent a token that is not base64url: {token:?}");
+                }
+                let path = layout::http01_dir(dir).join(token);
+                store::write_atomically(&path, key_authorization.as_str().as_bytes(), 0o644)?;
+                path
+            }
+            Challenge::TlsAlpn01 => {
+                let pem = tls_alpn01_certificate(name, key_authorization.digest().as_ref())?;
+                let path = layout::tls_alpn01_path(dir, name);
+                store::write_atomically(&path, pem.as_bytes(), 0o600)?;
+                path
+            }
+        };
+        files.0.push(path);
+        handle.set_ready().await.context("challenge ready")?;
+    }
+    match order.poll_ready(&POLL).await.context("validation")? {
+        OrderStatus::Ready => {}
+        status => {
+            let why = authorization_errors(&mut order).await;
+            bail!(
+                "{} validation failed (order {status:?}){why}",
+                challenge.name()
+            );
+        }
+    }
+    drop(files);
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).context("key")?;
+    let mut params = CertificateParams::new(vec![name.to_owned()]).context("CSR")?;
+    params.distinguished_name = DistinguishedName::new();
+    let csr = params.serialize_request(&key).context("CSR")?;
+    order.finalize_csr(csr.der()).await.context("finalize")?;
+    let chain = order.poll_certificate(&POLL).await.context("certificate")?;
+    Ok(Issued {
+        chain,
+        key: key.serialize_pem(),
+    })
+}
+
+/// The errors the CA gave the order's challenges, for the log line.
+async fn authorization_errors(order: &mut instant_acme::Order) -> String {
+    let mut why = String::new();
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(mut authz)) = authorizations.next().await {
+        if let Ok(state) = authz.refresh().await {
+            for c in &state.challenges {
+                if let Some(e) = &c.error {
+                    why.push_str(&format!(": {e}"));
+                }
+            }
+        }
+    }
+    why
+}
+
+/// The RFC 8737 certificate: self-signed, the name as its only SAN, the
+/// key authorization's SHA-256 in the critical acmeIdentifier extension;
+/// then its key, PEM.
+fn tls_alpn01_certificate(name: &str, digest: &[u8]) -> anyhow::Result<String> {
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+    let mut params = CertificateParams::new(vec![name.to_owned()])?;
+    params.distinguished_name = DistinguishedName::new();
+    params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
+    let cert = params.self_signed(&key)?;
+    Ok(format!("{}{}", cert.pem(), key.serialize_pem()))
+}

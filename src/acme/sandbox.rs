@@ -1,0 +1,138 @@
+//! The ACME worker's walls, narrower than the server's in what they let
+//! it read and wider in one thing, the network (`docs/security.md`):
+//!
+//! - no capabilities and no_new_privs (the user switch, `--user`, was made
+//!   by the supervisor before it started the worker);
+//! - Landlock: the state folder read and written; the `--acme-ca-root`
+//!   file, the system's trust store and the resolver's files read; nothing
+//!   else, so nothing of the packs; TCP connections only to the CA's port
+//!   (and 53, DNS over TCP), no TCP bind; no signal or abstract socket
+//!   outside the domain.
+//!
+//! The worker is single-threaded when it enters (its tokio runtime and
+//! the resolver threads start afterwards, inside).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+/// The Landlock ABI whose rights are asked for (as the server's sandbox;
+/// an older kernel enforces what it knows).
+const LANDLOCK_ABI: ABI = ABI::V7;
+
+/// Where TLS clients find the system's trust store (the places
+/// rustls-native-certs, through openssl-probe, looks), and where those
+/// files' links lead on Debian and Fedora.
+const TRUST_STORE: &[&str] = &[
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+    "/usr/share/ca-certificates",
+    "/usr/local/share/ca-certificates",
+    "/usr/lib/ssl",
+    "/usr/local/ssl",
+    "/etc/openssl",
+];
+
+/// What the C library's resolver reads at each lookup.
+const RESOLVER_FILES: &[&str] = &[
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+];
+
+/// What the worker may touch.
+pub struct WorkerPlan<'a> {
+    /// The state folder.
+    pub dir: &'a Path,
+    /// `--acme-ca-root`, if given.
+    pub ca_root: Option<&'a Path>,
+    /// The TCP port of the CA's directory URL.
+    pub ca_port: u16,
+}
+
+/// A path and, when it is a symbolic link, the file it leads to now
+/// (Landlock checks the resolved file).
+fn with_target(path: &Path) -> Vec<PathBuf> {
+    let mut paths = vec![path.to_path_buf()];
+    if let Ok(resolved) = std::fs::canonicalize(path)
+        && resolved != path
+    {
+        paths.push(resolved);
+    }
+    paths
+}
+
+/// Enters the worker's sandbox; see the module's text.
+pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
+    // SAFETY: plain getters.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    crate::serve::sandbox::switch_user(&crate::serve::sandbox::Identity {
+        name: uid.to_string(),
+        uid,
+        gid,
+        listed: false,
+    })?;
+    // SAFETY: plain prctl; the result is checked.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(anyhow!(
+            "sandbox: cannot set no_new_privs: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let fail = |e: landlock::RulesetError| anyhow!("sandbox: Landlock: {e}");
+    let abi = LANDLOCK_ABI;
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail)?
+        .handle_access(AccessNet::from_all(abi))
+        .map_err(fail)?
+        .scope(Scope::from_all(abi))
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?;
+    let state = AccessFs::from_all(abi) & !AccessFs::Execute;
+    let dir = PathFd::new(plan.dir)
+        .map_err(|e| anyhow!("sandbox: cannot open {}: {e}", plan.dir.display()))?;
+    ruleset = ruleset
+        .add_rule(PathBeneath::new(dir, state))
+        .map_err(fail)?;
+    let mut read: Vec<PathBuf> = Vec::new();
+    for path in TRUST_STORE.iter().chain(RESOLVER_FILES) {
+        read.extend(with_target(Path::new(path)));
+    }
+    for var in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
+        if let Some(value) = std::env::var_os(var) {
+            read.extend(std::env::split_paths(&value).flat_map(|p| with_target(&p)));
+        }
+    }
+    if let Some(root) = plan.ca_root {
+        read.extend(with_target(root));
+    }
+    ruleset = ruleset
+        .add_rules(landlock::path_beneath_rules(read, AccessFs::from_read(abi)))
+        .map_err(fail)?;
+    for port in [plan.ca_port, 53] {
+        ruleset = ruleset
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(fail)?;
+    }
+    let status = ruleset.restrict_self().map_err(fail)?;
+    let enforced = match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully enforced",
+        RulesetStatus::PartiallyEnforced => "partially enforced (an older kernel)",
+        RulesetStatus::NotEnforced => "not enforced by this kernel",
+    };
+    tracing::info!(
+        "acme: sandbox: uid {uid} without capabilities; Landlock {enforced}: {} read-write, TCP to port {} only",
+        plan.dir.display(),
+        plan.ca_port
+    );
+    Ok(())
+}

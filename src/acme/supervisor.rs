@@ -1,0 +1,215 @@
+//! `kiln acme run`: prepares the state folder, becomes `--user`, and
+//! keeps one worker running: restarted after it dies, 1 s after the
+//! first death, doubling up to 5 minutes, back to 1 s once a worker lived
+//! 10 minutes. It stops (stopping the worker) on SIGTERM or SIGINT and
+//! when its parent, the server, is gone.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use super::command::RunArgs;
+use super::store;
+use crate::serve::sandbox;
+
+const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(5 * 60);
+/// A worker that lived this long resets the restart delay.
+const HEALTHY_LIFE: Duration = Duration::from_secs(10 * 60);
+/// How long a worker asked to stop gets before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What woke the supervisor.
+enum Wake {
+    /// SIGTERM or SIGINT, or the parent is gone: stop.
+    Stop,
+    /// SIGCHLD or the periodic look.
+    Look,
+}
+
+/// The signals the supervisor takes synchronously, blocked.
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set; sigaddset with valid numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGCHLD] {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// Waits up to `timeout` for a signal of `set`, or for the parent to go.
+fn wait(set: &libc::sigset_t, timeout: Duration, parent: libc::pid_t) -> Wake {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a valid set and timespec; the siginfo is not wanted.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    // SAFETY: a plain getter.
+    let parent_gone = unsafe { libc::getppid() } != parent;
+    if signal == libc::SIGTERM || signal == libc::SIGINT || parent_gone {
+        Wake::Stop
+    } else {
+        Wake::Look
+    }
+}
+
+/// Asks the worker to stop, kills it if it does not, and reaps it.
+fn stop(child: &mut Child) {
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let asked = Instant::now();
+    while asked.elapsed() < STOP_GRACE {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The variables that set the worker's flags: its command line says all
+/// of it, and `KILN_ACME_STAGING` beside the `--acme-ca` it is given
+/// would be refused as a conflict.
+const FLAG_VARIABLES: [&str; 6] = [
+    "KILN_ACME_EMAIL",
+    "KILN_ACME_CA",
+    "KILN_ACME_STAGING",
+    "KILN_ACME_CA_ROOT",
+    "KILN_ACME_DIR",
+    "KILN_USER",
+];
+
+/// The worker's command: this binary again, `acme worker` and the request
+/// spelled out, no flag from the environment.
+fn worker_command(args: &RunArgs) -> Command {
+    let mut command = Command::new("/proc/self/exe");
+    command.args(args.worker_argv()).stdin(Stdio::null());
+    for variable in FLAG_VARIABLES {
+        command.env_remove(variable);
+    }
+    command
+}
+
+/// Runs the supervisor until told to stop.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Everything the worker would refuse is refused here, once, rather
+    // than by a worker restarted for ever.
+    args.names()?;
+    super::worker::ca_endpoint(args.acme.directory_url())?;
+    if let Some(root) = &args.acme.ca_root {
+        std::fs::metadata(root).with_context(|| format!("--acme-ca-root {}", root.display()))?;
+    }
+    // SAFETY: plain getters.
+    let (euid, egid, parent) = unsafe { (libc::geteuid(), libc::getegid(), libc::getppid()) };
+    let identity = match &args.user {
+        Some(user) => sandbox::resolve_user(Some(user))?,
+        None => sandbox::Identity {
+            name: euid.to_string(),
+            uid: euid,
+            gid: egid,
+            listed: false,
+        },
+    };
+    let owner =
+        (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
+    store::prepare(&args.acme.dir, owner)?;
+    sandbox::switch_user(&identity)?;
+    // SAFETY: plain prctl; the result is checked.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        bail!(
+            "cannot set no_new_privs: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // After the user switch, which would clear it.
+    super::die_with_parent_signal(libc::SIGTERM, parent)?;
+    let set = signal_set();
+    // SAFETY: a valid set; blocked so that sigtimedwait takes them. The
+    // worker inherits the mask and clears it first thing.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let mut delay = FIRST_RESTART_DELAY;
+    loop {
+        let mut child = worker_command(&args)
+            .spawn()
+            .context("cannot start the ACME worker")?;
+        let started = Instant::now();
+        tracing::info!("acme: worker {} started", child.id());
+        let status = loop {
+            if let Wake::Stop = wait(&set, Duration::from_secs(1), parent) {
+                stop(&mut child);
+                return Ok(());
+            }
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+        };
+        if started.elapsed() >= HEALTHY_LIFE {
+            delay = FIRST_RESTART_DELAY;
+        }
+        tracing::warn!(
+            "acme: worker {} ended ({status}) after {} s; restarting in {} s",
+            child.id(),
+            started.elapsed().as_secs(),
+            delay.as_secs()
+        );
+        let restart = Instant::now() + delay;
+        while let Some(left) = restart
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        {
+            if let Wake::Stop = wait(&set, left.min(Duration::from_secs(1)), parent) {
+                return Ok(());
+            }
+        }
+        delay = (delay * 2).min(MAX_RESTART_DELAY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_worker_takes_its_flags_from_its_command_line_alone() {
+        let args = Cli::parse_from(["kiln", "--domain", "a.test", "--acme-staging"]).run;
+        let command = worker_command(&args);
+        let cleared: Vec<_> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_str().unwrap().to_owned())
+            .collect();
+        for variable in FLAG_VARIABLES {
+            assert!(
+                cleared.iter().any(|c| c == variable),
+                "{variable} is passed on"
+            );
+        }
+        // Every variable clap reads for these flags is among them.
+        let cli = <Cli as clap::CommandFactory>::command();
+        for arg in cli.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                let env = env.to_str().unwrap();
+                assert!(FLAG_VARIABLES.contains(&env), "{env} is not cleared");
+            }
+        }
+        let argv: Vec<_> = command.get_args().map(|a| a.to_str().unwrap()).collect();
+        assert!(
+            argv.windows(2)
+                .any(|w| w == ["--acme-ca", crate::acme::args::LETS_ENCRYPT_STAGING]),
+            "{argv:?}"
+        );
+    }
+}

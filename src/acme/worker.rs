@@ -1,0 +1,569 @@
+//! `kiln acme worker`: the ACME conversation. One loop over the names,
+//! each with its own next moment: check the certificate it has, renew it
+//! when due (ARI's window, else a third of its lifetime left), under the
+//! name's lock, and after a failure wait (a minute doubling to a day, or
+//! as the CA said). Every event is one log line and a fresh status file.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use instant_acme::{Account, AccountCredentials, CertificateIdentifier, NewAccount};
+
+use super::client::{CaClient, RetryAfter};
+use super::command::{Challenge, RunArgs};
+use super::lock::{self, NameLock, Taken};
+use super::schedule;
+use super::store::{self, Current, unix_now};
+use super::{layout, order, sandbox};
+
+/// How soon a name whose lock another client holds is looked at again.
+const LOCK_BUSY_RETRY: i64 = 10;
+/// How soon an attempt is made again after the CA refused a nonce three
+/// times in a row (RFC 8555 §6.5: the client is to retry with a fresh
+/// one; instant-acme did so twice), and how many such quick retries come
+/// before it counts as a failure.
+const BAD_NONCE_RETRY: i64 = 1;
+const BAD_NONCE_RETRIES: u32 = 5;
+/// How often renewal information is fetched again at most, whatever the
+/// CA's `Retry-After` says, and how soon after a failed fetch.
+const ARI_REFETCH_FLOOR: i64 = 60;
+const ARI_FAILED_RETRY: i64 = 3600;
+/// How long one attempt (account, order, validation, issuance) may take
+/// before it is abandoned as a failure: a CA that accepts connections and
+/// never answers must not stall the worker.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(10 * 60);
+/// The longest single sleep: the loop wakes at least this often to look
+/// again (a clock that jumped, a certificate another server renewed).
+const MAX_SLEEP: i64 = 3600;
+
+/// The renewal moment chosen in a CA's suggested window, for one
+/// certificate, until `refetch_at`.
+struct AriPlan {
+    certificate: String,
+    window: (i64, i64),
+    at: i64,
+    refetch_at: i64,
+}
+
+/// One managed name's state between events.
+struct Name {
+    name: String,
+    next: i64,
+    failures: u32,
+    ari: Option<AriPlan>,
+    busy_owner: Option<String>,
+    bad_nonces: u32,
+    status: layout::Status,
+}
+
+/// When a certificate is to be renewed.
+enum Renewal {
+    /// Now: there is none, it is expired, or its moment has come. With
+    /// the identifier of the certificate replaced, when the CA's renewal
+    /// information chose the moment.
+    Due(Option<CertificateIdentifier<'static>>),
+    /// Not yet: renewal is planned for `renew_at`, and the next look
+    /// (to fetch renewal information again) is at `wake` (Unix seconds).
+    Wait { wake: i64, renew_at: i64 },
+}
+
+/// What one attempt ended with.
+enum Outcome {
+    /// A certificate, valid until this moment.
+    Issued(i64),
+    /// Nothing to do until `wake`; renewal planned for `renew_at`.
+    Wait { wake: i64, renew_at: i64 },
+    /// Another client holds the name's lock.
+    Busy(String),
+}
+
+struct Worker {
+    dir: PathBuf,
+    url: String,
+    ca_root: Option<PathBuf>,
+    email: Option<String>,
+    challenges: Vec<Challenge>,
+    names: Vec<Name>,
+    account: Option<Account>,
+    retry_after: RetryAfter,
+}
+
+/// The host and port of the CA's directory URL.
+pub(super) fn ca_endpoint(url: &str) -> anyhow::Result<(String, u16)> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| anyhow!("--acme-ca {url:?}: not a URL: {e}"))?;
+    if uri.scheme_str() != Some("https") {
+        bail!("--acme-ca {url:?}: an ACME directory is an https:// URL");
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| anyhow!("--acme-ca {url:?}: no host"))?;
+    Ok((
+        host.trim_matches(['[', ']']).to_owned(),
+        uri.port_u16().unwrap_or(443),
+    ))
+}
+
+/// Runs the worker until killed.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // The supervisor blocks the signals it waits for, and a blocked mask
+    // survives exec: SIGTERM must end the worker.
+    // SAFETY: an empty set, initialised by sigemptyset.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
+    super::die_with_parent()?;
+    let names = args.names()?;
+    let url = args.acme.directory_url().to_owned();
+    let (host, port) = ca_endpoint(&url)?;
+    let dir = args.acme.dir.clone();
+    store::prepare(&dir, None)?;
+    // One lookup before the sandbox: the C library loads its resolver
+    // modules now, from folders the sandbox will not show. Failing is for
+    // the loop to report.
+    let _ = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port));
+    sandbox::enter(&sandbox::WorkerPlan {
+        dir: &dir,
+        ca_root: args.acme.ca_root.as_deref(),
+        ca_port: port,
+    })?;
+    let names = names
+        .into_iter()
+        .map(|name| {
+            let mut status = store::read_status(&dir, &name).unwrap_or_default();
+            status.name.clone_from(&name);
+            status.ca.clone_from(&url);
+            Name {
+                name,
+                next: 0,
+                failures: 0,
+                ari: None,
+                busy_owner: None,
+                bad_nonces: 0,
+                status,
+            }
+        })
+        .collect();
+    let worker = Worker {
+        dir,
+        url,
+        ca_root: args.acme.ca_root.clone(),
+        email: args.acme.email.clone(),
+        challenges: args.challenge_order(),
+        names,
+        account: None,
+        retry_after: RetryAfter::default(),
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?
+        .block_on(worker.run())
+}
+
+/// A task stopped when its handle goes, also when the future holding it
+/// is dropped half-way (an attempt past [`ATTEMPT_LIMIT`]).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keeps a lock's heartbeat until aborted.
+async fn heartbeat(file: Arc<File>) {
+    loop {
+        tokio::time::sleep(lock::HEARTBEAT).await;
+        if let Err(e) = NameLock::beat(&file) {
+            tracing::warn!("acme: {e:#}");
+        }
+    }
+}
+
+/// Whether the CA refused `e`'s request for its nonce alone.
+fn is_bad_nonce(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<instant_acme::Error>(),
+            Some(instant_acme::Error::Api(problem))
+                if problem.r#type.as_deref() == Some("urn:ietf:params:acme:error:badNonce")
+        )
+    })
+}
+
+/// An error as one line (a log line, a status field).
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace(['\n', '\r'], " ")
+}
+
+impl Worker {
+    async fn run(mut self) -> anyhow::Result<()> {
+        tracing::info!(
+            "acme: managing {} with {} ({})",
+            self.names
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.url,
+            self.challenges
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", then ")
+        );
+        loop {
+            let i = (0..self.names.len())
+                .min_by_key(|&i| self.names[i].next)
+                .ok_or_else(|| anyhow!("no name to manage"))?;
+            let wait = self.names[i].next - unix_now();
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_secs(wait.min(MAX_SLEEP) as u64)).await;
+                continue;
+            }
+            self.step(i).await;
+        }
+    }
+
+    /// One event for name `i`: an attempt, its log line, its status.
+    async fn step(&mut self, i: usize) {
+        let outcome = tokio::time::timeout(ATTEMPT_LIMIT, self.attempt(i))
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow!(
+                    "no result from the CA within {} s; abandoned",
+                    ATTEMPT_LIMIT.as_secs()
+                ))
+            });
+        let now = unix_now();
+        let retry_after = self.retry_after.take();
+        let current = store::current(&self.dir, &self.names[i].name);
+        let n = &mut self.names[i];
+        n.status.not_after = current.map(|c| c.not_after);
+        match outcome {
+            Ok(Outcome::Issued(_)) | Ok(Outcome::Wait { .. }) => {
+                n.busy_owner = None;
+                n.bad_nonces = 0;
+            }
+            _ => {}
+        }
+        match outcome {
+            Ok(Outcome::Issued(not_after)) => {
+                n.failures = 0;
+                n.status.last_error = None;
+                n.status.last_error_at = None;
+                n.status.not_after = Some(not_after);
+                // Look again at once: the new certificate's renewal moment.
+                n.next = now;
+                n.status.next_attempt = Some(now);
+            }
+            Ok(Outcome::Wait { wake, renew_at }) => {
+                // Logged when the plan changes, not at every wake-up.
+                if n.status.next_attempt != Some(renew_at) {
+                    tracing::info!(
+                        "acme: {}: certificate valid until {}; renewing in {} s, next look in {} s",
+                        n.name,
+                        n.status.not_after.unwrap_or_default(),
+                        renew_at - now,
+                        wake - now
+                    );
+                }
+                n.next = wake;
+                n.status.next_attempt = Some(renew_at);
+            }
+            Ok(Outcome::Busy(owner)) => {
+                if n.busy_owner.as_ref() != Some(&owner) {
+                    tracing::info!(
+                        "acme: {}: another client ({owner}) is ordering it; looking again every {LOCK_BUSY_RETRY} s",
+                        n.name
+                    );
+                    n.busy_owner = Some(owner);
+                }
+                n.next = now + LOCK_BUSY_RETRY;
+                n.status.next_attempt = Some(n.next);
+            }
+            Err(e) if is_bad_nonce(&e) && n.bad_nonces < BAD_NONCE_RETRIES => {
+                n.bad_nonces += 1;
+                n.next = now + BAD_NONCE_RETRY;
+                n.status.next_attempt = Some(n.next);
+                tracing::info!(
+                    "acme: {}: the CA refused three nonces in a row; trying again in {BAD_NONCE_RETRY} s",
+                    n.name
+                );
+            }
+            Err(e) => {
+                n.bad_nonces = 0;
+                n.failures += 1;
+                let wait = schedule::backoff(n.failures, retry_after);
+                n.next = now + wait.as_secs() as i64;
+                let line = one_line(&e);
+                tracing::warn!(
+                    "acme: {}: {line}; attempt {} failed, next in {} s",
+                    n.name,
+                    n.failures,
+                    wait.as_secs()
+                );
+                n.status.last_error = Some(line);
+                n.status.last_error_at = Some(now);
+                n.status.next_attempt = Some(n.next);
+            }
+        }
+        store::write_status(&self.dir, &n.status);
+    }
+
+    /// The account with the CA: loaded from `accounts/`, or created there.
+    async fn account(&mut self) -> anyhow::Result<Account> {
+        if let Some(account) = &self.account {
+            return Ok(account.clone());
+        }
+        let path = store::account_path(&self.dir, &self.url);
+        let client = || -> anyhow::Result<Box<CaClient>> {
+            Ok(Box::new(CaClient::new(
+                self.ca_root.as_deref(),
+                self.retry_after.clone(),
+            )?))
+        };
+        let stored = |bytes: &[u8]| -> anyhow::Result<AccountCredentials> {
+            serde_json::from_slice(bytes)
+                .with_context(|| format!("{}: not an account", path.display()))
+        };
+        let account = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let account = Account::builder_with_http(client()?)
+                    .from_credentials(stored(&bytes)?)
+                    .await
+                    .context("account")?;
+                tracing::info!("acme: account {} (from {})", account.id(), path.display());
+                account
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let contact = self.email.as_ref().map(|e| format!("mailto:{e}"));
+                let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+                let (account, credentials) = Account::builder_with_http(client()?)
+                    .create(
+                        &NewAccount {
+                            contact: &contacts,
+                            terms_of_service_agreed: true,
+                            only_return_existing: false,
+                        },
+                        self.url.clone(),
+                        None,
+                    )
+                    .await
+                    .context("new account")?;
+                let json = serde_json::to_vec(&credentials)?;
+                if store::write_new(&path, &json, 0o600)? {
+                    tracing::info!("acme: created account {} at {}", account.id(), self.url);
+                    account
+                } else {
+                    // Another client sharing the folder created one at the
+                    // same time: every client uses the one stored.
+                    let account = Account::builder_with_http(client()?)
+                        .from_credentials(stored(&std::fs::read(&path)?)?)
+                        .await
+                        .context("account")?;
+                    tracing::info!(
+                        "acme: account {} (created by another client at the same time)",
+                        account.id()
+                    );
+                    account
+                }
+            }
+            Err(e) => bail!("{}: {e}", path.display()),
+        };
+        self.account = Some(account.clone());
+        Ok(account)
+    }
+
+    /// When name `i`'s certificate `current` is to be renewed.
+    async fn renewal(&mut self, i: usize, account: &Account, current: Option<&Current>) -> Renewal {
+        let now = unix_now();
+        let Some(current) = current.filter(|c| c.not_after > now) else {
+            return Renewal::Due(None);
+        };
+        let n = &mut self.names[i];
+        let third = schedule::one_third_left(current.not_before, current.not_after);
+        let by_third = |wake: i64| match third <= now {
+            true => Renewal::Due(None),
+            false => Renewal::Wait {
+                wake: wake.min(third),
+                renew_at: third,
+            },
+        };
+        let Some(id) = &current.id else {
+            return by_third(third);
+        };
+        let key = id.to_string();
+        let cached = n
+            .ari
+            .as_ref()
+            .filter(|p| p.certificate == key && now < p.refetch_at);
+        let plan = match cached {
+            Some(plan) => plan,
+            None => match account.renewal_info(id).await {
+                Ok((info, retry_after)) => {
+                    let window = (
+                        info.suggested_window.start.unix_timestamp(),
+                        info.suggested_window.end.unix_timestamp(),
+                    );
+                    let refetch_at = now + (retry_after.as_secs() as i64).max(ARI_REFETCH_FLOOR);
+                    // The same window again keeps the moment drawn in it.
+                    let kept = n
+                        .ari
+                        .as_ref()
+                        .filter(|p| p.certificate == key && p.window == window)
+                        .map(|p| p.at);
+                    let at = kept.unwrap_or_else(|| {
+                        let latest =
+                            schedule::latest_renewal(current.not_before, current.not_after);
+                        let (start, end) = window;
+                        let at = schedule::in_window(
+                            start,
+                            end.min(latest),
+                            now,
+                            schedule::random_u64(),
+                        );
+                        tracing::info!(
+                            "acme: {}: the CA suggests renewing between {start} and {end} (ARI); renewing at {at}, in {} s",
+                            n.name,
+                            at - now
+                        );
+                        at
+                    });
+                    n.ari.insert(AriPlan {
+                        certificate: key,
+                        window,
+                        at,
+                        refetch_at,
+                    })
+                }
+                Err(instant_acme::Error::Unsupported(_)) => return by_third(third),
+                Err(e) => {
+                    tracing::warn!(
+                        "acme: {}: renewal information: {e}; renewing when a third of the lifetime is left, asking again in {ARI_FAILED_RETRY} s",
+                        n.name
+                    );
+                    return by_third(now + ARI_FAILED_RETRY);
+                }
+            },
+        };
+        if plan.at <= now {
+            Renewal::Due(Some(id.clone()))
+        } else {
+            Renewal::Wait {
+                wake: plan.at.min(plan.refetch_at),
+                renew_at: plan.at,
+            }
+        }
+    }
+
+    /// Checks name `i` and orders its certificate when due.
+    async fn attempt(&mut self, i: usize) -> anyhow::Result<Outcome> {
+        let account = self.account().await?;
+        let name = self.names[i].name.clone();
+        let current = store::current(&self.dir, &name);
+        if let Renewal::Wait { wake, renew_at } = self.renewal(i, &account, current.as_ref()).await
+        {
+            return Ok(Outcome::Wait { wake, renew_at });
+        }
+        let lock = match lock::take(&self.dir, &name)? {
+            Taken::Held(lock) => lock,
+            Taken::Busy(owner) => return Ok(Outcome::Busy(owner)),
+        };
+        let _beating = AbortOnDrop(tokio::spawn(heartbeat(lock.heartbeat_handle())));
+        let result = self.order_locked(i, &account).await;
+        drop(lock);
+        result
+    }
+
+    /// With name `i`'s lock held: looks again (another client may have
+    /// renewed it meanwhile), then orders with each challenge in turn.
+    async fn order_locked(&mut self, i: usize, account: &Account) -> anyhow::Result<Outcome> {
+        let name = self.names[i].name.clone();
+        let current = store::current(&self.dir, &name);
+        let replaces = match self.renewal(i, account, current.as_ref()).await {
+            Renewal::Wait { wake, renew_at } => return Ok(Outcome::Wait { wake, renew_at }),
+            Renewal::Due(replaces) => replaces,
+        };
+        let mut last_error = anyhow!("no challenge to try");
+        for (k, &challenge) in self.challenges.iter().enumerate() {
+            tracing::info!(
+                "acme: {name}: ordering a certificate ({}{})",
+                challenge.name(),
+                replaces
+                    .as_ref()
+                    .map(|id| format!(", replacing {id}"))
+                    .unwrap_or_default()
+            );
+            match order::obtain(account, &self.dir, &name, challenge, replaces.clone()).await {
+                Ok(issued) => return self.install(&name, &issued),
+                Err(e) => {
+                    if let Some(next) = self.challenges.get(k + 1) {
+                        tracing::warn!(
+                            "acme: {name}: {}: {}; trying {}",
+                            challenge.name(),
+                            one_line(&e),
+                            next.name()
+                        );
+                    }
+                    last_error = e.context(challenge.name());
+                }
+            }
+        }
+        Err(last_error)
+    }
+
+    /// Writes a new pair: key first, then the chain (a reader that finds
+    /// the chain finds its key).
+    fn install(&self, name: &str, issued: &order::Issued) -> anyhow::Result<Outcome> {
+        store::write_atomically(
+            &layout::key_path(&self.dir, name),
+            issued.key.as_bytes(),
+            0o600,
+        )?;
+        store::write_atomically(
+            &layout::cert_path(&self.dir, name),
+            issued.chain.as_bytes(),
+            0o644,
+        )?;
+        let current = store::current(&self.dir, name)
+            .ok_or_else(|| anyhow!("the CA's certificate does not cover {name}"))?;
+        tracing::info!(
+            "acme: {name}: certificate obtained, valid until {} (in {}s), written to {}",
+            current.not_after,
+            current.not_after - unix_now(),
+            layout::cert_path(&self.dir, name).display()
+        );
+        Ok(Outcome::Issued(current.not_after))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ca_endpoint_is_read_from_its_directory_url() {
+        assert_eq!(
+            ca_endpoint("https://acme-v02.api.letsencrypt.org/directory").unwrap(),
+            ("acme-v02.api.letsencrypt.org".to_owned(), 443)
+        );
+        assert_eq!(
+            ca_endpoint("https://127.0.0.1:14000/dir").unwrap(),
+            ("127.0.0.1".to_owned(), 14000)
+        );
+        assert_eq!(
+            ca_endpoint("https://[::1]:14000/dir").unwrap(),
+            ("::1".to_owned(), 14000)
+        );
+        assert!(ca_endpoint("http://ca.test/dir").is_err());
+        assert!(ca_endpoint("not a url").is_err());
+    }
+}
