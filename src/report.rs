@@ -1,6 +1,6 @@
-//! Writes a command's report to stdout. A reader that went away early
-//! (`kiln inspect site.pack | head`) is not a failure and must never be a
-//! panic, as `println!` would make it.
+//! Writes a command's report to stdout, and sets up its log on stderr. A
+//! reader that went away early (`kiln inspect site.pack | head`) is not a
+//! failure and must never be a panic, as `println!` would make it.
 
 use std::io::Write;
 
@@ -12,4 +12,17 @@ pub fn to_stdout(text: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         written => written.context("cannot write to stdout"),
     }
+}
+
+/// Logs to stderr, one line per event. A log line that cannot be written
+/// is dropped: by default the subscriber reports the failure by printing
+/// to stderr, which panics when stderr is a closed pipe or a full device,
+/// and the thread logging dies.
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

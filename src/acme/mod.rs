@@ -24,7 +24,7 @@ mod order;
 mod sandbox;
 mod schedule;
 mod status;
-mod store;
+pub mod store;
 mod supervisor;
 mod worker;
 
@@ -33,24 +33,12 @@ pub use command::AcmeCommand;
 
 /// Runs `kiln acme …`.
 pub fn run(command: AcmeCommand) -> anyhow::Result<()> {
-    init_logging();
+    crate::report::init_logging();
     match command.action {
         AcmeAction::Run(args) => supervisor::run(args),
         AcmeAction::Worker(args) => worker::run(args),
         AcmeAction::Status(args) => status::run(args),
     }
-}
-
-/// Log lines to stderr, one per event; a line that cannot be written is
-/// dropped (the subscriber's own report of it would panic on a closed
-/// stderr), as the server's.
-fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 /// Has `signal` sent to this process when its parent dies, and exits at

@@ -15,9 +15,11 @@ use rustls::pki_types::pem::PemObject as _;
 
 use super::layout;
 
-/// The folders of the layout, each created with mode 0700 if missing.
-/// `owner`: hand the state folder and its folders to this uid/gid (the
-/// `--user` the client switches to), so that it can write them.
+/// The folders of the layout, each created with mode 0700 if missing, by
+/// the client and, before it starts, by `kiln serve --acme` (which
+/// watches them from the start). `owner`: hand the state folder and its
+/// folders to this uid/gid (the `--user` the client runs as, which the
+/// server serves as too), so that it can write them.
 pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
     // Folders above it that do not exist yet (`/var/lib/kiln`) are made
     // 0755: the user switched to must pass through them.

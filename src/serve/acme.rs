@@ -7,7 +7,6 @@
 //! each name's status, for `/metrics`.
 
 use std::os::fd::{AsFd as _, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt as _, chown};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -162,48 +161,6 @@ pub fn challenges(cleartext_ports: &[u16], tls_ports: &[u16]) -> Vec<&'static st
         order.push(TLS_ALPN_01);
     }
     order
-}
-
-/// Creates the folders of the state the server reads (the folder itself,
-/// `certs`, both challenge folders, `status`), mode 0700, before the
-/// client starts: the server watches them from the start, and a fresh
-/// state folder under a root-owned parent could not be made by the
-/// client once it runs as the serving user. When kiln starts as root and
-/// serves as `owner`, what it creates is given to `owner` (whom the
-/// client runs as too). Folders already there are left as they are.
-pub fn prepare_dir(dir: &Path, owner: Option<(u32, u32)>) -> anyhow::Result<()> {
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("--acme-dir: cannot create {}", parent.display()))?;
-    }
-    let folders = [
-        dir.to_path_buf(),
-        layout::certs_dir(dir),
-        dir.join("challenges"),
-        layout::http01_dir(dir),
-        layout::tls_alpn01_dir(dir),
-        layout::status_dir(dir),
-    ];
-    for folder in &folders {
-        match std::fs::DirBuilder::new().mode(0o700).create(folder) {
-            Ok(()) => {
-                if let Some((uid, gid)) = owner {
-                    chown(folder, Some(uid), Some(gid)).with_context(|| {
-                        format!(
-                            "--acme-dir: cannot give {} to the serving user",
-                            folder.display()
-                        )
-                    })?;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && folder.is_dir() => {}
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("--acme-dir: cannot create {}", folder.display()));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The arguments of the ACME client: `acme run`, each name, each

@@ -920,7 +920,7 @@ fn pack_gauges(current: &CurrentSites) -> Vec<metrics::PackGauges> {
 /// is opened, bound and built on one thread, the sandbox entered, and only
 /// then do threads start (each step says why it is where it is).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    crate::report::init_logging();
     let settings = read_settings(&args)?;
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
@@ -1012,19 +1012,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     say(&announcement);
     drain(handles, control)
-}
-
-/// Logs to stderr, set up first so that every later step can log. A log
-/// line that cannot be written is dropped: by default the subscriber
-/// reports the failure by printing to stderr, which panics when stderr is
-/// a closed pipe or a full device, and the thread logging dies.
-fn init_logging() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
 
 /// What the environment and the flags ask for, checked before anything is
@@ -1262,7 +1249,10 @@ fn managed_certificates(
         return Ok(None);
     }
     let managed = managed_names(args, opened, certificates.source.as_ref())?;
-    acme::prepare_dir(
+    // Made before the client starts: the server watches its folders from
+    // the start, and under a root-owned parent the client, running as the
+    // serving user, could not make them.
+    crate::acme::store::prepare(
         &managed.dir,
         switched_user(identity).map(|i| (i.uid, i.gid)),
     )?;

@@ -44,9 +44,9 @@ use self::landlock_domain::{landlock_ruleset, log_landlock};
 use self::seccomp::seccomp_program;
 pub use self::seccomp::{ArgTest, Syscall, allowed_syscalls};
 use self::threads::wait_until_single_threaded;
-pub use self::user::{Identity, resolve_user};
 pub use self::user::switch_user;
 use self::user::warn_unreachable;
+pub use self::user::{Identity, resolve_user};
 use super::net::Backend;
 use crate::sys;
 
