@@ -155,6 +155,15 @@ pub fn encode_field_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bo
     true
 }
 
+/// The static index of the whole field `name: value` (`name` in any
+/// case), if the static table has it.
+pub fn static_index(name: &[u8], value: &[u8]) -> Option<usize> {
+    match representation(name, value) {
+        Representation::Indexed(index) => Some(index),
+        _ => None,
+    }
+}
+
 /// Appends a reference to `index` of the static or dynamic table (§6.1).
 pub fn encode_indexed(index: usize, out: &mut Vec<u8>) {
     encode_integer(index, 7, INDEXED, out);

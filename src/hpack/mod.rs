@@ -61,11 +61,12 @@ use std::fmt;
 pub use decode::{Decoder, first_literal_len};
 pub use encode::{
     FIRST_DYNAMIC_INDEX, encode_field, encode_field_indexing, encode_indexed, encode_status,
-    encode_table_size_update, encoded_field_len, encoded_status_len,
+    encode_table_size_update, encoded_field_len, encoded_status_len, static_index,
 };
 pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
 pub use shared::{
     MAX_SHARED_ENTRIES, SHARED_TABLE_BUDGET, SPAN_LEN, SharedState, SharedTable, SharedView, Span,
+    indexed_len,
 };
 
 /// A header block that breaks RFC 7541. In HTTP/2 every one is a

@@ -165,6 +165,16 @@ impl SharedTable {
     }
 }
 
+/// The length of a block of `block_len` bytes with its `spans` (records)
+/// all named by index: an index is one byte, as no set has more than
+/// [`MAX_SHARED_ENTRIES`] (62 + 63 < 127, §5.1's one-byte prefix).
+pub fn indexed_len(block_len: usize, spans: &[u8]) -> usize {
+    spans
+        .chunks_exact(SPAN_LEN)
+        .map(Span::decode)
+        .fold(block_len, |len, span| len - usize::from(span.len) + 1)
+}
+
 /// The room an entry takes in a dynamic table (§4.1).
 fn entry_size(name: &[u8], value: &[u8]) -> usize {
     name.len() + value.len() + 32
@@ -208,12 +218,39 @@ impl<'a> SharedView<'a> {
         })
     }
 
+    /// A set `parse` accepted before, whose id it gave: read without
+    /// checking or hashing again (on every response).
+    pub fn checked(bytes: &'a [u8], id: u64) -> Option<SharedView<'a>> {
+        let count = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+        let room = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?) as usize;
+        let reprs_at = TABLE_HEAD_LEN + 4 * count;
+        Some(SharedView {
+            id,
+            room,
+            ends: bytes.get(TABLE_HEAD_LEN..reprs_at)?,
+            reprs: bytes.get(reprs_at..)?,
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.ends.len() / 4
     }
 
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
+    }
+
+    /// True when `spans` (a variant's records) are in order, each inside a
+    /// block of `block_len` bytes and naming an entry of this set.
+    pub fn spans_fit(&self, spans: &[u8], block_len: usize) -> bool {
+        let mut end = 0;
+        spans.chunks_exact(SPAN_LEN).map(Span::decode).all(|span| {
+            let fits = span.at as usize >= end
+                && span.at as usize + usize::from(span.len) <= block_len
+                && usize::from(span.entry) < self.len();
+            end = span.at as usize + usize::from(span.len);
+            fits
+        }) && spans.len() % SPAN_LEN == 0
     }
 
     /// Entry `entry`'s inserting representation; `None` past the end.
@@ -263,6 +300,13 @@ impl SharedState {
     /// entries, inserted before, are that many indices further.
     pub fn inserted(&self) -> usize {
         usize::from(self.inserted)
+    }
+
+    /// True until a block used a set: until then other entries may go into
+    /// the table first (the server's own), their room counted when a set
+    /// is accepted.
+    pub fn is_unused(&self) -> bool {
+        self.set.is_none()
     }
 
     /// True when blocks of `set` may use the table: nothing of another set
