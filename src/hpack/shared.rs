@@ -34,7 +34,8 @@ pub const MAX_SHARED_ENTRIES: usize = 64;
 /// shared set takes at most: the default 4096 less 1024 left for the
 /// server's own fields (`server`, the security headers, HSTS: about 460).
 pub const SHARED_TABLE_BUDGET: usize = 3072;
-/// Fields whose values differ from file to file: never shared.
+/// Fields whose values differ from file to file: chosen after the others,
+/// even when two variants (encodings of one file) carry the same.
 const PER_FILE: [&str; 3] = ["etag", "last-modified", "content-length"];
 /// Size of a span record in a pack (see [`Span::encode`]).
 pub const SPAN_LEN: usize = 8;
@@ -78,18 +79,19 @@ pub struct SharedTable {
 }
 
 impl SharedTable {
-    /// Chooses the shared set from the HTTP/1 lines of every variant: the
-    /// fields at least two variants carry, not per file, not a whole entry
-    /// of the static table, the most frequent first (ties by name and
-    /// value, so the choice is reproducible), as long as they fit
-    /// [`SHARED_TABLE_BUDGET`] and [`MAX_SHARED_ENTRIES`].
+    /// Chooses the shared set from the HTTP/1 lines of every variant, as
+    /// long as the entries fit [`SHARED_TABLE_BUDGET`] and
+    /// [`MAX_SHARED_ENTRIES`]: first the fields at least two variants
+    /// carry, the most frequent first, then the others (a small site's
+    /// `etag` and `last-modified` too: a connection that asks for a file
+    /// again gets them by index). Ties by name and value, so the choice is
+    /// reproducible; never a field the static table has whole.
     pub fn choose<'a>(heads: impl IntoIterator<Item = &'a [u8]>) -> SharedTable {
         let mut counts: HashMap<(Vec<u8>, Vec<u8>), usize> = HashMap::new();
         for head in heads {
             for (name, value) in fields(head) {
                 let name = name.to_ascii_lowercase();
                 if is_connection_specific(&name)
-                    || PER_FILE.iter().any(|p| p.as_bytes() == name)
                     || matches!(representation(&name, value), Representation::Indexed(_))
                 {
                     continue;
@@ -97,8 +99,12 @@ impl SharedTable {
                 *counts.entry((name, value.to_vec())).or_default() += 1;
             }
         }
-        let mut candidates: Vec<_> = counts.into_iter().filter(|(_, n)| *n >= 2).collect();
-        candidates.sort_by(|(a, n), (b, m)| m.cmp(n).then_with(|| a.cmp(b)));
+        let mut candidates: Vec<_> = counts.into_iter().collect();
+        let rank = |((name, _), count): &((Vec<u8>, Vec<u8>), usize)| {
+            let shared = *count >= 2 && !PER_FILE.iter().any(|p| p.as_bytes() == name);
+            (!shared, std::cmp::Reverse(*count))
+        };
+        candidates.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.0.cmp(&b.0)));
         let mut room = 0;
         let mut entries = Vec::new();
         for ((name, value), _) in candidates {
@@ -461,19 +467,39 @@ mod tests {
     fn the_shared_set_is_what_pages_have_in_common() {
         let table = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes()));
         let names: Vec<&[u8]> = table.entries.iter().map(|(n, _)| &n[..]).collect();
-        // Carried by all three first, then by two, ties by name; never a
-        // per-file value.
+        // Carried by all three first, then by two, ties by name; then the
+        // rest: per-file values and the fields one page has, by name.
         assert_eq!(
-            names,
+            names[..4],
             [
-                &b"accept-ranges"[..],
-                b"vary",
+                b"accept-ranges",
+                &b"vary"[..],
                 b"cache-control",
                 b"content-type"
             ],
             "{table:?}"
         );
-        assert!(SharedTable::choose([HEADS[0].as_bytes()]).is_empty());
+        let rest: Vec<&[u8]> = vec![
+            b"cache-control",
+            b"content-length",
+            b"content-length",
+            b"content-length",
+            b"content-type",
+            b"etag",
+            b"etag",
+            b"etag",
+        ];
+        assert_eq!(names[4..], rest, "{table:?}");
+        assert_eq!(SharedTable::choose([HEADS[0].as_bytes()]).entries.len(), 6);
+        // Within the budget, however many files.
+        let many: Vec<String> = (0..200)
+            .map(|i| format!("ETag: \"{i:032}\"\r\nContent-Type: text/html\r\n"))
+            .collect();
+        let table = SharedTable::choose(many.iter().map(|h| h.as_bytes()));
+        assert_eq!(table.entries[0].0, b"content-type");
+        assert!(table.entries.len() <= MAX_SHARED_ENTRIES);
+        let room: usize = table.entries.iter().map(|(n, v)| entry_size(n, v)).sum();
+        assert!(room <= SHARED_TABLE_BUDGET, "{room}");
     }
 
     #[test]
@@ -481,10 +507,11 @@ mod tests {
         let (blocks, expected) = connection(&STEPS);
         assert_eq!(decode_all(&blocks), expected);
         let lens: Vec<usize> = blocks.iter().map(Vec::len).collect();
-        // The second response of a page: three fields of a byte each.
-        assert!(lens[1] + 30 < lens[0], "{lens:?}");
-        // The third page shares everything with the first.
-        assert_eq!(lens[3], lens[1], "{lens:?}");
+        // The second response of a page: its six fields, a byte each.
+        assert_eq!(lens[1], 6, "{lens:?}");
+        // The third page inserts only its own `etag` and length, and
+        // names the four fields it shares with the first.
+        assert!(lens[3] < lens[0] / 4, "{lens:?}");
         // 128 bytes of table do not hold the set: stateless blocks, the
         // same after the size updates' bytes (0, then 128: 1 + 2).
         assert_eq!(lens[4] - 3, lens[5], "{lens:?}");
