@@ -256,7 +256,7 @@ impl<'a> SharedView<'a> {
                 && usize::from(span.entry) < self.len();
             end = span.at as usize + usize::from(span.len);
             fits
-        }) && spans.len() % SPAN_LEN == 0
+        }) && spans.len().is_multiple_of(SPAN_LEN)
     }
 
     /// Entry `entry`'s inserting representation; `None` past the end.
@@ -382,6 +382,9 @@ mod tests {
         "ETag: \"c\"\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nContent-Type: text/html; charset=utf-8\r\nAccept-Ranges: bytes\r\nContent-Length: 30\r\n",
     ];
 
+    /// A block's fields, (name, value).
+    type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
     /// What a connection sends: a variant's block, or a table size change
     /// the client asked for (`SETTINGS_HEADER_TABLE_SIZE`).
     #[derive(Clone, Copy)]
@@ -392,7 +395,7 @@ mod tests {
 
     /// The blocks a connection writes for `steps`, with the fields each
     /// must decode to, and the sizes the client's decoder is given.
-    fn connection(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<Vec<(Vec<u8>, Vec<u8>)>>) {
+    fn connection(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<Fields>) {
         let table = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes()));
         let encoded = table.encode();
         let set = SharedView::parse(&encoded).expect("a shared set");
@@ -435,7 +438,7 @@ mod tests {
         (blocks, expected)
     }
 
-    fn decode_all(blocks: &[Vec<u8>]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    fn decode_all(blocks: &[Vec<u8>]) -> Vec<Fields> {
         let mut decoder = Decoder::new(4096);
         blocks
             .iter()

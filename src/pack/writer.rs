@@ -116,6 +116,9 @@ impl HeadBlockBuilder {
     }
 }
 
+/// A blob-relative offset and a length (or a count of records).
+type BlobRange = (u64, u32);
+
 /// Where a body landed in the pack, and its content hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyRef {
@@ -600,7 +603,7 @@ impl PackWriter {
     /// (offset, length), if any, and per variant its spans' (blob offset,
     /// count). A variant whose stored HPACK block is not what its lines
     /// encode to (never, as `HeadBlockBuilder` writes both) gets none.
-    fn add_shared_fields(&mut self) -> (Option<(u64, u32)>, Vec<(u64, u32)>) {
+    fn add_shared_fields(&mut self) -> (Option<BlobRange>, Vec<BlobRange>) {
         let heads: Vec<(&[u8], &[u8])> = self
             .variants
             .iter()
