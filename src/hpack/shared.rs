@@ -568,6 +568,32 @@ mod tests {
         assert_eq!(state.inserted(), all.len());
     }
 
+    /// Another site's set, or a reload's with other fields, on the same
+    /// connection: its indices would name this set's entries, so its
+    /// blocks go stateless; an equal set (a reload that changed no shared
+    /// field) keeps the indices.
+    #[test]
+    fn only_the_set_in_use_is_accepted() {
+        let first = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes())).encode();
+        let reloaded = first.clone();
+        let other = SharedTable::choose(HEADS[1..].iter().map(|h| h.as_bytes())).encode();
+        let (first, same, other) = (
+            SharedView::parse(&first).unwrap(),
+            SharedView::parse(&reloaded).unwrap(),
+            SharedView::parse(&other).unwrap(),
+        );
+        let mut state = SharedState::default();
+        assert!(state.accepts(&other, 4096) && state.accepts(&first, 4096));
+        assert!(!state.accepts(&first, first.room - 1), "it must fit");
+        let mut block = Vec::new();
+        state.write_block(&first, &[], 0, &[], &mut block);
+        assert!(!state.is_unused());
+        assert!(state.accepts(&same, 0));
+        assert!(!state.accepts(&other, 4096));
+        state.reset();
+        assert!(state.accepts(&other, 4096));
+    }
+
     #[test]
     fn malformed_sets_are_refused() {
         let encoded = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes())).encode();
