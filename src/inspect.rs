@@ -92,6 +92,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
                     "encoding": v.encoding.token(),
                     "bytes": v.body.len(),
                     "hpack_bytes": v.hpack.len(),
+                    "hpack_indexed_bytes": crate::hpack::indexed_len(v.hpack.len(), v.spans),
                 })
             })
             .collect();
@@ -132,6 +133,10 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
     let header_blocks = json!({
         "http1": {"blocks": blocks[0].0, "bytes": blocks[0].1},
         "hpack": {"blocks": blocks[1].0, "bytes": blocks[1].1},
+        "hpack_shared": pack.shared_fields().map_or(
+            json!({"fields": 0, "table_room": 0}),
+            |set| json!({"fields": set.len(), "table_room": set.room}),
+        ),
     });
     let mut provenance = serde_json::Map::new();
     for (e, (kept, not_kept)) in ENCODINGS.iter().zip(provenance_totals(pack)).skip(1) {
@@ -220,7 +225,7 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         .clamp(3, 60);
     writeln!(
         out,
-        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes)",
+        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes[/with the shared fields indexed])",
         "key", "kind", "status"
     )?;
     for (route, key) in pack.routes().zip(&keys) {
@@ -228,8 +233,12 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         let variants: Vec<String> = route
             .variants()
             .map(|v| {
+                let indexed = match v.spans {
+                    [] => String::new(),
+                    spans => format!("/{}", crate::hpack::indexed_len(v.hpack.len(), spans)),
+                };
                 format!(
-                    "{} {} h2:{}",
+                    "{} {} h2:{}{indexed}",
                     short(v.encoding),
                     v.body.len(),
                     v.hpack.len()
@@ -286,6 +295,14 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         "heads     {} HTTP/1 blocks, {} bytes; {} HPACK blocks, {} bytes",
         http1.0, http1.1, hpack.0, hpack.1
     )?;
+    if let Some(set) = pack.shared_fields() {
+        writeln!(
+            out,
+            "shared    {} HPACK fields, {} bytes of a client's table",
+            set.len(),
+            set.room
+        )?;
+    }
     let made: Vec<String> = ENCODINGS
         .iter()
         .zip(provenance_totals(pack))

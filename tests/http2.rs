@@ -159,3 +159,105 @@ fn curl_gets_every_variant_as_over_http1() {
         }
     }
 }
+
+/// Fields of a response as compared: lowercase, sorted, without `date`
+/// and `connection` (per message), the status first.
+fn comparable(status: &str, fields: impl Iterator<Item = String>) -> Vec<String> {
+    let mut fields: Vec<String> = fields
+        .filter(|l| !l.starts_with("date:") && !l.starts_with("connection:"))
+        .collect();
+    fields.sort();
+    fields.insert(0, status.to_string());
+    fields
+}
+
+/// A response over HTTP/1.1, by curl.
+fn http1_head(resolve: &str, url: &str) -> Vec<String> {
+    let output = Command::new("curl")
+        .args(["-s", "-k", "--resolve", resolve, "--http1.1"])
+        .args([
+            "-H",
+            "Accept-Encoding: br, gzip",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            url,
+        ])
+        .output()
+        .expect("curl");
+    assert!(output.status.success(), "curl {url}");
+    let text = String::from_utf8_lossy(&output.stdout).to_lowercase();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1));
+    comparable(status.unwrap_or_default(), lines.map(String::from))
+}
+
+/// The responses to `urls`, all requested on one HTTP/2 connection by
+/// nghttp (nghttp2's HPACK decoder, which keeps the dynamic table across
+/// blocks as every client does), in the order of `urls`; `None` without
+/// nghttp.
+fn h2_heads_of_one_connection(urls: &[String]) -> Option<Vec<Vec<String>>> {
+    let output = Command::new("nghttp")
+        .args(["-n", "-v", "-H", "accept-encoding: br, gzip"])
+        .args(urls)
+        .output()
+        .ok()?;
+    assert!(output.status.success(), "nghttp");
+    let text = String::from_utf8_lossy(&output.stdout).to_lowercase();
+    let mut streams: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once("] recv (stream_id=") else {
+            continue;
+        };
+        let (id, field) = rest.split_once(") ").expect("a field line");
+        streams
+            .entry(id.parse().expect("a stream id"))
+            .or_default()
+            .push(field.trim().to_string());
+    }
+    let heads = streams
+        .into_values()
+        .map(|fields| {
+            let status = fields[0].strip_prefix(":status: ").expect(":status first");
+            comparable(status, fields[1..].iter().cloned())
+        })
+        .collect();
+    Some(heads)
+}
+
+/// Pages fetched over one HTTP/2 connection (h2c and h2 over TLS), several
+/// times: every response has exactly the fields HTTP/1.1 gives, whether
+/// its shared fields were inserted or named by index.
+#[test]
+fn one_connection_gets_every_field_as_over_http1() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let resolve = format!("localhost:{}:127.0.0.1", server.tls_port.unwrap());
+    let paths = [
+        "/",
+        "/about/",
+        "/style.css",
+        "/missing",
+        "/about",
+        "/index.html",
+    ];
+    for base in [
+        format!("http://127.0.0.1:{}", server.port),
+        format!("https://localhost:{}", server.tls_port.unwrap()),
+    ] {
+        // Distinct URLs (nghttp asks once for each), the same pages.
+        let urls: Vec<String> = (0..3)
+            .flat_map(|round| paths.iter().map(move |p| (round, p)))
+            .map(|(round, p)| format!("{base}{p}?{round}"))
+            .collect();
+        let Some(h2) = h2_heads_of_one_connection(&urls) else {
+            eprintln!("no nghttp (nghttp2-client); skipped");
+            return;
+        };
+        assert_eq!(h2.len(), urls.len(), "{base}");
+        for (url, h2) in urls.iter().zip(&h2) {
+            assert_eq!(h2, &http1_head(&resolve, url), "{url}");
+        }
+    }
+}

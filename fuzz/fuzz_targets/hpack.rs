@@ -13,11 +13,19 @@
 //!   in two bytes), encoded, must decode to the same fields, names
 //!   lowercased, on a decoder with no dynamic table (the encoder never
 //!   uses it), and be as long as `encoded_*_len` said.
+//! - **Shared fields**: the same bytes read as up to four variants' lines
+//!   (a variant byte, a name length byte, the name, a value length byte,
+//!   the value; both mapped to printable text), a shared set chosen from
+//!   them as `kiln build` does, then responses (the variants in the order
+//!   the rest of the bytes picks) written through one `SharedState` as a
+//!   connection writes them: each block must decode, on one decoder of the
+//!   default table size as the client's, to its variant's fields.
 
 #![no_main]
 
 use kiln::hpack::{
-    DecodeError, Decoder, encode_field, encode_status, encoded_field_len, encoded_status_len,
+    DecodeError, Decoder, SharedState, SharedTable, SharedView, encode_field, encode_lines,
+    encode_status, encoded_field_len, encoded_status_len, fields, is_connection_specific,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -27,7 +35,66 @@ const FIELD_OVERHEAD: usize = 32;
 fuzz_target!(|data: &[u8]| {
     decode_blocks(data);
     round_trip(data);
+    shared_fields(data);
 });
+
+/// Variants the shared-fields part builds at most.
+const VARIANTS: usize = 4;
+
+fn shared_fields(data: &[u8]) {
+    let mut heads = vec![Vec::new(); VARIANTS];
+    let mut rest = data;
+    while let [variant, name_len, tail @ ..] = rest {
+        let (name, tail) = tail.split_at(usize::from(*name_len % 16).min(tail.len()));
+        let Some((&value_len, tail)) = tail.split_first() else {
+            break;
+        };
+        let (value, tail) = tail.split_at(usize::from(value_len % 64).min(tail.len()));
+        rest = tail;
+        if name.is_empty() {
+            // The rest picks the responses.
+            break;
+        }
+        let head = &mut heads[usize::from(*variant) % VARIANTS];
+        head.extend(name.iter().map(|b| b'a' + b % 26));
+        head.extend_from_slice(b": ");
+        // Printable, no space: a value is sent without the whitespace
+        // around it.
+        head.extend(value.iter().map(|b| 0x21 + b % 94));
+        head.extend_from_slice(b"\r\n");
+    }
+    let table = SharedTable::choose(heads.iter().map(Vec::as_slice));
+    let encoded = table.encode();
+    let Some(set) = SharedView::parse(&encoded) else {
+        assert!(table.is_empty());
+        return;
+    };
+    let mut state = SharedState::default();
+    let mut decoder = Decoder::new(4096);
+    let mut block = Vec::new();
+    for &pick in rest.iter().chain(&[0, 1, 2, 3, 0, 1, 2, 3]) {
+        let head = &heads[usize::from(pick) % VARIANTS];
+        let mut stateless = Vec::new();
+        encode_lines(head, &mut stateless);
+        let mut spans = Vec::new();
+        table.spans(head).iter().for_each(|s| s.encode(&mut spans));
+        assert!(set.spans_fit(&spans, stateless.len()));
+        assert!(state.accepts(&set, 4096));
+        block.clear();
+        state.write_block(&set, &stateless, 0, &spans, &mut block);
+        let mut decoded = Vec::new();
+        let result = decoder.decode(&block, &mut Vec::new(), usize::MAX, |name, value| {
+            decoded.push((name.to_vec(), value.to_vec()));
+            Ok::<(), ()>(())
+        });
+        assert_eq!(result, Ok(()));
+        let expected: Vec<(Vec<u8>, Vec<u8>)> = fields(head)
+            .filter(|(name, _)| !is_connection_specific(name))
+            .map(|(name, value)| (name.to_vec(), value.to_vec()))
+            .collect();
+        assert_eq!(decoded, expected);
+    }
+}
 
 fn decode_blocks(data: &[u8]) {
     let Some((&settings, mut rest)) = data.split_first() else {

@@ -91,7 +91,7 @@ fn string_len(bytes: &[u8], lowercase: bool) -> usize {
 }
 
 /// How a field is represented.
-enum Representation {
+pub(super) enum Representation {
     /// Name and value at this static index.
     Indexed(usize),
     /// Name at this static index, value as a literal.
@@ -100,7 +100,7 @@ enum Representation {
     Literal,
 }
 
-fn representation(name: &[u8], value: &[u8]) -> Representation {
+pub(super) fn representation(name: &[u8], value: &[u8]) -> Representation {
     // The static table's names are lowercase: comparing without case is
     // comparing the lowercased name.
     let mut name_index = None;
@@ -153,6 +153,15 @@ pub fn encode_field_indexing(name: &[u8], value: &[u8], out: &mut Vec<u8>) -> bo
     }
     encode_string(value, false, out);
     true
+}
+
+/// The static index of the whole field `name: value` (`name` in any
+/// case), if the static table has it.
+pub fn static_index(name: &[u8], value: &[u8]) -> Option<usize> {
+    match representation(name, value) {
+        Representation::Indexed(index) => Some(index),
+        _ => None,
+    }
 }
 
 /// Appends a reference to `index` of the static or dynamic table (§6.1).

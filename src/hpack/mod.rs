@@ -17,6 +17,10 @@
 //!   same way, leaving out connection-specific fields, and [`fields`]
 //!   reads such lines: kiln decides each response's fields once, as lines,
 //!   and both protocols send them (`lines.rs`).
+//! - [`SharedTable`] is a pack's shared fields, chosen at build time, and
+//!   [`SharedState`] what a connection inserted of them: each response
+//!   inserts the shared fields it carries the first time, then names them
+//!   by index (`shared.rs`).
 //! - `huffman.rs` is the Huffman code, decoded four bits per table lookup
 //!   by a state machine built at compile time.
 //!
@@ -47,6 +51,7 @@ mod decode;
 mod encode;
 mod huffman;
 mod lines;
+mod shared;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -56,9 +61,13 @@ use std::fmt;
 pub use decode::{Decoder, first_literal_len};
 pub use encode::{
     FIRST_DYNAMIC_INDEX, encode_field, encode_field_indexing, encode_indexed, encode_status,
-    encode_table_size_update, encoded_field_len, encoded_status_len,
+    encode_table_size_update, encoded_field_len, encoded_status_len, static_index,
 };
 pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
+pub use shared::{
+    MAX_SHARED_ENTRIES, SHARED_TABLE_BUDGET, SPAN_LEN, SharedState, SharedTable, SharedView, Span,
+    indexed_len,
+};
 
 /// A header block that breaks RFC 7541. In HTTP/2 every one is a
 /// connection error of type `COMPRESSION_ERROR` (RFC 9113 §4.3).

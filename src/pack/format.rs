@@ -7,11 +7,11 @@
 /// First eight bytes of every pack.
 pub const MAGIC: [u8; 8] = *b"KILNPACK";
 /// Bumped on any incompatible change of this file.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Size of the fixed header at offset 0.
-pub const HEADER_LEN: usize = 256;
+pub const HEADER_LEN: usize = 288;
 /// The header checksum covers bytes `0..HEADER_CHECKSUM_AT`.
-pub const HEADER_CHECKSUM_AT: usize = 248;
+pub const HEADER_CHECKSUM_AT: usize = 280;
 
 /// Sections, in the order of the header's section table (not file order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +74,11 @@ pub const H_SECTIONS: usize = 72;
 pub const SECTION_ENTRY_LEN: usize = 24;
 /// Number of provenance records (u64), after the section table.
 pub const H_PROVENANCE_COUNT: usize = 240;
+/// The site's shared HPACK fields (`hpack::SharedTable::encode`): absolute
+/// offset (u64) in the blobs section and length (u32); both zero when the
+/// pack has none. 264..280 reserved, zero.
+pub const H_SHARED_OFF: usize = 248;
+pub const H_SHARED_LEN: usize = 256;
 
 /// Header flag: at least one `_redirects` rule is forced (`!`) and has a
 /// pattern, so rules must be consulted before the exact lookup.
@@ -96,9 +101,9 @@ pub const R_FLAGS: usize = 28; // u32
 /// Route flag: conditional requests and ranges apply (a stored 200 resource).
 pub const RF_VALIDATORS: u32 = 1;
 
-// Variant record: 64 bytes, one cache line; every field at a multiple of
-// its size.
-pub const VARIANT_LEN: usize = 64;
+// Variant record: 80 bytes, every field at a multiple of its size; HTTP/1
+// reads the first 64 only.
+pub const VARIANT_LEN: usize = 80;
 pub const V_BODY_OFF: usize = 0; // u64
 pub const V_BODY_LEN: usize = 8; // u64
 pub const V_HEAD_OFF: usize = 16; // u64
@@ -113,6 +118,11 @@ pub const V_HPACK_LEN: usize = 44; // u32
 pub const V_HPACK_OFF: usize = 48; // u64
 pub const V_HPACK_REPR_AT: usize = 56; // u32
 pub const V_HPACK_LENGTH_AT: usize = 60; // u32
+/// Where the HPACK block has fields of the pack's shared set: absolute
+/// offset (u64) of `hpack::SPAN_LEN`-byte records, and their count (u32);
+/// 76..80 reserved, zero.
+pub const V_SPANS_OFF: usize = 64; // u64
+pub const V_SPANS_COUNT: usize = 72; // u32
 
 /// Headers the server adds to every response on its own (security headers,
 /// HSTS), lower-case. A variant's `overrides` bit `i` says its block already

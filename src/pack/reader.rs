@@ -47,6 +47,9 @@ pub struct Pack {
     provenance_count: u64,
     not_found: u64,
     flags: u64,
+    /// The shared HPACK fields: range in the mapping and set id (see
+    /// `hpack::SharedView`), checked at open.
+    shared: Option<(Range<usize>, u64)>,
 }
 
 impl fmt::Debug for Pack {
@@ -86,6 +89,9 @@ pub struct Variant<'p> {
     pub hpack_repr_at: usize,
     /// `length_at` in `hpack`.
     pub hpack_length_at: usize,
+    /// Where `hpack` has fields of `Pack::shared_fields`: records of
+    /// `hpack::SPAN_LEN` bytes; empty when it has none.
+    pub spans: &'p [u8],
     /// The ETag value with its quotes; empty when there is none.
     pub etag: &'p [u8],
     /// The stored bytes, sent as the body.
@@ -206,6 +212,23 @@ impl Pack {
             return Err(bad("not-found route out of range"));
         }
         let flags = get_u64(b, H_FLAGS);
+        let shared = match (get_u64(b, H_SHARED_OFF), get_u32(b, H_SHARED_LEN) as u64) {
+            (_, 0) => None,
+            (off, len) => {
+                let (blobs_off, blobs_len, _) = sections[Section::Blobs as usize];
+                if off < blobs_off
+                    || off
+                        .checked_add(len)
+                        .is_none_or(|e| e > blobs_off + blobs_len)
+                {
+                    return Err(bad("shared HPACK fields outside the blobs section"));
+                }
+                let range = off as usize..(off + len) as usize;
+                let set = crate::hpack::SharedView::parse(&b[range.clone()])
+                    .ok_or_else(|| bad("malformed shared HPACK fields"))?;
+                Some((range, set.id))
+            }
+        };
         Ok(Pack {
             map,
             file,
@@ -218,6 +241,7 @@ impl Pack {
             provenance_count,
             not_found,
             flags,
+            shared,
         })
     }
 
@@ -259,6 +283,12 @@ impl Pack {
     /// Offset, length and stored checksum of a section.
     pub fn section(&self, s: Section) -> (u64, u64, u64) {
         self.sections[s as usize]
+    }
+
+    /// The shared HPACK fields that variants' `spans` name, if any.
+    pub fn shared_fields(&self) -> Option<crate::hpack::SharedView<'_>> {
+        let (range, id) = self.shared.as_ref()?;
+        crate::hpack::SharedView::checked(&self.map[range.clone()], *id)
     }
 
     fn section_bytes(&self, s: Section) -> &[u8] {
@@ -399,6 +429,13 @@ impl Pack {
         if hpack_repr_at > hpack_length_at || hpack_length_at > hpack.len() {
             return None;
         }
+        let spans = match get_u32(r, V_SPANS_COUNT) as u64 {
+            0 => &[][..],
+            count => self.slice(
+                get_u64(r, V_SPANS_OFF),
+                count * crate::hpack::SPAN_LEN as u64,
+            )?,
+        };
         let body_off = get_u64(r, V_BODY_OFF);
         Some(Variant {
             encoding: Encoding::from_u8(r[V_ENCODING])?,
@@ -408,6 +445,7 @@ impl Pack {
             hpack,
             hpack_repr_at,
             hpack_length_at,
+            spans,
             etag,
             body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
             body_off,
@@ -444,6 +482,11 @@ fn provenance_record(r: &[u8]) -> Option<Provenance<'_>> {
 }
 
 impl<'p> Route<'p> {
+    /// The pack the route is in.
+    pub fn pack(&self) -> &'p Pack {
+        self.pack
+    }
+
     pub fn index(&self) -> u32 {
         self.index
     }

@@ -418,21 +418,21 @@ fn a_pack_of_another_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = sample(dir.path());
     let mut old = std::fs::read(&path).unwrap();
-    assert_eq!(get_u32(&old, H_VERSION), 3);
-    // A version 2 header, as kiln before provenance records wrote it.
-    put_u32(&mut old, H_VERSION, 2);
+    assert_eq!(get_u32(&old, H_VERSION), 4);
+    // A version 3 header, as kiln before shared HPACK fields wrote it.
+    put_u32(&mut old, H_VERSION, 3);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
     let err = Pack::open(&path).unwrap_err().0;
     assert_eq!(
         err,
-        "built by another kiln version (pack format 2, this kiln reads format 3); \
+        "built by another kiln version (pack format 3, this kiln reads format 4); \
          rebuild it with `kiln build`"
     );
-    put_u32(&mut old, H_VERSION, 4);
+    put_u32(&mut old, H_VERSION, 5);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
-    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 4"));
+    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 5"));
 }
 
 /// A sample pack whose `/` identity variant has `hpack` changed by `spoil`

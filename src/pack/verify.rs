@@ -1,5 +1,7 @@
 //! `kiln verify`: checks every checksum and every offset of a pack, that
-//! each variant's HPACK block carries the fields of its HTTP/1 block, that
+//! each variant's HPACK block carries the fields of its HTTP/1 block (also
+//! as a connection sends it with the shared fields inserted, then
+//! indexed), that
 //! the provenance records are in order and name bodies with their hashes,
 //! and stops at the first problem.
 
@@ -33,7 +35,9 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
     let bodies = pack.section_range(Section::Bodies);
     let variants = pack.section_range(Section::Variants);
     let mut scratch = Vec::new();
+    let mut shared = pack.shared_fields().map(SharedCheck::new);
     for (i, v) in bytes[variants].chunks_exact(VARIANT_LEN).enumerate() {
+        let span_count = get_u32(v, V_SPANS_COUNT) as u64;
         let problem = if Encoding::from_u8(v[V_ENCODING]).is_none() {
             Some("unknown encoding")
         } else if !within(&bodies, get_u64(v, V_BODY_OFF), get_u64(v, V_BODY_LEN)) {
@@ -50,6 +54,16 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
             get_u32(v, V_HPACK_LEN) as u64,
         ) {
             Some("HPACK block outside the blobs section")
+        } else if span_count > 0
+            && !within(
+                &blobs,
+                get_u64(v, V_SPANS_OFF),
+                span_count * hpack::SPAN_LEN as u64,
+            )
+        {
+            Some("shared-field spans outside the blobs section")
+        } else if span_count > 0 && shared.is_none() {
+            Some("shared-field spans in a pack without shared fields")
         } else {
             let head_len = get_u32(v, V_HEAD_LEN) as u64;
             let (repr, length) = (get_u32(v, V_REPR_AT) as u64, get_u32(v, V_LENGTH_AT) as u64);
@@ -68,7 +82,11 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
         if let Some(p) = problem {
             return Err(PackError(format!("variant {i}: {p}")));
         }
-        if let Err(p) = same_fields(v, bytes, &mut scratch) {
+        let checked = same_fields(v, bytes, &mut scratch).and_then(|()| match &mut shared {
+            Some(shared) if span_count > 0 => shared.check(v, bytes, &mut scratch),
+            _ => Ok(()),
+        });
+        if let Err(p) = checked {
             return Err(PackError(format!(
                 "{}: {p}",
                 variant_owner(pack, bytes, i as u64)
@@ -213,46 +231,106 @@ fn same_fields(v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), Stri
         .iter()
         .zip(lines.into_iter().zip(parts))
     {
-        let mut expected =
-            hpack::fields(&head[lines]).filter(|(name, _)| !hpack::is_connection_specific(name));
-        let decoded =
-            hpack::Decoder::new(0).decode(&block[encoded], scratch, usize::MAX, |name, value| {
-                match expected.next() {
-                    Some((n, v))
-                        if v == value
-                            && n.len() == name.len()
-                            && n.iter()
-                                .zip(name)
-                                .all(|(n, m)| n.to_ascii_lowercase() == *m) =>
-                    {
-                        Ok(())
-                    }
-                    Some((n, _)) => Err(format!(
-                        "HPACK field {} does not match the line {}",
-                        String::from_utf8_lossy(name),
-                        String::from_utf8_lossy(n)
-                    )),
-                    None => Err(format!(
-                        "HPACK field {} has no line",
-                        String::from_utf8_lossy(name)
-                    )),
-                }
-            });
-        let problem = match decoded {
-            Ok(()) => expected.next().map(|(n, _)| {
-                format!(
-                    "line {} missing from the HPACK block",
-                    String::from_utf8_lossy(n)
-                )
-            }),
-            Err(hpack::DecodeError::Field(p)) => Some(p),
-            Err(e) => Some(e.to_string()),
-        };
-        if let Some(p) = problem {
+        let decoder = &mut hpack::Decoder::new(0);
+        if let Some(p) = decodes_to(decoder, &block[encoded], &head[lines], scratch) {
             return Err(format!("{part} part: {p}"));
         }
     }
     Ok(())
+}
+
+/// What is wrong, if anything, with `block` decoded by `decoder` against
+/// the fields of `lines` (in order, names lowercased, connection-specific
+/// fields left out).
+fn decodes_to(
+    decoder: &mut hpack::Decoder,
+    block: &[u8],
+    lines: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Option<String> {
+    let mut expected =
+        hpack::fields(lines).filter(|(name, _)| !hpack::is_connection_specific(name));
+    let decoded = decoder.decode(block, scratch, usize::MAX, |name, value| {
+        match expected.next() {
+            Some((n, v))
+                if v == value
+                    && n.len() == name.len()
+                    && n.iter()
+                        .zip(name)
+                        .all(|(n, m)| n.to_ascii_lowercase() == *m) =>
+            {
+                Ok(())
+            }
+            Some((n, _)) => Err(format!(
+                "HPACK field {} does not match the line {}",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(n)
+            )),
+            None => Err(format!(
+                "HPACK field {} has no line",
+                String::from_utf8_lossy(name)
+            )),
+        }
+    });
+    match decoded {
+        Ok(()) => expected.next().map(|(n, _)| {
+            format!(
+                "line {} missing from the HPACK block",
+                String::from_utf8_lossy(n)
+            )
+        }),
+        Err(hpack::DecodeError::Field(p)) => Some(p),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// One connection's view of the shared HPACK fields: every variant's block
+/// written with them as a server writes it, twice (the first time
+/// inserting the fields not yet in the table, then naming them by index),
+/// decoded by one decoder of the default table size and compared with the
+/// variant's lines.
+struct SharedCheck<'p> {
+    set: hpack::SharedView<'p>,
+    state: hpack::SharedState,
+    decoder: hpack::Decoder,
+    block: Vec<u8>,
+}
+
+impl<'p> SharedCheck<'p> {
+    fn new(set: hpack::SharedView<'p>) -> SharedCheck<'p> {
+        SharedCheck {
+            set,
+            state: hpack::SharedState::default(),
+            decoder: hpack::Decoder::new(4096),
+            block: Vec::new(),
+        }
+    }
+
+    /// The variant record `v`'s spans (their range already checked).
+    fn check(&mut self, v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
+        let at = |off: usize, len: usize| {
+            let start = get_u64(v, off) as usize;
+            &bytes[start..start + len]
+        };
+        let head = at(V_HEAD_OFF, get_u32(v, V_HEAD_LEN) as usize);
+        let stateless = at(V_HPACK_OFF, get_u32(v, V_HPACK_LEN) as usize);
+        let spans = at(
+            V_SPANS_OFF,
+            get_u32(v, V_SPANS_COUNT) as usize * hpack::SPAN_LEN,
+        );
+        if !self.set.spans_fit(spans, stateless.len()) {
+            return Err("shared-field spans out of order or past the block".into());
+        }
+        for pass in ["inserting", "indexed"] {
+            self.block.clear();
+            self.state
+                .write_block(&self.set, stateless, 0, spans, &mut self.block);
+            if let Some(p) = decodes_to(&mut self.decoder, &self.block, head, scratch) {
+                return Err(format!("{pass} HPACK block: {p}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Names the variant at `index` for a message: a route that serves it and

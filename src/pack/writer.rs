@@ -115,6 +115,9 @@ impl HeadBlockBuilder {
     }
 }
 
+/// A blob-relative offset and a length (or a count of records).
+type BlobRange = (u64, u32);
+
 /// Where a body landed in the pack, and its content hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyRef {
@@ -579,6 +582,53 @@ impl PackWriter {
         Ok((file, self.stats))
     }
 
+    /// Chooses the shared HPACK fields from every variant's lines and adds
+    /// the set and each variant's spans to the blobs: the set's blob
+    /// (offset, length), if any, and per variant its spans' (blob offset,
+    /// count). A variant whose stored HPACK block is not what its lines
+    /// encode to (never, as `HeadBlockBuilder` writes both) gets none.
+    fn add_shared_fields(&mut self) -> (Option<BlobRange>, Vec<BlobRange>) {
+        let heads: Vec<(&[u8], &[u8])> = self
+            .variants
+            .iter()
+            .zip(&self.variant_blobs)
+            .map(|(rec, &(head_blob, hpack_blob))| {
+                let head = &self.blobs[head_blob as usize..][..get_u32(rec, V_HEAD_LEN) as usize];
+                let block =
+                    &self.blobs[hpack_blob as usize..][..get_u32(rec, V_HPACK_LEN) as usize];
+                (head, block)
+            })
+            .collect();
+        let table = hpack::SharedTable::choose(heads.iter().map(|(head, _)| *head));
+        if table.is_empty() {
+            return (None, vec![(0, 0); self.variants.len()]);
+        }
+        let spans: Vec<Vec<u8>> = heads
+            .iter()
+            .map(|&(head, block)| {
+                let mut stateless = Vec::new();
+                hpack::encode_lines(head, &mut stateless);
+                let mut records = Vec::new();
+                if stateless == block {
+                    for span in table.spans(head) {
+                        span.encode(&mut records);
+                    }
+                }
+                records
+            })
+            .collect();
+        let encoded = table.encode();
+        let shared = (self.add_blob(&encoded), encoded.len() as u32);
+        let spans = spans
+            .iter()
+            .map(|records| match records.len() / hpack::SPAN_LEN {
+                0 => (0, 0),
+                count => (self.add_blob(records), count as u32),
+            })
+            .collect();
+        (Some(shared), spans)
+    }
+
     /// Writes everything after the bodies, then the header; the file, cut
     /// to the pack's length.
     fn write_tables(&mut self) -> io::Result<File> {
@@ -587,16 +637,24 @@ impl PackWriter {
         table[Section::Bodies as usize] =
             (HEADER_LEN as u64, bodies_len, self.bodies_hash.digest());
 
+        let (shared_blob, spans) = self.add_shared_fields();
+
         let blobs = std::mem::take(&mut self.blobs);
         let blobs_entry = self.write_section(&blobs)?;
         let blobs_off = blobs_entry.0;
         table[Section::Blobs as usize] = blobs_entry;
 
         let mut variants = Vec::with_capacity(self.variants.len() * VARIANT_LEN);
-        for (rec, (head_blob, hpack_blob)) in self.variants.iter().zip(&self.variant_blobs) {
+        for ((rec, (head_blob, hpack_blob)), (spans_blob, span_count)) in
+            self.variants.iter().zip(&self.variant_blobs).zip(spans)
+        {
             let mut rec = *rec;
             put_u64(&mut rec, V_HEAD_OFF, blobs_off + head_blob);
             put_u64(&mut rec, V_HPACK_OFF, blobs_off + hpack_blob);
+            if span_count > 0 {
+                put_u64(&mut rec, V_SPANS_OFF, blobs_off + spans_blob);
+                put_u32(&mut rec, V_SPANS_COUNT, span_count);
+            }
             variants.extend_from_slice(&rec);
         }
         table[Section::Variants as usize] = self.write_section(&variants)?;
@@ -692,6 +750,10 @@ impl PackWriter {
             H_FLAGS,
             if forced { FLAG_FORCED_RULES } else { 0 },
         );
+        if let Some((off, len)) = shared_blob {
+            put_u64(&mut header, H_SHARED_OFF, blobs_off + off);
+            put_u32(&mut header, H_SHARED_LEN, len);
+        }
         for (i, (off, len, sum)) in table.iter().enumerate() {
             let at = H_SECTIONS + i * SECTION_ENTRY_LEN;
             put_u64(&mut header, at, *off);

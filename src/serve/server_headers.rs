@@ -9,8 +9,8 @@
 //! connection: about 150 of a small response's 260 header bytes. So a
 //! connection's first response inserts them into the client's dynamic
 //! table (`hpack_indexing`), and the later ones name them by index, a byte
-//! each (`hpack_indexed`): kiln never inserts anything else, so the indices
-//! stay put. `hpack` is the stateless form, for responses whose set differs
+//! each (`write_indexed`): kiln inserts nothing else but a pack's shared
+//! fields, after these, so their indices move by that count only. `hpack` is the stateless form, for responses whose set differs
 //! from the one inserted, or when the client's table is too small.
 
 use crate::pack::format::SERVER_HEADERS;
@@ -49,8 +49,9 @@ pub struct ServerHeaders {
     /// `server: kiln` and the same fields, inserted into the dynamic table
     /// as they are decoded; same index.
     indexing_blocks: Vec<Vec<u8>>,
-    /// What `indexing_blocks` then sends again: one table index per field.
-    indexed_blocks: Vec<Vec<u8>>,
+    /// What `indexing_blocks` then sends again: one table index per field,
+    /// as they are when nothing was inserted after them.
+    indexed_refs: Vec<Vec<usize>>,
     /// The room `indexing_blocks` takes in a dynamic table (RFC 7541 §4.1).
     table_sizes: Vec<usize>,
 }
@@ -60,8 +61,8 @@ pub struct ServerHeaders {
 const SERVER_FIELD: (&[u8], &[u8]) = (b"server", b"kiln");
 
 /// The three forms of HTTP/2's fields for one set of lines: inserting,
-/// indexed, and the table room taken.
-fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
+/// the indices that then name them, and the table room taken.
+fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<usize>, usize) {
     let fields: Vec<(&[u8], &[u8])> = std::iter::once(SERVER_FIELD)
         .chain(crate::hpack::fields(lines))
         .filter(|(name, _)| !crate::hpack::is_connection_specific(name))
@@ -70,13 +71,12 @@ fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
     let mut static_refs = Vec::new();
     let mut size = 0;
     for (name, value) in &fields {
-        let start = indexing.len();
         let inserted = crate::hpack::encode_field_indexing(name, value, &mut indexing);
         if inserted {
             size += name.len() + value.len() + 32;
             static_refs.push(None);
         } else {
-            static_refs.push(Some(indexing[start..].to_vec()));
+            static_refs.push(Some(crate::hpack::static_index(name, value)));
         }
     }
     // The field inserted last is the first dynamic index.
@@ -85,10 +85,11 @@ fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<u8>, usize) {
     let mut nth = 0;
     for reference in static_refs {
         match reference {
-            Some(bytes) => indexed.extend_from_slice(&bytes),
+            Some(index) => {
+                indexed.push(index.expect("a field not inserted is in the static table"))
+            }
             None => {
-                let index = crate::hpack::FIRST_DYNAMIC_INDEX + inserted - 1 - nth;
-                crate::hpack::encode_indexed(index, &mut indexed);
+                indexed.push(crate::hpack::FIRST_DYNAMIC_INDEX + inserted - 1 - nth);
                 nth += 1;
             }
         }
@@ -134,19 +135,19 @@ impl ServerHeaders {
                 block
             })
             .collect();
-        let (mut indexing_blocks, mut indexed_blocks, mut table_sizes) =
+        let (mut indexing_blocks, mut indexed_refs, mut table_sizes) =
             (Vec::new(), Vec::new(), Vec::new());
         for lines in &blocks {
             let (indexing, indexed, size) = indexing_forms(lines);
             indexing_blocks.push(indexing);
-            indexed_blocks.push(indexed);
+            indexed_refs.push(indexed);
             table_sizes.push(size);
         }
         ServerHeaders {
             blocks,
             hpack_blocks,
             indexing_blocks,
-            indexed_blocks,
+            indexed_refs,
             table_sizes,
         }
     }
@@ -176,10 +177,18 @@ impl ServerHeaders {
         (&self.indexing_blocks[key], self.table_sizes[key])
     }
 
-    /// The same fields once `hpack_indexing(overrides)` was the only
-    /// insertion into the client's table: an index each.
-    pub fn hpack_indexed(&self, overrides: u8) -> &[u8] {
-        &self.indexed_blocks[usize::from(self.key(overrides))]
+    /// Appends the same fields once `hpack_indexing(overrides)` was
+    /// inserted into the client's table and `newer` entries after it (a
+    /// pack's shared fields): an index each.
+    pub fn write_indexed(&self, overrides: u8, newer: usize, out: &mut Vec<u8>) {
+        for &index in &self.indexed_refs[usize::from(self.key(overrides))] {
+            let index = if index >= crate::hpack::FIRST_DYNAMIC_INDEX {
+                index + newer
+            } else {
+                index
+            };
+            crate::hpack::encode_indexed(index, out);
+        }
     }
 }
 
@@ -255,7 +264,7 @@ mod tests {
 
     /// The inserting block, then the indexed one, decode on one decoder to
     /// the same fields as `server: kiln` and `hpack`, and take the room
-    /// they say in its table.
+    /// they say in its table; also with entries inserted after them.
     #[test]
     fn indexed_blocks_name_what_the_indexing_block_inserted() {
         let decode = |decoder: &mut crate::hpack::Decoder, block: &[u8]| {
@@ -277,14 +286,20 @@ mod tests {
                     headers.hpack(overrides),
                 ));
                 let (indexing, size) = headers.hpack_indexing(overrides);
-                let indexed = headers.hpack_indexed(overrides);
+                let mut indexed = Vec::new();
+                headers.write_indexed(overrides, 0, &mut indexed);
                 let mut decoder = crate::hpack::Decoder::new(4096);
                 assert_eq!(decode(&mut decoder, indexing), stateless);
                 for _ in 0..3 {
-                    assert_eq!(decode(&mut decoder, indexed), stateless);
+                    assert_eq!(decode(&mut decoder, &indexed), stateless);
                 }
                 assert_eq!(indexed.len(), stateless.len(), "an index of one byte each");
                 assert!(size <= 4096);
+                // Two entries inserted after them: two indices further.
+                decode(&mut decoder, b"\x40\x01a\x01b\x40\x01c\x01d");
+                indexed.clear();
+                headers.write_indexed(overrides, 2, &mut indexed);
+                assert_eq!(decode(&mut decoder, &indexed), stateless);
             }
         }
         assert!(ServerHeaders::new(true, true).hpack_indexing(0).1 > 0);

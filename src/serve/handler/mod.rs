@@ -167,6 +167,31 @@ pub struct Response<'a> {
     /// The content coding of the variant answered with, for the metrics
     /// and the log; `None` when no stored variant was chosen.
     pub encoding: Option<Encoding>,
+    /// The pack's shared fields `hpack` has, which HTTP/2 names by index
+    /// once a connection inserted them.
+    pub shared: Shared<'a>,
+}
+
+/// Where a response's `hpack` has fields of its pack's shared set.
+#[derive(Clone, Copy, Debug)]
+pub struct Shared<'a> {
+    /// The pack's set; `None` for a response from no pack, or a pack
+    /// without shared fields.
+    pub set: Option<crate::hpack::SharedView<'a>>,
+    /// The variant's span records (`Variant::spans`).
+    pub spans: &'a [u8],
+    /// Where `hpack` starts in the variant's block, which the spans count
+    /// from.
+    pub base: usize,
+}
+
+impl Shared<'_> {
+    /// No shared field.
+    pub const NONE: Shared<'static> = Shared {
+        set: None,
+        spans: &[],
+        base: 0,
+    };
 }
 
 /// What is being served: a pack with its compiled rules, or (without a
@@ -316,6 +341,7 @@ pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
         body: Body::Static(body),
         site: None,
         encoding: None,
+        shared: Shared::NONE,
     }
 }
 
@@ -343,6 +369,7 @@ const PRECONDITION_FAILED: Response<'static> = Response {
     body: Body::Empty,
     site: None,
     encoding: None,
+    shared: Shared::NONE,
 };
 
 /// What the protocols call: a target of `*` is for OPTIONS only (400
@@ -436,6 +463,7 @@ fn redirect_to_https<'a>(
         body: Body::Empty,
         site: None,
         encoding: None,
+        shared: Shared::NONE,
     }
 }
 
@@ -453,6 +481,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 body: Body::Empty,
                 site: None,
                 encoding: None,
+                shared: Shared::NONE,
             };
         }
         Method::NotAllowed => {
@@ -465,6 +494,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 body: Body::Static(b"405 Method Not Allowed\n"),
                 site: None,
                 encoding: None,
+                shared: Shared::NONE,
             };
         }
         Method::Unknown => return builtin(501, b"501 Not Implemented\n"),
@@ -585,6 +615,11 @@ fn redirect_passing_query<'a>(
     let head = variant.head.get(line_end + 2..variant.repr_at)?;
     let field_end = crate::hpack::first_literal_len(variant.hpack)?;
     let hpack = variant.hpack.get(field_end..variant.hpack_repr_at)?;
+    let shared = Shared {
+        set: route.pack().shared_fields(),
+        spans: variant.spans,
+        base: field_end,
+    };
     location.clear();
     location.extend_from_slice(value);
     pass_query(location, query);
@@ -597,6 +632,7 @@ fn redirect_passing_query<'a>(
         body: Body::Empty,
         site: None,
         encoding: None,
+        shared,
     })
 }
 
@@ -618,6 +654,7 @@ fn rule_response<'a>(
             body: Body::Empty,
             site: None,
             encoding: None,
+            shared: Shared::NONE,
         };
     }
     let key_end = expanded
@@ -649,6 +686,11 @@ fn serve_route<'a>(
     let no_accept = FieldLines::default();
     let accept = req.map_or(&no_accept, |r| &r.accept_encoding);
     let variant = negotiate::choose(&route, accept)?;
+    let shared = Shared {
+        set: route.pack().shared_fields(),
+        spans: variant.spans,
+        base: 0,
+    };
     let full = Response {
         status,
         head: variant.head,
@@ -662,6 +704,7 @@ fn serve_route<'a>(
         },
         site: None,
         encoding: Some(variant.encoding),
+        shared,
     };
     let Some(req) = req.filter(|_| status == 200 && route.has_validators()) else {
         return Some(full);
@@ -678,6 +721,7 @@ fn serve_route<'a>(
                 body: Body::Empty,
                 site: None,
                 encoding: Some(variant.encoding),
+                shared,
             });
         }
         Precondition::Failed => return Some(PRECONDITION_FAILED),
@@ -706,6 +750,7 @@ fn serve_route<'a>(
             },
             site: None,
             encoding: Some(variant.encoding),
+            shared,
         },
         RangeAsk::Unsatisfiable => Response {
             status: 416,
@@ -716,6 +761,7 @@ fn serve_route<'a>(
             body: Body::Empty,
             site: None,
             encoding: Some(variant.encoding),
+            shared,
         },
     })
 }

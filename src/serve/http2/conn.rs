@@ -28,7 +28,7 @@ mod test_peer;
 
 use std::sync::Arc;
 
-use crate::hpack::{DecodeError, Decoder};
+use crate::hpack::{DecodeError, Decoder, SharedState};
 use crate::serve::handler::Site;
 use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
@@ -197,8 +197,12 @@ pub struct Conn {
     table_resize: bool,
     /// The set of server fields (`ServerHeaders::key`) inserted into the
     /// client's dynamic table on this connection, if any: responses with
-    /// that set name them by index.
+    /// that set name them by index. Inserted before any shared field, never
+    /// after one (that would move the shared fields' indices).
     indexed: Option<u8>,
+    /// What this connection inserted of a pack's shared fields
+    /// (`hpack::SharedState`), after the server fields.
+    shared: SharedState,
 }
 
 impl Default for Conn {
@@ -244,6 +248,7 @@ impl Conn {
             table_max: TABLE_SIZE,
             table_resize: false,
             indexed: None,
+            shared: SharedState::default(),
         }
     }
 
@@ -625,6 +630,7 @@ impl Conn {
                 self.table_max = value;
                 self.table_resize = true;
                 self.indexed = None;
+                self.shared.reset();
             }
             _ => {}
         }

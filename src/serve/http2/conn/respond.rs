@@ -1,7 +1,9 @@
 //! A response on one stream, written as frames: HEADERS (and CONTINUATION
 //! frames when the block is beyond the client's frame size) from the
-//! pack's prepared HPACK block, with `:status`, the server's fields,
-//! `date` and the few fields of this response; then the body as DATA
+//! pack's prepared HPACK block (its shared fields inserted into the
+//! client's table or named by index, `hpack::SharedState`), with
+//! `:status`, the server's fields, `date` and the few fields of this
+//! response; then the body as DATA
 //! frames from the mapping, as many bytes at a time as the scheduler
 //! (`schedule`) gives the stream. Each response is counted and logged here.
 
@@ -112,11 +114,17 @@ impl Conn {
         }
         hpack::encode_status(resp.status, b);
         let key = server_headers.key(resp.overrides);
+        let table_max = self.table_max as usize;
         match self.indexed {
             Some(indexed) if indexed == key => {
-                b.extend_from_slice(server_headers.hpack_indexed(key));
+                server_headers.write_indexed(key, self.shared.inserted(), b);
             }
-            None if server_headers.hpack_indexing(key).1 <= self.table_max as usize => {
+            // Only before any shared set is used: inserted after shared
+            // fields, the server fields would move their indices, and
+            // the set's room was counted without them.
+            None if self.shared.is_unused()
+                && server_headers.hpack_indexing(key).1 <= table_max =>
+            {
                 b.extend_from_slice(server_headers.hpack_indexing(key).0);
                 self.indexed = Some(key);
             }
@@ -126,7 +134,25 @@ impl Conn {
             }
         }
         b.extend_from_slice(date.hpack());
-        b.extend_from_slice(resp.hpack);
+        // A pack's shared fields: inserted the first time, then by index,
+        // while the table holds them beside the server fields, so that
+        // nothing is ever evicted. Another pack's set (another site, or a
+        // reload that changed the set) gets the stateless block.
+        let server_room = self
+            .indexed
+            .map_or(0, |indexed| server_headers.hpack_indexing(indexed).1);
+        match resp.shared.set {
+            Some(set)
+                if self
+                    .shared
+                    .accepts(&set, table_max.saturating_sub(server_room)) =>
+            {
+                let shared = resp.shared;
+                self.shared
+                    .write_block(&set, resp.hpack, shared.base, shared.spans, b);
+            }
+            _ => b.extend_from_slice(resp.hpack),
+        }
         match resp.extra {
             Extra::Nothing => {}
             Extra::Length => encode_number(b"content-length", resp.body.len(), b),
