@@ -121,6 +121,7 @@ impl Http01 {
             },
             site: None,
             encoding: None,
+            shared: super::Shared::NONE,
         })
     }
 }
