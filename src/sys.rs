@@ -15,28 +15,76 @@ pub fn iovec(slice: &[u8]) -> Iovec {
     }
 }
 
+/// A set of signals, for the C library's `pthread_sigmask` (which keeps
+/// its own signals out of a mask) and `sigtimedwait`: rustix has either
+/// only in its runtime feature, meant for programs without a C library.
+pub struct SignalSet(libc::sigset_t);
+
+impl SignalSet {
+    /// The set of `signals`.
+    pub fn of(signals: &[rustix::process::Signal]) -> Self {
+        // SAFETY: the set is initialised by sigemptyset before sigaddset
+        // adds signal numbers rustix vouches for.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in signals {
+                libc::sigaddset(&mut set, signal.as_raw());
+            }
+            Self(set)
+        }
+    }
+
+    /// Blocks the set in the calling thread (and so in every thread and
+    /// child it starts afterwards), adding to what is blocked already.
+    pub fn block(&self) -> std::io::Result<()> {
+        self.set_mask(libc::SIG_BLOCK)
+    }
+
+    /// Makes the set the calling thread's whole mask: of the empty set,
+    /// every signal unblocked.
+    pub fn set_as_mask(&self) -> std::io::Result<()> {
+        self.set_mask(libc::SIG_SETMASK)
+    }
+
+    fn set_mask(&self, how: libc::c_int) -> std::io::Result<()> {
+        // SAFETY: a valid set, read by the call; the old mask is not wanted.
+        let errno = unsafe { libc::pthread_sigmask(how, &self.0, std::ptr::null_mut()) };
+        if errno != 0 {
+            return Err(std::io::Error::from_raw_os_error(errno));
+        }
+        Ok(())
+    }
+
+    /// Takes a pending signal of the set (which must be blocked), waiting
+    /// up to `timeout` for one: `None` when none came, or the wait was
+    /// interrupted.
+    pub fn wait(&self, timeout: std::time::Duration) -> Option<rustix::process::Signal> {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().try_into().unwrap_or(libc::time_t::MAX),
+            // Below 10^9: fits any c_long.
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: a valid set and timespec, read by the call; the siginfo
+        // is not wanted.
+        let signal = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &ts) };
+        rustix::process::Signal::from_named_raw(signal)
+    }
+}
+
 /// Blocks `signals` in the calling thread (and so in every thread it
 /// spawns afterwards) and returns a signalfd that reads them: rustix has
-/// neither `pthread_sigmask` (the C library's, which keeps its own
-/// signals) nor `signalfd`.
+/// neither `pthread_sigmask` nor `signalfd` outside its runtime feature.
 pub fn block_signals_into_signalfd(
     signals: &[rustix::process::Signal],
 ) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    // SAFETY: the set is a local, initialised by sigemptyset before use;
-    // pthread_sigmask and signalfd read it and the results are checked;
-    // the descriptor signalfd returns is fresh and owned from here.
+    let set = SignalSet::of(signals);
+    set.block()?;
+    // SAFETY: signalfd reads a valid set and the result is checked; the
+    // descriptor it returns is fresh and owned from here.
     unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in signals {
-            libc::sigaddset(&mut set, signal.as_raw());
-        }
-        let errno = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if errno != 0 {
-            return Err(std::io::Error::from_raw_os_error(errno));
-        }
-        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+        let fd = libc::signalfd(-1, &set.0, libc::SFD_CLOEXEC);
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }

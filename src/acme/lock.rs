@@ -13,13 +13,14 @@
 
 use std::fs::{self, File};
 use std::io::{Read as _, Seek as _, Write as _};
-use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, anyhow};
+use rustix::fs::FlockOperation;
+use rustix::io::Errno;
 
 /// How often the owner of a lock refreshes it.
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -42,27 +43,18 @@ pub enum Taken {
 
 /// This machine's name, from `uname` (no file to read in the sandbox).
 fn hostname() -> String {
-    // SAFETY: an all-zero utsname is a valid out-parameter.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return "unknown".to_owned();
-    }
-    // SAFETY: uname NUL-terminates nodename.
-    let name = unsafe { std::ffi::CStr::from_ptr(uts.nodename.as_ptr()) };
-    name.to_string_lossy().into_owned()
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: whether it was granted.
 fn try_flock(file: &File) -> std::io::Result<bool> {
-    // SAFETY: a valid descriptor.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(false),
-        _ => Err(e),
+    match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

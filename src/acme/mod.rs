@@ -30,6 +30,7 @@ mod worker;
 
 use command::AcmeAction;
 pub use command::AcmeCommand;
+use rustix::process::{self, Pid, Signal};
 
 /// Runs `kiln acme …`.
 pub fn run(command: AcmeCommand) -> anyhow::Result<()> {
@@ -43,16 +44,11 @@ pub fn run(command: AcmeCommand) -> anyhow::Result<()> {
 
 /// Has `signal` sent to this process when its parent dies, and exits at
 /// once if `parent` is already gone (it died before the request).
-fn die_with_parent_signal(signal: libc::c_int, parent: libc::pid_t) -> anyhow::Result<()> {
-    // SAFETY: plain prctl; the result is checked.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) } != 0 {
-        anyhow::bail!(
-            "cannot ask for the parent's death signal: {}",
-            std::io::Error::last_os_error()
-        );
+fn die_with_parent_signal(signal: Signal, parent: Option<Pid>) -> anyhow::Result<()> {
+    if let Err(e) = process::set_parent_process_death_signal(Some(signal)) {
+        anyhow::bail!("cannot ask for the parent's death signal: {e}");
     }
-    // SAFETY: a plain getter.
-    if unsafe { libc::getppid() } != parent {
+    if process::getppid() != parent {
         anyhow::bail!("the parent process is gone");
     }
     Ok(())
@@ -60,6 +56,5 @@ fn die_with_parent_signal(signal: libc::c_int, parent: libc::pid_t) -> anyhow::R
 
 /// The worker's death signal: killed with its supervisor.
 fn die_with_parent() -> anyhow::Result<()> {
-    // SAFETY: a plain getter.
-    die_with_parent_signal(libc::SIGKILL, unsafe { libc::getppid() })
+    die_with_parent_signal(Signal::KILL, process::getppid())
 }

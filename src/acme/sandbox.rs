@@ -71,21 +71,18 @@ fn with_target(path: &Path) -> Vec<PathBuf> {
 
 /// Enters the worker's sandbox; see the module's text.
 pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
-    // SAFETY: plain getters.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
     crate::serve::sandbox::switch_user(&crate::serve::sandbox::Identity {
         name: uid.to_string(),
         uid,
         gid,
         listed: false,
     })?;
-    // SAFETY: plain prctl; the result is checked.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(anyhow!(
-            "sandbox: cannot set no_new_privs: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| anyhow!("sandbox: cannot set no_new_privs: {e}"))?;
     let fail = |e: landlock::RulesetError| anyhow!("sandbox: Landlock: {e}");
     let abi = LANDLOCK_ABI;
     let mut ruleset = Ruleset::default()

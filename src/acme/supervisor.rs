@@ -7,11 +7,13 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow};
+use rustix::process::{self, Pid, Signal};
 
 use super::command::RunArgs;
 use super::store;
 use crate::serve::sandbox;
+use crate::sys::SignalSet;
 
 const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(5 * 60);
@@ -29,29 +31,13 @@ enum Wake {
 }
 
 /// The signals the supervisor takes synchronously, blocked.
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set; sigaddset with valid numbers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGCHLD] {
-            libc::sigaddset(&mut set, signal);
-        }
-        set
-    }
-}
+const SIGNALS: [Signal; 3] = [Signal::TERM, Signal::INT, Signal::CHILD];
 
 /// Waits up to `timeout` for a signal of `set`, or for the parent to go.
-fn wait(set: &libc::sigset_t, timeout: Duration, parent: libc::pid_t) -> Wake {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: a valid set and timespec; the siginfo is not wanted.
-    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
-    // SAFETY: a plain getter.
-    let parent_gone = unsafe { libc::getppid() } != parent;
-    if signal == libc::SIGTERM || signal == libc::SIGINT || parent_gone {
+fn wait(set: &SignalSet, timeout: Duration, parent: Option<Pid>) -> Wake {
+    let signal = set.wait(timeout);
+    let parent_gone = process::getppid() != parent;
+    if signal == Some(Signal::TERM) || signal == Some(Signal::INT) || parent_gone {
         Wake::Stop
     } else {
         Wake::Look
@@ -60,8 +46,9 @@ fn wait(set: &libc::sigset_t, timeout: Duration, parent: libc::pid_t) -> Wake {
 
 /// Asks the worker to stop, kills it if it does not, and reaps it.
 fn stop(child: &mut Child) {
-    // SAFETY: a signal to our own child, not yet reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    // Our own child, not yet reaped: the pid is still its. A worker that
+    // cannot be signalled is killed after the grace period.
+    let _ = process::kill_process(Pid::from_child(child), Signal::TERM);
     let asked = Instant::now();
     while asked.elapsed() < STOP_GRACE {
         if let Ok(Some(_)) = child.try_wait() {
@@ -105,8 +92,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(root) = &args.acme.ca_root {
         std::fs::metadata(root).with_context(|| format!("--acme-ca-root {}", root.display()))?;
     }
-    // SAFETY: plain getters.
-    let (euid, egid, parent) = unsafe { (libc::geteuid(), libc::getegid(), libc::getppid()) };
+    let (euid, egid, parent) = (
+        process::geteuid().as_raw(),
+        process::getegid().as_raw(),
+        process::getppid(),
+    );
     let identity = match &args.user {
         Some(user) => sandbox::resolve_user(Some(user))?,
         None => sandbox::Identity {
@@ -120,19 +110,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
     store::prepare(&args.acme.dir, owner)?;
     sandbox::switch_user(&identity)?;
-    // SAFETY: plain prctl; the result is checked.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        bail!(
-            "cannot set no_new_privs: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    rustix::thread::set_no_new_privs(true).map_err(|e| anyhow!("cannot set no_new_privs: {e}"))?;
     // After the user switch, which would clear it.
-    super::die_with_parent_signal(libc::SIGTERM, parent)?;
-    let set = signal_set();
-    // SAFETY: a valid set; blocked so that sigtimedwait takes them. The
-    // worker inherits the mask and clears it first thing.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    super::die_with_parent_signal(Signal::TERM, parent)?;
+    // Blocked so that the wait takes them. The worker inherits the mask
+    // and clears it first thing.
+    let set = SignalSet::of(&SIGNALS);
+    set.block().context("cannot block signals")?;
     let mut delay = FIRST_RESTART_DELAY;
     loop {
         let mut child = worker_command(&args)

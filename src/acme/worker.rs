@@ -112,12 +112,9 @@ pub(super) fn ca_endpoint(url: &str) -> anyhow::Result<(String, u16)> {
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // The supervisor blocks the signals it waits for, and a blocked mask
     // survives exec: SIGTERM must end the worker.
-    // SAFETY: an empty set, initialised by sigemptyset.
-    unsafe {
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-    }
+    crate::sys::SignalSet::of(&[])
+        .set_as_mask()
+        .context("cannot unblock signals")?;
     super::die_with_parent()?;
     let names = args.names()?;
     let url = args.acme.directory_url().to_owned();

@@ -31,10 +31,7 @@ mod seccomp;
 mod threads;
 mod user;
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::anyhow;
 use rustix::process::geteuid;
@@ -151,7 +148,7 @@ pub fn debug_exiting_thread() {
     };
     let _ = std::thread::Builder::new()
         .name("kiln-exiting".into())
-        .spawn(move || std::thread::sleep(Duration::from_millis(ms)));
+        .spawn(move || std::thread::sleep(std::time::Duration::from_millis(ms)));
 }
 
 /// Test hooks, compiled into debug builds only (the integration tests run
@@ -160,6 +157,9 @@ pub fn debug_exiting_thread() {
 /// executes `KILN_DEBUG_SANDBOX_EXEC`, a system call the filter refuses.
 #[cfg(debug_assertions)]
 pub fn debug_probes() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+
     let probe = || {
         if let Some(paths) = std::env::var_os("KILN_DEBUG_SANDBOX_OPEN") {
             for path in std::env::split_paths(&paths) {
