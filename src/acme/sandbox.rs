@@ -16,13 +16,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope,
+    Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RulesetCreatedAttr, RulesetStatus,
 };
 
-/// The Landlock ABI whose rights are asked for (as the server's sandbox;
-/// an older kernel enforces what it knows).
-const LANDLOCK_ABI: ABI = ABI::V7;
+use crate::serve::sandbox::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 
 /// Where TLS clients find the system's trust store (the places
 /// rustls-native-certs, through openssl-probe, looks), and where those
@@ -83,17 +80,9 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
     })?;
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| anyhow!("sandbox: cannot set no_new_privs: {e}"))?;
-    let fail = |e: landlock::RulesetError| anyhow!("sandbox: Landlock: {e}");
+    let fail = landlock_error;
     let abi = LANDLOCK_ABI;
-    let mut ruleset = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(fail)?
-        .handle_access(AccessNet::from_all(abi))
-        .map_err(fail)?
-        .scope(Scope::from_all(abi))
-        .map_err(fail)?
-        .create()
-        .map_err(fail)?;
+    let mut ruleset = deny_all_ruleset()?;
     let state = AccessFs::from_all(abi) & !AccessFs::Execute;
     let dir = PathFd::new(plan.dir)
         .map_err(|e| anyhow!("sandbox: cannot open {}: {e}", plan.dir.display()))?;

@@ -12,14 +12,20 @@ use super::{Plan, folders_of};
 /// The Landlock ABI whose rights kiln asks for: the newest it was tested
 /// on (Linux 6.15 and later). An older kernel enforces what it knows (best
 /// effort); the start-up log says which.
-const LANDLOCK_ABI: ABI = ABI::V7;
+pub const LANDLOCK_ABI: ABI = ABI::V7;
 
-/// Builds the Landlock ruleset of `plan`, opening its folders (with the
-/// rights of the user kiln started as).
-pub(super) fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
+/// A Landlock error as the sandbox says it.
+pub fn landlock_error(e: landlock::RulesetError) -> anyhow::Error {
+    anyhow!("sandbox: Landlock: {e}")
+}
+
+/// A ruleset that handles every right `LANDLOCK_ABI` knows (files, TCP,
+/// scopes) and allows none yet: what a domain does not allow by a rule is
+/// refused. The server's domain and the ACME worker's start here.
+pub fn deny_all_ruleset() -> anyhow::Result<RulesetCreated> {
     let abi = LANDLOCK_ABI;
-    let fail = |e: landlock::RulesetError| anyhow!("sandbox: Landlock: {e}");
-    let mut ruleset = Ruleset::default()
+    let fail = landlock_error;
+    Ruleset::default()
         .handle_access(AccessFs::from_all(abi))
         .map_err(fail)?
         .handle_access(AccessNet::from_all(abi))
@@ -27,7 +33,14 @@ pub(super) fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
         .scope(Scope::from_all(abi))
         .map_err(fail)?
         .create()
-        .map_err(fail)?;
+        .map_err(fail)
+}
+
+/// Builds the Landlock ruleset of `plan`, opening its folders (with the
+/// rights of the user kiln started as).
+pub(super) fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
+    let fail = landlock_error;
+    let mut ruleset = deny_all_ruleset()?;
     let read_files = plan.files_read_again.iter().flat_map(|f| folders_of(f));
     let rules = read_files
         .map(|folder| (folder, AccessFs::ReadFile.into()))

@@ -37,6 +37,7 @@ use anyhow::anyhow;
 use rustix::process::geteuid;
 use rustix::thread;
 
+pub use self::landlock_domain::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 use self::landlock_domain::{landlock_ruleset, log_landlock};
 use self::seccomp::seccomp_program;
 pub use self::seccomp::{ArgTest, Syscall, allowed_syscalls};
