@@ -14,44 +14,13 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use common::Server;
+use common::browser::{self, Certificates, run_browser};
 use serde_json::Value;
 
-/// How long the browser run may take before it is killed; the script
-/// gives up on its own a little earlier, with a report.
-const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
-
 const SITE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/site");
-const BROWSER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser");
-
-/// `name` in a directory of `PATH`, if it is an executable file there.
-fn on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(name))
-        .find(|path| {
-            path.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-}
-
-/// The names Chromium is installed under by distributions and by Google.
-fn find_chromium() -> Option<PathBuf> {
-    [
-        "chromium",
-        "chromium-browser",
-        "google-chrome-stable",
-        "google-chrome",
-    ]
-    .into_iter()
-    .find_map(on_path)
-}
-
 /// The URL path a visitor opens for each HTML file of the site: a
 /// directory's `index.html` at the directory, any other file at its own
 /// name. The home page comes first (the script reloads the first page).
@@ -73,70 +42,6 @@ fn html_pages(site: &Path) -> Vec<String> {
     walk(site, "/", &mut pages);
     pages.sort();
     pages
-}
-
-/// Runs the Playwright script and returns its JSON report; panics, with
-/// what the script wrote to stderr, if it fails or outlives the deadline.
-fn run_browser(
-    node: &Path,
-    chromium: &Path,
-    chromium_args: &str,
-    base: &str,
-    pages: &[String],
-) -> Value {
-    let mut child = Command::new(node)
-        .env("CHROMIUM_ARGS", chromium_args)
-        .arg("load_site.mjs")
-        .arg(chromium)
-        .arg(base)
-        .args(pages)
-        .current_dir(BROWSER_DIR)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start node");
-    // Read both pipes while waiting: a full pipe would stall the script.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > BROWSER_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the browser run took over {BROWSER_DEADLINE:?}; stderr:\n{}",
-                stderr.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = stdout.join().unwrap();
-    let stderr = stderr.join().unwrap();
-    assert!(
-        status.success(),
-        "node exited with {status}; stderr:\n{stderr}"
-    );
-    let line = stdout.lines().rfind(|l| !l.trim().is_empty());
-    let report: Value = line
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON report; stdout:\n{stdout}\nstderr:\n{stderr}"));
-    assert!(
-        report["error"].is_null(),
-        "the browser run failed: {}\nstderr:\n{stderr}",
-        report["error"].as_str().unwrap_or_default()
-    );
-    report
 }
 
 /// What is wrong with one page load: any response, request or Resource
@@ -212,21 +117,9 @@ fn page_problems(load: &Value, reload: bool, protocol: &str) -> Vec<String> {
 
 #[test]
 fn chromium_loads_every_page_of_the_example_site_over_https() {
-    let Some(chromium) = find_chromium() else {
-        eprintln!("skipped: no Chromium on PATH (./test installs it as root)");
+    let Some((node, chromium)) = browser::find() else {
         return;
     };
-    let Some(node) = on_path("node") else {
-        eprintln!("skipped: no node on PATH");
-        return;
-    };
-    if !Path::new(BROWSER_DIR)
-        .join("node_modules/playwright-core/package.json")
-        .exists()
-    {
-        eprintln!("skipped: playwright-core is not installed (npm ci --prefix tests/browser)");
-        return;
-    }
 
     let server = Server::start(&[
         SITE,
@@ -243,7 +136,14 @@ fn chromium_loads_every_page_of_the_example_site_over_https() {
 
     // Chromium's own choice (h2 by ALPN), then HTTP/1.1 with HTTP/2 off.
     for (protocol, chromium_args) in [("h2", ""), ("http/1.1", "--disable-http2")] {
-        let report = run_browser(&node, &chromium, chromium_args, &base, &pages);
+        let report = run_browser(
+            &node,
+            &chromium,
+            chromium_args,
+            Certificates::Ignored,
+            &base,
+            &pages,
+        );
         check_report(&report, &pages, protocol, &server);
     }
 }

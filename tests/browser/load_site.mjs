@@ -6,11 +6,14 @@
 //
 // Usage: node load_site.mjs CHROMIUM_PATH BASE_URL PATH...
 // CHROMIUM_ARGS (environment, space-separated): extra browser flags, such
-// as --disable-http2 for the HTTP/1.1 run.
+// as --disable-http2 for the HTTP/1.1 run. VERIFY_CERTIFICATES=1: check
+// the server's certificate as a browser does (trusted only through the
+// flags), instead of taking any.
 
 import { chromium } from "playwright-core";
 
 const [executablePath, base, ...paths] = process.argv.slice(2);
+const ignoreHTTPSErrors = process.env.VERIFY_CERTIFICATES !== "1";
 
 // Below the Rust test's own limit, so a stuck browser still yields a
 // report that says where it stuck instead of a killed process.
@@ -92,7 +95,7 @@ async function main() {
   try {
     const pages = [];
     for (const path of paths) {
-      const context = await browser.newContext({ ignoreHTTPSErrors: true });
+      const context = await browser.newContext({ ignoreHTTPSErrors });
       try {
         const page = await context.newPage();
         const url = new URL(path, base).href;
@@ -107,7 +110,7 @@ async function main() {
       }
     }
 
-    const context = await browser.newContext({ ignoreHTTPSErrors: true });
+    const context = await browser.newContext({ ignoreHTTPSErrors });
     let reload;
     try {
       const page = await context.newPage();

@@ -9,6 +9,8 @@
 //! of every server started (`--io`); `./test` runs the suite on both.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{FromRawFd, OwnedFd};
