@@ -9,6 +9,8 @@
 //! of every server started (`--io`); `./test` runs the suite on both.
 #![allow(dead_code)]
 
+pub mod pebble;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -404,6 +406,8 @@ pub struct Server {
     /// The TLS port, in TLS mode.
     pub tls_port: Option<u16>,
     pub child: Child,
+    /// The cleartext port (the TLS one for a server without cleartext
+    /// listeners).
     pub port: u16,
     /// Everything the server wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
@@ -758,6 +762,12 @@ impl Server {
                 )
             }),
         };
+        let tls_port = startup
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok());
+        // A server with TLS listeners only: `port` is the TLS one.
         let port = startup
             .split("http://")
             .nth(1)
@@ -765,17 +775,13 @@ impl Server {
             .and_then(|host_port| host_port.rsplit(':').next())
             .and_then(|p| p.parse().ok())
             .or(activated_port)
+            .or(tls_port)
             .unwrap_or_else(|| {
                 panic!(
                     "no port in start-up line {startup:?}; stderr: {}",
                     stderr.lock().unwrap()
                 )
             });
-        let tls_port = startup
-            .split("https://127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|p| p.parse().ok());
         Server {
             tls_port,
             child,
