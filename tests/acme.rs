@@ -268,7 +268,8 @@ fn served_leaf(port: u16, name: &str) -> Vec<u8> {
 
 /// The CA gone after the first certificates (short-lived ones, renewed
 /// within seconds): the server serves on with them over HTTPS, and the
-/// renewal's failure is in the status file and `kiln acme status`.
+/// renewal's failure is in the status file, `/metrics` and `kiln acme
+/// status`.
 #[test]
 fn with_the_ca_gone_the_server_serves_its_certificates_and_the_status_says_why() {
     let Some(tools) = pebble::tools() else { return };
@@ -287,6 +288,9 @@ fn with_the_ca_gone_the_server_serves_its_certificates_and_the_status_says_why()
         });
         let cert = run.state.join(format!("certs/{name}.crt"));
         assert_eq!(served_leaf(run.tls_port, name), leaf_of(&cert), "{name}");
+        let error = format!(r#"kiln_acme_last_error_timestamp_seconds{{name="{name}",error="#);
+        let samples = run.acme_metrics();
+        assert!(samples.iter().any(|l| l.starts_with(&error)), "{samples:?}");
     }
     let table = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["acme", "status", "--acme-dir"])
