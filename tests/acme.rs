@@ -231,6 +231,16 @@ fn every_site_gets_a_certificate_by_either_challenge_and_is_served_over_https() 
     .collect();
     for run in &runs {
         run.wait_for_certificates();
+        // The challenge tried first is the one the case leaves possible.
+        let challenge = match run.validation {
+            Validation::TlsAlpn01Only => "tls-alpn-01",
+            _ => "http-01",
+        };
+        let log = run.server.stderr_text();
+        for name in NAMES {
+            let ordered = format!("{name}: ordering a certificate ({challenge})");
+            assert!(log.contains(&ordered), "{:?}: {log}", run.validation);
+        }
         let root = run.issuing_root();
         run.wait_for_https(&root);
         let expected: Vec<String> = NAMES

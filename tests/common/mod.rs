@@ -7,6 +7,7 @@
 //! to it: the same tests then run over HTTPS (`./test` runs the serve
 //! suite both ways). `KILN_TEST_IO=uring|epoll` picks the connection layer
 //! of every server started (`--io`); `./test` runs the suite on both.
+//! `pebble.rs`: the test CA of the ACME tests.
 #![allow(dead_code)]
 
 pub mod pebble;
