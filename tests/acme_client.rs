@@ -1,6 +1,6 @@
 //! `kiln acme`, the ACME client, against a real CA: Pebble, Let's
 //! Encrypt's test CA, with `pebble-challtestsrv` as its DNS (every name is
-//! 127.0.0.1), all on loopback. The server half is not used: each test
+//! 127.0.0.1), all on loopback (`common/pebble.rs`). The server half is not used: each test
 //! answers the challenges from the state folder itself, as `kiln serve`
 //! does (a small HTTP responder for HTTP-01, a rustls server for
 //! TLS-ALPN-01), on the ports Pebble validates on.
@@ -10,239 +10,25 @@
 //! client must cope. The tests skip, saying so, where Pebble is not
 //! installed (`./test` installs it with `go install`).
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+use common::pebble::*;
+use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 const KILN: &str = env!("CARGO_BIN_EXE_kiln");
-/// How long anything a test waits for may take on a busy machine.
-const PATIENCE: Duration = Duration::from_secs(45);
-
-/// Pebble and its DNS stub, if installed.
-struct Tools {
-    pebble: PathBuf,
-    dns: PathBuf,
-}
-
-fn tools() -> Option<Tools> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(gopath) = std::env::var_os("GOPATH") {
-        dirs.push(PathBuf::from(gopath).join("bin"));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join("go/bin"));
-    }
-    let find = |name: &str| dirs.iter().map(|d| d.join(name)).find(|p| p.is_file());
-    match (find("pebble"), find("pebble-challtestsrv")) {
-        (Some(pebble), Some(dns)) => Some(Tools { pebble, dns }),
-        _ => {
-            eprintln!(
-                "acme_client: skipped: pebble and pebble-challtestsrv are not installed \
-                 (go install github.com/letsencrypt/pebble/v2/cmd/pebble@latest and \
-                 .../cmd/pebble-challtestsrv@latest)"
-            );
-            None
-        }
-    }
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-/// Lines a process writes, gathered by a thread.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<String>>);
-
-impl Log {
-    fn of(stream: impl std::io::Read + Send + 'static) -> Log {
-        let log = Log::default();
-        let lines = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines() {
-                let Ok(line) = line else { break };
-                let mut text = lines.0.lock().unwrap();
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
-        log
-    }
-
-    fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.text().matches(needle).count()
-    }
-
-    /// Waits until `done` holds for the text; panics with it otherwise.
-    fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) {
-        let start = Instant::now();
-        while !done(&self.text()) {
-            assert!(
-                start.elapsed() < PATIENCE,
-                "no {what} after {PATIENCE:?}; log:\n{}",
-                self.text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Waits until `done` holds; panics naming `what` otherwise.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < PATIENCE, "no {what} after {PATIENCE:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A child killed when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The CA's own TLS: a root made for the test and Pebble's certificate
-/// for 127.0.0.1 signed by it; the root is what `--acme-ca-root` names.
-struct Pki {
-    root: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    let root_key = KeyPair::generate().unwrap();
-    let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
-    root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    root.distinguished_name
-        .push(DnType::CommonName, "kiln tests: Pebble's TLS root");
-    let root_cert = root.self_signed(&root_key).unwrap();
-    let issuer = Issuer::new(root, root_key);
-    let key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    leaf.subject_alt_names
-        .push(SanType::IpAddress([127, 0, 0, 1].into()));
-    let cert = leaf.signed_by(&key, &issuer).unwrap();
-    let pki = Pki {
-        root: dir.join("ca-root.pem"),
-        cert: dir.join("pebble.pem"),
-        key: dir.join("pebble.key"),
-    };
-    std::fs::write(&pki.root, root_cert.pem()).unwrap();
-    std::fs::write(&pki.cert, cert.pem()).unwrap();
-    std::fs::write(&pki.key, key.serialize_pem()).unwrap();
-    pki
-}
-
-/// A running Pebble with its DNS stub.
-struct Ca {
-    url: String,
-    root: PathBuf,
-    log: Log,
-    _pebble: Process,
-    _dns: Process,
-}
-
-/// Starts Pebble, validating HTTP-01 on `http_port` and TLS-ALPN-01 on
-/// `tls_port`, issuing certificates valid for `validity` seconds (or
-/// half as long, but at least 20 s, under its other profile).
-fn start_ca(tools: &Tools, work: &Path, http_port: u16, tls_port: u16, validity: u64) -> Ca {
-    let pki = pki(work);
-    let dns_port = free_port();
-    let dns = Command::new(&tools.dns)
-        .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-        .args(["-management", &format!("127.0.0.1:{}", free_port())])
-        .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-        .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let dns = Process(dns);
-    let acme_port = free_port();
-    let config = serde_json::json!({
-        "pebble": {
-            "listenAddress": format!("127.0.0.1:{acme_port}"),
-            "managementListenAddress": format!("127.0.0.1:{}", free_port()),
-            "certificate": pki.cert,
-            "privateKey": pki.key,
-            "httpPort": http_port,
-            "tlsPort": tls_port,
-            "ocspResponderURL": "",
-            "externalAccountBindingRequired": false,
-            "retryAfter": { "authz": 1, "order": 1 },
-            "keyAlgorithm": "ecdsa",
-            // Two profiles: Pebble picks one at random for an order that
-            // names none, as kiln's do.
-            "profiles": {
-                "default": { "description": "kiln tests", "validityPeriod": validity },
-                "shorter": { "description": "kiln tests", "validityPeriod": (validity / 2).max(20) }
-            }
-        }
-    });
-    let config_path = work.join("pebble.json");
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let mut pebble = Command::new(&tools.pebble)
-        .arg("-config")
-        .arg(&config_path)
-        .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-        .env("PEBBLE_VA_NOSLEEP", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let log = Log::of(pebble.stdout.take().unwrap());
-    let ca = Ca {
-        url: format!("https://127.0.0.1:{acme_port}/dir"),
-        root: pki.root,
-        log,
-        _pebble: Process(pebble),
-        _dns: dns,
-    };
-    ca.log
-        .wait_for("Pebble start", |t| t.contains("ACME directory available"));
-    wait_until("Pebble's listener", || {
-        TcpStream::connect(("127.0.0.1", acme_port)).is_ok()
-    });
-    wait_until("the DNS stub", || {
-        TcpStream::connect(("127.0.0.1", dns_port)).is_ok()
-    });
-    ca
-}
-
 /// Answers HTTP-01 from `DIR/challenges/http-01/`, as the server does;
 /// while `hold` is set, requests wait (an order caught in flight).
 fn http01_responder(dir: &Path, hold: Arc<AtomicBool>) -> u16 {
@@ -422,68 +208,6 @@ impl Setup {
     fn client(&self, names: &[&str], challenges: &[&str]) -> Client {
         start_client(&self.dir, &self.ca.url, &self.ca.root, names, challenges)
     }
-}
-
-/// The managed pair of `name`: its leaf's serial and notAfter, after
-/// checking that the key is the certificate's and the leaf is for `name`.
-fn pair(dir: &Path, name: &str) -> (Vec<u8>, i64) {
-    let chain = std::fs::read(dir.join(format!("certs/{name}.crt"))).unwrap();
-    let key = std::fs::read_to_string(dir.join(format!("certs/{name}.key"))).unwrap();
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&chain)
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert!(
-        certs.len() >= 2,
-        "a chain, leaf then issuer: {} certificates",
-        certs.len()
-    );
-    let (_, leaf) = x509_parser::parse_x509_certificate(certs[0].as_ref()).unwrap();
-    let names: Vec<String> = leaf
-        .subject_alternative_name()
-        .unwrap()
-        .unwrap()
-        .value
-        .general_names
-        .iter()
-        .map(|n| n.to_string())
-        .collect();
-    assert_eq!(names, [format!("DNSName({name})")]);
-    let key = KeyPair::from_pem(&key).unwrap();
-    assert_eq!(
-        key.public_key_raw(),
-        leaf.public_key().subject_public_key.data.as_ref(),
-        "the key is not the certificate's"
-    );
-    assert_eq!(
-        leaf.public_key().algorithm.algorithm.to_id_string(),
-        "1.2.840.10045.2.1",
-        "not an EC key"
-    );
-    (
-        leaf.raw_serial().to_vec(),
-        leaf.validity().not_after.timestamp(),
-    )
-}
-
-/// The serial of `name`'s certificate, if it has one.
-fn serial(dir: &Path, name: &str) -> Option<Vec<u8>> {
-    let chain = std::fs::read(dir.join(format!("certs/{name}.crt"))).ok()?;
-    let leaf = CertificateDer::pem_slice_iter(&chain).next()?.ok()?;
-    let (_, leaf) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
-    Some(leaf.raw_serial().to_vec())
-}
-
-/// The status file of `name`.
-fn status(dir: &Path, name: &str) -> Option<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join(format!("status/{name}.json"))).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
-/// Waits until `name` has a certificate pair and a status saying so.
-fn wait_for_certificate(dir: &Path, name: &str) {
-    wait_until(&format!("certificate for {name}"), || {
-        status(dir, name).is_some_and(|s| s["not_after"].is_i64())
-    });
 }
 
 /// The mode bits of `path`.

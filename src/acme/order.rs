@@ -23,6 +23,14 @@ const POLL: RetryPolicy = RetryPolicy::new()
     .backoff(2.0)
     .timeout(Duration::from_secs(120));
 
+/// How long a challenge file is left to the server before the CA is told
+/// to validate: `kiln serve` is another process, which reads the folder
+/// when inotify tells it of the file and says nothing back; a CA that
+/// validates at once (Pebble does) would otherwise race it, and a failed
+/// validation costs a minute of back-off here and counts against the
+/// CA's rate limits.
+const SERVER_PICKUP: Duration = Duration::from_secs(1);
+
 /// A certificate obtained: the chain (PEM, leaf first) and its key (PEM,
 /// PKCS#8).
 pub struct Issued {
@@ -97,6 +105,7 @@ pub async fn obtain(
             }
         };
         files.0.push(path);
+        tokio::time::sleep(SERVER_PICKUP).await;
         handle.set_ready().await.context("challenge ready")?;
     }
     match order.poll_ready(&POLL).await.context("validation")? {

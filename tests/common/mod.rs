@@ -7,9 +7,12 @@
 //! to it: the same tests then run over HTTPS (`./test` runs the serve
 //! suite both ways). `KILN_TEST_IO=uring|epoll` picks the connection layer
 //! of every server started (`--io`); `./test` runs the suite on both.
+//! `pebble.rs`: the test CA of the ACME tests; `browser.rs`: headless
+//! Chromium for the tests that load pages in a real browser.
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod pebble;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -406,6 +409,8 @@ pub struct Server {
     /// The TLS port, in TLS mode.
     pub tls_port: Option<u16>,
     pub child: Child,
+    /// The cleartext port (the TLS one for a server without cleartext
+    /// listeners).
     pub port: u16,
     /// Everything the server wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
@@ -760,6 +765,12 @@ impl Server {
                 )
             }),
         };
+        let tls_port = startup
+            .split("https://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok());
+        // A server with TLS listeners only: `port` is the TLS one.
         let port = startup
             .split("http://")
             .nth(1)
@@ -767,17 +778,13 @@ impl Server {
             .and_then(|host_port| host_port.rsplit(':').next())
             .and_then(|p| p.parse().ok())
             .or(activated_port)
+            .or(tls_port)
             .unwrap_or_else(|| {
                 panic!(
                     "no port in start-up line {startup:?}; stderr: {}",
                     stderr.lock().unwrap()
                 )
             });
-        let tls_port = startup
-            .split("https://127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|p| p.parse().ok());
         Server {
             tls_port,
             child,
