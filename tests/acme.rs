@@ -6,7 +6,9 @@
 //! root of the certificates Pebble issues, fetches every site over HTTPS
 //! (no `-k`); `/metrics` shows each certificate's expiry. With the CA
 //! gone after the first certificates, the server serves on with them and
-//! the renewal's error is in the status.
+//! the renewal's error is in the status. Headless Chromium, trusting the
+//! CA only through `--ignore-certificate-errors-spki-list` (certificate
+//! checks on, no `ignoreHTTPSErrors`), loads a site too.
 //!
 //! Each case has its own Pebble and server, started together so that the
 //! cases wait in parallel. The tests skip, saying so, where Pebble is not
@@ -14,7 +16,6 @@
 
 mod common;
 
-use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -194,19 +195,7 @@ impl Run {
 
     /// The `kiln_acme_*` samples of `/metrics`.
     fn acme_metrics(&self) -> Vec<String> {
-        let port: u16 = self
-            .server
-            .startup
-            .split("metrics on 127.0.0.1:")
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no metrics address in {:?}", self.server.startup));
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
+        let text = self.server.metrics();
         text.lines()
             .filter(|l| l.starts_with("kiln_acme_"))
             .map(str::to_owned)
@@ -243,6 +232,9 @@ fn every_site_gets_a_certificate_by_either_challenge_and_is_served_over_https() 
         }
         let root = run.issuing_root();
         run.wait_for_https(&root);
+        if run.validation == Validation::Both {
+            chromium_loads_a_site(run, &root);
+        }
         let expected: Vec<String> = NAMES
             .iter()
             .map(|name| {
@@ -252,6 +244,84 @@ fn every_site_gets_a_certificate_by_either_challenge_and_is_served_over_https() 
             .collect();
         assert_eq!(run.acme_metrics(), expected, "{:?}", run.validation);
     }
+}
+
+/// Base64 (RFC 4648, padded) of `bytes`: how Chromium writes SPKI hashes.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// The base64 SHA-256 of the public key of every certificate of a PEM
+/// file: what `--ignore-certificate-errors-spki-list` takes.
+fn spki_hashes(path: &Path) -> Vec<String> {
+    CertificateDer::pem_file_iter(path)
+        .unwrap()
+        .map(|der| {
+            let der = der.unwrap();
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let spki = cert.tbs_certificate.subject_pki.raw;
+            base64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki).as_ref())
+        })
+        .collect()
+}
+
+/// Headless Chromium loads the first site's page over HTTPS with its
+/// certificate checks on, the CA trusted only through the SPKI hashes of
+/// its root and of the chain the server sends (Chromium stores nothing for
+/// a certificate it takes with `ignoreHTTPSErrors`, so this is how a
+/// browser meets a private CA here). Skipped without Chromium.
+fn chromium_loads_a_site(run: &Run, root: &Path) {
+    let Some((node, chromium)) = common::browser::find() else {
+        return;
+    };
+    let name = NAMES[0];
+    let mut hashes = spki_hashes(root);
+    hashes.extend(spki_hashes(
+        &run.state.join("certs").join(format!("{name}.crt")),
+    ));
+    let args = format!(
+        "--ignore-certificate-errors-spki-list={}\n--host-resolver-rules=MAP {name} 127.0.0.1",
+        hashes.join(",")
+    );
+    let base = format!("https://{name}:{}/", run.tls_port);
+    let report = common::browser::run_browser(
+        &node,
+        &chromium,
+        &args,
+        common::browser::Certificates::Verified,
+        &base,
+        &["/version.txt".to_owned()],
+    );
+    let load = &report["pages"][0];
+    let document = load["responses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["type"] == "document")
+        .unwrap_or_else(|| panic!("no document: {load}"));
+    assert_eq!(document["status"], 200, "{load}");
+    assert!(
+        document["tls"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("TLS")),
+        "{load}"
+    );
+    assert!(load["failed"].as_array().unwrap().is_empty(), "{load}");
 }
 
 /// The DER of the first certificate of a PEM file.

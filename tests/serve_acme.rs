@@ -405,16 +405,6 @@ fn the_acme_client_is_started_with_its_arguments_and_its_end_stops_nothing() {
     assert_eq!(status, 200);
 }
 
-/// The metrics address from the start-up line.
-fn metrics_port(server: &Server) -> u16 {
-    server
-        .startup
-        .split("metrics on 127.0.0.1:")
-        .nth(1)
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in {:?}", server.startup))
-}
-
 /// `/metrics` reads each managed name's status file at every scrape:
 /// its certificate's expiry, and its last error with when it happened.
 #[test]
@@ -424,13 +414,7 @@ fn metrics_show_each_names_expiry_and_last_error() {
     // The sample lines as written: prometheus-parse misreads an escaped
     // quote in a label value, which an error message may hold.
     let scrape = || {
-        let mut s = TcpStream::connect(("127.0.0.1", metrics_port(&server))).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let body = text.split_once("\r\n\r\n").unwrap().1.to_string();
+        let body = server.metrics();
         for name in [
             "kiln_acme_certificate_expiry_seconds",
             "kiln_acme_last_error_timestamp_seconds",

@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 
@@ -34,18 +31,7 @@ fn stderr_with(s: &Server, text: &str) -> String {
 /// The connection layer the server's metrics name (`kiln_build_info`'s
 /// `io` label): the one the loops run, as the start-up log says.
 fn metrics_io(s: &Server) -> String {
-    let port: u16 = s
-        .startup
-        .split("metrics on 127.0.0.1:")
-        .nth(1)
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in {:?}", s.startup));
-    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(conn, "GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).unwrap();
+    let text = s.metrics();
     let line = text
         .lines()
         .find(|l| l.starts_with("kiln_build_info{"))

@@ -15,23 +15,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use prometheus_parse::{Scrape, Value};
 
-/// The metrics address from the start-up line.
-fn metrics_port(server: &Server) -> u16 {
-    server
-        .startup
-        .split("metrics on 127.0.0.1:")
-        .nth(1)
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in {:?}", server.startup))
-}
-
 /// Starts a server with `--metrics` on a free port and `flags` after it:
 /// the server and its metrics port.
 fn start_with_metrics(site: &Path, flags: &[&str]) -> (Server, u16) {
     let mut args = vec![site.to_str().unwrap(), "--metrics", "127.0.0.1:0"];
     args.extend_from_slice(flags);
     let server = Server::start(&args);
-    let port = metrics_port(&server);
+    let port = server.metrics_port();
     (server, port)
 }
 

@@ -28,12 +28,7 @@ fn server(extra: &[&str]) -> (tempfile::TempDir, Server, u16) {
     ];
     args.extend_from_slice(extra);
     let server = Server::start(&args);
-    let port = server
-        .startup
-        .split("metrics on 127.0.0.1:")
-        .nth(1)
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metrics address in {:?}", server.startup));
+    let port = server.metrics_port();
     (dir, server, port)
 }
 

@@ -5,7 +5,7 @@
 // runs it and judges the result; this script only records.
 //
 // Usage: node load_site.mjs CHROMIUM_PATH BASE_URL PATH...
-// CHROMIUM_ARGS (environment, space-separated): extra browser flags, such
+// CHROMIUM_ARGS (environment, one per line): extra browser flags, such
 // as --disable-http2 for the HTTP/1.1 run. VERIFY_CERTIFICATES=1: check
 // the server's certificate as a browser does (trusted only through the
 // flags), instead of taking any.
@@ -90,7 +90,7 @@ async function main() {
     // container often lacks the namespaces the sandbox needs; the browser
     // loads only the test's own server.
     chromiumSandbox: false,
-    args: (process.env.CHROMIUM_ARGS ?? "").split(" ").filter(Boolean),
+    args: (process.env.CHROMIUM_ARGS ?? "").split("\n").filter(Boolean),
   });
   try {
     const pages = [];

@@ -72,6 +72,7 @@ pub enum Certificates {
 
 /// Runs the Playwright script and returns its JSON report; panics, with
 /// what the script wrote to stderr, if it fails or outlives the deadline.
+/// `chromium_args`: extra browser flags, one per line.
 pub fn run_browser(
     node: &Path,
     chromium: &Path,

@@ -598,6 +598,29 @@ pub fn unwritable_outputs() -> Vec<(&'static str, Stdio)> {
 }
 
 impl Server {
+    /// The port of the metrics listener (`--metrics 127.0.0.1:0`), from
+    /// the start-up line.
+    pub fn metrics_port(&self) -> u16 {
+        self.startup
+            .split("metrics on 127.0.0.1:")
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metrics address in {:?}", self.startup))
+    }
+
+    /// `GET /metrics` on the metrics listener: the exposition's text.
+    pub fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.metrics_port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_owned()
+    }
+
     /// Starts `kiln serve ARGS --listen 127.0.0.1:0` and waits for its
     /// start-up line.
     pub fn start(args: &[&str]) -> Server {
