@@ -249,6 +249,14 @@ fn two_names_are_issued_as_the_layout_says_and_the_account_is_reused() {
         t.matches("next look in").count() >= 2
     });
     for name in ["a.kiln.test", "b.kiln.test"] {
+        // The plan is logged before the status file says it.
+        wait_until(&format!("renewal plan of {name} in its status"), || {
+            status(dir, name).is_some_and(|s| {
+                s["next_attempt"]
+                    .as_i64()
+                    .is_some_and(|t| t > unix_now() + 86400)
+            })
+        });
         let (_, not_after) = pair(dir, name);
         let s = status(dir, name).unwrap();
         assert_eq!(s["name"], name);
