@@ -58,6 +58,17 @@ fn h2spec() -> Option<PathBuf> {
         })
 }
 
+/// The example site's paths the comparisons with HTTP/1.1 fetch: pages,
+/// a stylesheet, a directory redirect and a 404.
+const PATHS: [&str; 6] = [
+    "/",
+    "/about/",
+    "/style.css",
+    "/missing",
+    "/about",
+    "/index.html",
+];
+
 #[test]
 fn h2spec_passes_every_case_over_h2c_and_tls() {
     let Some(h2spec) = h2spec() else {
@@ -105,14 +116,7 @@ fn curl_gets_every_variant_as_over_http1() {
     let plain = format!("http://127.0.0.1:{}", server.port);
     let tls = format!("https://localhost:{}", server.tls_port.unwrap());
     let resolve = format!("localhost:{}:127.0.0.1", server.tls_port.unwrap());
-    let paths = [
-        "/",
-        "/about/",
-        "/style.css",
-        "/missing",
-        "/about",
-        "/index.html",
-    ];
+    let paths = PATHS;
     for path in paths {
         for encoding in ["br", "gzip", "zstd", "identity"] {
             let get = |base: &str, version: &str| {
@@ -234,14 +238,7 @@ fn one_connection_gets_every_field_as_over_http1() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
     let resolve = format!("localhost:{}:127.0.0.1", server.tls_port.unwrap());
-    let paths = [
-        "/",
-        "/about/",
-        "/style.css",
-        "/missing",
-        "/about",
-        "/index.html",
-    ];
+    let paths = PATHS;
     for base in [
         format!("http://127.0.0.1:{}", server.port),
         format!("https://localhost:{}", server.tls_port.unwrap()),
