@@ -355,6 +355,31 @@ fn verify_catches_a_provenance_record_unlike_its_body() {
 }
 
 #[test]
+fn qpack_positions_past_u16_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
+    let body = w.add_body(b"x").unwrap();
+    // '~' has a 13-bit Huffman code: the value stays raw, 70000 bytes.
+    let long = "~".repeat(70_000);
+    let mut b = HeadBlockBuilder::new();
+    b.line("X-Long", &long);
+    let h = b.finish(body.len);
+    assert!(h.qpack_length_at > u32::from(u16::MAX));
+    let err = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body,
+        }])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("more than the 65535 a pack records"),
+        "{err}"
+    );
+}
+
+#[test]
 fn duplicate_route_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
