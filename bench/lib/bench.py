@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""kiln's benchmark: kiln against nginx and h2o, each on one core, the load client (wrk
+"""kiln's benchmark: kiln against nginx, h2o and Caddy, each on one core, the load client (wrk
 for HTTP/1.1, h2load for HTTP/2) on the other.
 
 Entry point of bench/run and bench/report. Prepares the machine and the corpora, then
-runs every case on every server, interleaved (kiln, nginx, h2o, kiln, ...) for several
+runs every case on every server, interleaved (kiln, nginx, h2o, caddy, kiln, ...) for several
 rounds, saving each run to a JSON file as it goes, and finally writes the report.
 """
 
@@ -34,9 +34,9 @@ PATHS_SEED = 42
 # Share of idle CPU over 1 s that counts as a quiet machine before a run.
 QUIET_IDLE_SHARE = 0.9
 # Server order inside a round: the peers run right after kiln, in the same conditions.
-SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
+SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o", "caddy"]
 # Servers whose syscalls per request are counted (kiln --dummy is not a real server).
-STRACED_SERVERS = ["kiln", "kiln-epoll", "nginx", "h2o"]
+STRACED_SERVERS = ["kiln", "kiln-epoll", "nginx", "h2o", "caddy"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,13 @@ CASES = [
          streams=16, tls=True),
     Case("h2-tiles-c128x16", "tiles", 128, path="", streams=16, tls=True),
 ]
+# Named sets of cases (--set): issue 23's matrix is the HTTP/2 hello cases, the
+# handshakes and HTTPS keep-alive it sets goals for, and the cases it must not regress.
+CASE_SETS = {
+    "issue23": ["h2c-hello-c128x16", "h2-hello-c128x16", "tls-handshake-c128",
+                "tls-hello-c128", "hello-c128", "hello-pipelined16-c128", "pydocs-gzip-c128",
+                "tiles-c128", "h2-pydocs-br-c128x16"],
+}
 # The syscall counts run these cases, shorter, with strace attached.
 STRACE_CASES = [c for c in CASES if c.name in ("hello-c128", "tls-hello-c128")]
 
@@ -182,6 +189,8 @@ class Bench:
         self.results_path = results_path
         # What every server presents on the TLS cases.
         self.certificate = certificate
+        # The OpenSSL clients' environment: TLS parameters restricted (measure.client_env).
+        self.client_env = measure.client_env(WORK)
 
     def save(self) -> None:
         self.results_path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +209,7 @@ class Bench:
         corpus = self.corpora[case.corpus]
         if not case.streams:
             argv = wrk_command(case, corpus, port, duration_s)
-            return argv, measure.run_wrk(argv, duration_s, pids)
+            return argv, measure.run_wrk(argv, duration_s, pids, self.client_env)
         log = WORK / "run" / entry.name / "h2load-requests.tsv" if measured else None
         argv = h2load_command(case, corpus, port, duration_s, log)
         return argv, measure.run_h2load(argv, duration_s, pids, log,
@@ -220,11 +229,14 @@ class Bench:
             corpus = self.corpora[case.corpus]
             record.update(server_argv=server.argv, port=server.port)
             record["check"] = checks.check(case, corpus, server.port)
+            if case.tls:
+                record["check"]["tls"] = checks.tls_parameters(server.port, self.client_env)
             pids = measure.process_tree(server.process.pid)
             if case.idle:
                 record["idle"] = {"requested": case.idle, "rss_before_kib": measure.rss_kib(pids)}
                 holder = measure.IdleHolder(server.port, case.idle, case.path, case.tls,
-                                            timeout_s=self.settings.duration_s * 4 + 120)
+                                            timeout_s=self.settings.duration_s * 4 + 120,
+                                            env=self.client_env)
                 record["idle"]["opened"] = holder.wait_open()
                 record["idle"]["rss_after_open_kib"] = measure.rss_kib(pids)
             self.load(entry, case, server.port, self.settings.warmup_s, pids, measured=False)
@@ -305,7 +317,7 @@ def describe(record: dict) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench/run", description="Benchmark kiln against nginx and h2o on one core.")
+        prog="bench/run", description="Benchmark kiln against nginx, h2o and Caddy on one core.")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 round, short runs, a subset of cases (~3 min)")
     parser.add_argument("--servers",
@@ -316,15 +328,18 @@ def parse_args() -> argparse.Namespace:
                         "run as kiln-baseline beside kiln, on packs the current kiln builds")
     parser.add_argument("--cases", help="comma-separated case names (default: all, or the "
                         "quick subset); known: " + ",".join(c.name for c in CASES))
+    parser.add_argument("--set", choices=sorted(CASE_SETS),
+                        help="a named set of cases (issue23: the HTTP/2 hello, handshake, "
+                        "HTTPS keep-alive and no-regression cases of issue 23)")
     parser.add_argument("--report-only", action="store_true",
                         help="only rewrite the report from the saved results")
     return parser.parse_args()
 
 
 def select_cases(args: argparse.Namespace) -> list[Case]:
-    if args.cases is None:
+    if args.cases is None and args.set is None:
         return [c for c in CASES if c.quick or not args.quick]
-    wanted = args.cases.split(",")
+    wanted = (args.cases.split(",") if args.cases else []) + CASE_SETS.get(args.set, [])
     unknown = set(wanted) - {c.name for c in CASES}
     if unknown:
         sys.exit(f"bench: error: unknown case(s) {', '.join(sorted(unknown))}")
@@ -384,7 +399,8 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
 
 def main() -> int:
     args = parse_args()
-    subset = args.cases is not None or args.servers is not None or args.baseline is not None
+    subset = (args.cases is not None or args.set is not None or args.servers is not None
+              or args.baseline is not None)
     results_path, report_md, report_png = output_paths(args.quick, subset)
     if args.report_only:
         if not results_path.exists():
@@ -404,6 +420,8 @@ def main() -> int:
     settings = QUICK if args.quick else FULL
     try:
         prepare.install_tools()
+        if "caddy" in names:
+            prepare.install_caddy()
     except prepare.SetupError as err:
         print(f"bench: error: {err}", file=sys.stderr)
         return 1

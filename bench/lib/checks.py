@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
+import measure
 from corpora import Corpus, sample_paths
 
 # Paths checked per random-path case, and the seed that picks them.
@@ -163,6 +164,28 @@ def _check_sample(conn, corpus: Corpus, accept_encoding: str | None) -> dict[str
             raise CheckError(f"{path}: {encoding} body does not match the file")
         encodings[encoding] = encodings.get(encoding, 0) + 1
     return encodings
+
+
+def tls_parameters(port: int, env: dict[str, str]) -> dict[str, str]:
+    """The TLS version, cipher and key-exchange group the server negotiates with an OpenSSL
+    client in the load clients' environment `env` (measure.client_env); raise CheckError
+    unless they are TLS 1.3, measure.TLS_CIPHER and measure.TLS_GROUP."""
+    try:
+        done = subprocess.run(["openssl", "s_client", "-brief", "-connect", f"127.0.0.1:{port}"],
+                              input="", capture_output=True, text=True, env=env,
+                              timeout=HTTP2_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        raise CheckError(f"openssl s_client: no handshake within {err.timeout} s") from err
+    # -brief prints its summary on stderr: "Protocol version: TLSv1.3", "Ciphersuite:
+    # TLS_AES_128_GCM_SHA256", "Server Temp Key: X25519, 253 bits".
+    fields = dict(line.split(": ", 1) for line in done.stderr.splitlines() if ": " in line)
+    got = {"version": fields.get("Protocol version", "none"),
+           "cipher": fields.get("Ciphersuite", "none"),
+           "group": fields.get("Server Temp Key", "none").split(",")[0]}
+    expected = {"version": "TLSv1.3", "cipher": measure.TLS_CIPHER, "group": measure.TLS_GROUP}
+    if got != expected:
+        raise CheckError(f"TLS negotiated {got}, expected {expected}")
+    return got
 
 
 def check(case, corpus: Corpus, port: int) -> dict:

@@ -20,6 +20,23 @@ import time
 from pathlib import Path
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+# The TLS parameters every client offers, so every server negotiates the same ones (left
+# to their defaults, OpenSSL clients offer AES-256-GCM first and rustls and Go follow the
+# client's order): TLS 1.3, X25519, AES-128-GCM. h2load takes them as options; wrk and
+# the Python idle-connection holder read them from OPENSSL_CONF (client_env()).
+TLS_GROUP = "X25519"
+TLS_CIPHER = "TLS_AES_128_GCM_SHA256"
+OPENSSL_CLIENT_CONF = f"""\
+openssl_conf = bench_client
+[bench_client]
+ssl_conf = bench_ssl
+[bench_ssl]
+system_default = bench_tls
+[bench_tls]
+MinProtocol = TLSv1.3
+Groups = {TLS_GROUP}
+Ciphersuites = {TLS_CIPHER}
+"""
 # The core the load client (and the idle-connection holder) runs on; the server has
 # core 0.
 CLIENT_CORE = "1"
@@ -47,6 +64,9 @@ H2LOAD_STATUSES = re.compile(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (
 H2LOAD_TRAFFIC = re.compile(r"^traffic: .*?\((\d+)\) total", re.M)
 H2LOAD_ALPN = re.compile(r"^Application protocol: (\S+)", re.M)
 H2LOAD_TLS = re.compile(r"^(?:TLS )?Protocol: (\S+)", re.M)
+H2LOAD_CIPHER = re.compile(r"^Cipher: (\S+)", re.M)
+H2LOAD_GROUP = re.compile(r"^Server Temp Key: (\S+)", re.M)
+H2LOAD_HEADERS = re.compile(r"^traffic: .*?, [\d.]+\w*B \((\d+)\) headers", re.M)
 # h2load's units of "finished in", in microseconds.
 H2LOAD_UNITS_US = {"us": 1, "ms": 1e3, "s": 1e6}
 
@@ -123,6 +143,16 @@ def wait_for_quiet(min_idle: float, max_wait_s: float) -> dict:
                     "waited_s": round(waited, 1)}
 
 
+def client_env(work: Path) -> dict[str, str]:
+    """The environment of the OpenSSL load clients: OPENSSL_CONF pointing at a file (written
+    under `work`) that restricts them to TLS_GROUP and TLS_CIPHER."""
+    conf = work / "openssl-client.cnf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    if not conf.exists() or conf.read_text() != OPENSSL_CLIENT_CONF:
+        conf.write_text(OPENSSL_CLIENT_CONF)
+    return {**os.environ, "OPENSSL_CONF": str(conf)}
+
+
 def wrk_argv(url: str, connections: int, duration_s: int, script: str,
              script_args: list[str], headers: dict[str, str]) -> list[str]:
     """The wrk command line (one thread, on the client core)."""
@@ -136,11 +166,14 @@ def wrk_argv(url: str, connections: int, duration_s: int, script: str,
     return argv
 
 
-def _run_client(argv: list[str], duration_s: int, server_pids: list[int]):
-    """Run a load client; return (exit status, stdout, stderr, its CPU seconds, the
-    server's peak RSS in KiB, sampled while the load runs)."""
+def _run_client(argv: list[str], duration_s: int, server_pids: list[int],
+                env: dict[str, str] | None):
+    """Run a load client (in `env`, or the harness's environment); return (exit status,
+    stdout, stderr, its CPU seconds, the server's peak RSS in KiB, sampled while the load
+    runs)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
     deadline = time.monotonic() + duration_s + 60
     peak_rss = 0
     while process.poll() is None:
@@ -170,10 +203,11 @@ def _client_figures(result: dict, client_cpu: float, peak_rss: int) -> dict:
     return result
 
 
-def run_wrk(argv: list[str], duration_s: int, server_pids: list[int]) -> dict:
-    """Run wrk; return its summary (from report.lua), the CPU time wrk used and the
-    server's peak RSS, sampled while the load runs."""
-    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids)
+def run_wrk(argv: list[str], duration_s: int, server_pids: list[int],
+            env: dict[str, str] | None = None) -> dict:
+    """Run wrk (in `env`: see client_env); return its summary (from report.lua), the CPU
+    time wrk used and the server's peak RSS, sampled while the load runs."""
+    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids, env)
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if status != 0 or not lines:
         output = (stdout + stderr).strip()[-600:]
@@ -189,9 +223,12 @@ def h2load_argv(url: str, connections: int, streams: int, duration_s: int,
                 headers: dict[str, str], uri_file: Path | None, log: Path | None) -> list[str]:
     """The h2load command line (one thread, on the client core). `url` is the request's
     URL, or with `uri_file` (h2load -i, one path per line) the base URL of the paths;
-    `log`: where h2load writes one line per request, to compute the percentiles."""
+    `log`: where h2load writes one line per request, to compute the percentiles. Over TLS
+    it offers only TLS_GROUP and TLS_CIPHER."""
     argv = ["taskset", "-c", CLIENT_CORE, "h2load", "-t1", f"-c{connections}", f"-m{streams}",
             f"-D{duration_s}"]
+    if url.startswith("https:"):
+        argv += [f"--groups={TLS_GROUP}", f"--tls13-ciphers={TLS_CIPHER}"]
     for name, value in headers.items():
         argv += ["-H", f"{name}: {value}"]
     if log is not None:
@@ -229,7 +266,7 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
     """Run h2load; return the keys run_wrk returns, from h2load's summary and its log
     (latencies: None without `log`), and the protocols negotiated. Raises MeasureError
     when h2load did not speak `protocol` (h2, or h2c) or completed no request."""
-    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids)
+    status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids, None)
     output = stdout + stderr
     finished, requests = H2LOAD_FINISHED.search(output), H2LOAD_REQUESTS.search(output)
     statuses, alpn = H2LOAD_STATUSES.search(output), H2LOAD_ALPN.search(output)
@@ -239,6 +276,13 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
     spoken = alpn.group(1) if alpn else "none"
     if spoken != protocol:
         raise MeasureError(f"h2load spoke {spoken}, not {protocol}: {output.strip()[-600:]}")
+    tls = H2LOAD_TLS.search(output)
+    if tls:
+        negotiated = [m.group(1) if m else "nothing" for m in
+                      (H2LOAD_CIPHER.search(output), H2LOAD_GROUP.search(output))]
+        if negotiated != [TLS_CIPHER, TLS_GROUP]:
+            raise MeasureError(f"h2load negotiated {' and '.join(negotiated)}, not "
+                               f"{TLS_CIPHER} and {TLS_GROUP}")
     started, done, succeeded, failed, errored, timeouts = map(int, requests.groups()[1:])
     # "errored": streams reset or lost with their connection; "failed" adds to them the
     # responses that are neither 2xx nor 3xx, counted as non2xx below.
@@ -246,7 +290,8 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
     if completed == 0:
         raise MeasureError(f"h2load completed no request: {output.strip()[-600:]}")
     seconds, unit, rps = finished.groups()
-    traffic, tls = H2LOAD_TRAFFIC.search(output), H2LOAD_TLS.search(output)
+    traffic = H2LOAD_TRAFFIC.search(output)
+    header_bytes = H2LOAD_HEADERS.search(output)
     result = {
         "client": "h2load",
         "protocol": spoken,
@@ -258,6 +303,9 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
         "rps": float(rps),
         "duration_us": round(float(seconds) * H2LOAD_UNITS_US[unit]),
         "bytes": int(traffic.group(1)) if traffic else None,
+        # Bytes of HEADERS payload (HPACK blocks) received, over all responses: the
+        # client's decoding work per response is header_bytes / requests.
+        "header_bytes": int(header_bytes.group(1)) if header_bytes else None,
         "started": started, "done": done, "succeeded": succeeded, "failed": failed,
         "errored": errored, "timeouts": timeouts,
         "status_2xx": int(statuses.group(1)), "status_3xx": int(statuses.group(2)),
@@ -272,13 +320,14 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
 class IdleHolder:
     """bench/lib/idle_conns.py on the client core, holding idle keep-alive connections."""
 
-    def __init__(self, port: int, count: int, path: str, tls: bool, timeout_s: float):
+    def __init__(self, port: int, count: int, path: str, tls: bool, timeout_s: float,
+                 env: dict[str, str] | None):
         script = Path(__file__).with_name("idle_conns.py")
         self.process = subprocess.Popen(
             ["taskset", "-c", CLIENT_CORE, sys.executable, str(script), "127.0.0.1",
              str(port), str(count), "--path", path, "--timeout", str(timeout_s),
              *(["--tls"] if tls else [])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
 
     def _expect(self, word: str) -> int:

@@ -24,6 +24,10 @@ APT_PACKAGES = {
 # brotli decodes the `br` responses checked before the pydocs runs; matplotlib draws the
 # chart, which the report skips (saying so) if it cannot be installed.
 PIP_MODULES = [("brotli", "Brotli", True), ("matplotlib", "matplotlib", False)]
+# Caddy, the Go peer: the release issue 23 measured, built with `go install` when missing
+# (it is in no Debian release this recent).
+CADDY_VERSION = "v2.11.9"
+CADDY_MODULE = f"github.com/caddyserver/caddy/v2/cmd/caddy@{CADDY_VERSION}"
 # Other commands the harness runs; they come with the base system.
 REQUIRED_COMMANDS = ["taskset", "strace"]
 
@@ -67,6 +71,25 @@ def install_tools() -> None:
                 print(f"bench: warning: {err}", flush=True)
 
 
+def caddy_binary() -> Path | None:
+    """Caddy on PATH, or where `go install` puts it; None when neither has it."""
+    on_path = shutil.which("caddy")
+    installed = Path(os.environ.get("GOBIN") or Path.home() / "go" / "bin") / "caddy"
+    return Path(on_path) if on_path else installed if installed.exists() else None
+
+
+def install_caddy() -> None:
+    """`go install` Caddy when it is missing and Go is there; a failure is reported and
+    the run goes on without Caddy (servers.entries marks it unavailable)."""
+    if caddy_binary() is not None or shutil.which("go") is None:
+        return
+    print(f"bench: go install {CADDY_MODULE}", flush=True)
+    try:
+        _run_quiet(["go", "install", CADDY_MODULE], "go install")
+    except SetupError as err:
+        print(f"bench: warning: {err}", flush=True)
+
+
 def build_kiln(repo: Path, log: Path) -> tuple[Path | None, str]:
     """`cargo build --release`; return (binary, "") or (None, why kiln cannot run)."""
     if shutil.which("cargo") is None:
@@ -108,6 +131,13 @@ def versions(kiln: Path | None, repo: Path) -> dict[str, str]:
         "nginx": _first_line(["nginx", "-v"]),
         "h2o": _first_line(["h2o", "--version"]),
     }
+    caddy = caddy_binary()
+    if caddy is not None:
+        # `caddy version` says "unknown" when built by `go install`; its build
+        # information names the module's version.
+        info = subprocess.run([str(caddy), "build-info"], capture_output=True, text=True).stdout
+        found["caddy"] = next((" ".join(line.split()[1:3]) for line in info.splitlines()
+                               if line.startswith("mod\t")), "unknown")
     if kiln is not None:
         commit = _first_line(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"])
         found["kiln"] = f"{_first_line([str(kiln), '--version'])} (commit {commit})"

@@ -12,24 +12,26 @@ from pathlib import Path
 REPO_PREFIX = str(Path(__file__).resolve().parent.parent.parent) + "/"
 
 # Servers kiln is measured against (kiln-dummy is kiln's own ceiling, not a peer).
-PEERS = ["nginx", "h2o"]
+PEERS = ["nginx", "h2o", "caddy"]
 # Column order of the tables and bar order of the chart.
-SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o"]
+SERVER_ORDER = ["kiln", "kiln-epoll", "kiln-baseline", "kiln-dummy", "nginx", "h2o", "caddy"]
 COLORS = {"kiln": "#d9480f", "kiln-epoll": "#e8590c80", "kiln-baseline": "#868e96",
           "kiln-dummy": "#f4a261",
-          "nginx": "#2b8a3e", "h2o": "#1c7ed6"}
+          "nginx": "#2b8a3e", "h2o": "#1c7ed6", "caddy": "#7048e8"}
 HOW_TO = """\
 ## How to re-run
 
 ```sh
-bench/run            # full run (~55 min): installs wrk/h2load/nginx/h2o/python3.11-doc if
-                     # missing, prepares the corpora in bench/work/, builds kiln --release,
+bench/run            # full run (~65 min): installs wrk/h2load/nginx/h2o/python3.11-doc
+                     # (and Caddy by go install) if missing, prepares the corpora in bench/work/, builds kiln --release,
                      # measures, then writes this file and results.png
 bench/run --quick    # smoke run (~3 min): 1 round, short runs, a subset of cases;
                      # written to bench/work/quick/ so this file is left alone
 bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset, reported
                      # in bench/work/subset/ (this file is for full runs only)
 bench/run --cases h2c-hello-c128x16,h2-hello-c128x16   # HTTP/2 (h2load) cases alone
+bench/run --set issue23   # issue 23's matrix: HTTP/2 hello, handshakes, HTTPS keep-alive,
+                     # the no-regression cases; every server
 bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
@@ -63,6 +65,18 @@ def summarize(results: dict) -> dict[tuple[str, str], dict]:
             "p99_ms": _median([r["wrk"]["p99_us"] / 1000 for r in good
                                if r["wrk"]["p99_us"] is not None]),
             "server_cpu_s": _median([r["server_cpu_s"] for r in good]),
+            # h2load's mean and longest time per request (HTTP/2 cases only).
+            "mean_ms": _median([r["wrk"]["mean_us"] / 1000 for r in good
+                                if r["wrk"].get("mean_us") is not None]),
+            "max_ms": _median([r["wrk"]["max_us"] / 1000 for r in good
+                               if r["wrk"].get("max_us") is not None]),
+            # HPACK bytes the client received per response (HTTP/2 cases; h2load's count).
+            "header_bytes": _median([r["wrk"]["header_bytes"] / r["wrk"]["requests"]
+                                     for r in good if r["wrk"].get("header_bytes")]),
+            # Server CPU milliseconds per request: per handshake on the `Connection: close`
+            # cases.
+            "cpu_ms": _median([1000 * r["server_cpu_s"] / r["wrk"]["requests"] for r in good
+                               if r["wrk"]["requests"]]),
             "per_cpu_s": _median([r["requests_per_cpu_s"] for r in good
                                   if r["requests_per_cpu_s"] is not None]),
             "wrk_share": max((r["wrk"]["wrk_core_share"] for r in good), default=None),
@@ -134,6 +148,27 @@ def _detail_table(results: dict, summary: dict, servers: list[str]) -> list[str]
                 case["name"], server, _num(s["rps"]), _num(s["p50_ms"], 2), _num(s["p99_ms"], 2),
                 _num(s["server_cpu_s"], 2), _num(s["per_cpu_s"]), share, _num(s["rss_mib"], 1),
                 str(s["socket_errors"]), str(s["non2xx"]), "; ".join(notes)]) + " |")
+    return lines
+
+
+def _issue23_table(results: dict, summary: dict, servers: list[str]) -> list[str]:
+    """Issue 23's figures: on the HTTP/2 cases the client's view (req/s, header bytes per
+    response, mean and longest time per request) beside the server's CPU; on the
+    `Connection: close` cases the server's CPU per handshake."""
+    lines = ["| case | server | req/s | req per CPU-s | header bytes per response | "
+             "mean ms | max ms | server CPU ms per request |",
+             "|---|---|---|---|---|---|---|---|"]
+    for case in results["cases"]:
+        if not case.get("streams") and not case.get("close"):
+            continue
+        for server in servers:
+            s = summary.get((case["name"], server))
+            if s is None:
+                continue
+            lines.append("| " + " | ".join([
+                case["name"], server, _num(s["rps"]), _num(s["per_cpu_s"]),
+                _num(s["header_bytes"], 1), _num(s["mean_ms"], 2), _num(s["max_ms"], 1),
+                _num(s["cpu_ms"], 4)]) + " |")
     return lines
 
 
@@ -289,6 +324,35 @@ def _targets(results: dict, summary: dict) -> list[str]:
     tls_keepalive = [n for n, c in tls.items() if not c.get("close") and not c["idle"]]
     handshakes = [n for n, c in tls.items() if c.get("close")]
 
+    def versus_h2o(field: str, factor: float, higher: bool):
+        """Issue 23's HTTP/2 goals, against H2O: kiln's `field` ≥ factor × H2O's (or, not
+        `higher`, ≤ factor × H2O's)."""
+        def test(case: str):
+            kiln = summary.get((case, "kiln"), {}).get(field)
+            h2o = summary.get((case, "h2o"), {}).get(field)
+            if kiln is None or not h2o:
+                return None, ""
+            ok = kiln >= factor * h2o if higher else kiln <= factor * h2o
+            return ok, f"{kiln / h2o:.2f}× ({_num(kiln, 1)} vs {_num(h2o, 1)})"
+        return test
+
+    def handshake_cpu_test(case: str):
+        """Server CPU per handshake ≤ 1/3 of the best (lowest) peer's."""
+        kiln = summary.get((case, "kiln"), {}).get("cpu_ms")
+        peer = best_peer(case, "cpu_ms", min)
+        if kiln is None or peer is None:
+            return None, ""
+        return kiln * 3 <= peer, f"{kiln:.4f} ms vs {peer:.4f} ms ({peer / kiln:.2f}×)"
+
+    def per_cpu_test(factor: float):
+        """Requests per server CPU-second ≥ factor × the best peer's."""
+        def test(case: str):
+            ok, detail = versus(case, "per_cpu_s", max, factor, True)
+            return ok, detail and f"{detail} req per CPU-s"
+        return test
+
+    h2_hello = [n for n, c in h2.items() if c["corpus"] == "hello" and c["streams"] == 16]
+
     def pipelined_test(case: str):
         ok, detail = versus(case, "rps", max, 1.3, True)
         kiln = rps(case, "kiln")
@@ -365,6 +429,20 @@ def _targets(results: dict, summary: dict) -> list[str]:
          check_all(list(h2), versus_cpu(1.5))),
         ("HTTP/2 p99 at or below the best peer's",
          check_all(list(h2), lambda c: versus(c, "p99_ms", min, 1.0, False))),
+        ("issue 23: HTTP/2 hello 128 × 16 req/s ≥ H2O's",
+         check_all(h2_hello, versus_h2o("rps", 1.0, True))),
+        ("issue 23: HTTP/2 hello header bytes per response ≤ H2O's",
+         check_all(h2_hello, versus_h2o("header_bytes", 1.0, False))),
+        ("issue 23: HTTP/2 hello mean time per request ≤ H2O's",
+         check_all(h2_hello, versus_h2o("mean_ms", 1.0, False))),
+        ("issue 23: HTTP/2 hello max time per request ≤ H2O's",
+         check_all(h2_hello, versus_h2o("max_ms", 1.0, False))),
+        ("issue 23: HTTP/2 hello req per server CPU-s ≥ 1.8× H2O's",
+         check_all(h2_hello, versus_h2o("per_cpu_s", 1.8, True))),
+        ("issue 23: server CPU per TLS handshake ≤ 1/3 of the best peer's",
+         check_all(handshakes, handshake_cpu_test)),
+        ("issue 23: HTTPS keep-alive ≥ 1.5× the best peer per server CPU-s",
+         check_all(tls_keepalive, per_cpu_test(1.5))),
         ("h2 hello over TLS ≥ 80 % of kiln's own h2c (req/s, or req per CPU-s where "
          "client-bound)",
          check_all([n for n, c in h2.items() if c["tls"] and c["corpus"] == "hello"],
@@ -429,6 +507,8 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
         lines += ["![req/s and p99 per case and server](results.png)", ""]
     lines += ["## Throughput (req/s, median of the rounds, min–max in brackets)", "",
               *_throughput_table(results, summary, servers), "",
+              "## HTTP/2 and handshakes (issue 23; medians)", "",
+              *_issue23_table(results, summary, servers), "",
               "## Every measure (medians)", "",
               *_detail_table(results, summary, servers), "",
               "## Idle keep-alive connections", "",
@@ -476,12 +556,18 @@ METHOD = """\
 - Syscalls per request: `strace -c -f` attached to the server's processes over a bounded
   hello run, total calls divided by the requests wrk completed (strace slows the server;
   those runs are not used for throughput).
-- TLS cases (`tls-*`): every server presents the same self-signed ECDSA P-256
-  certificate (made once with openssl into bench/work/tls/); wrk (OpenSSL) negotiates
-  TLS 1.3 with X25519 and resumes its session on every new connection (a profile
-  of kiln shows no certificate signature), so `tls-handshake-c128`
-  (a `Connection: close` request per connection) is one resumed handshake per request.
-  nginx and h2o use the distribution's OpenSSL; kiln uses rustls (aws-lc-rs).
+- TLS cases (`tls-*`, `h2-*`): every server presents the same self-signed ECDSA P-256
+  certificate (made once with openssl into bench/work/tls/). Every client offers only
+  TLS 1.3, X25519 and TLS_AES_128_GCM_SHA256 (h2load by `--groups` and
+  `--tls13-ciphers`; wrk and the idle holder by an OPENSSL_CONF file,
+  bench/work/openssl-client.cnf), nginx is set to the same, and before each run
+  `openssl s_client` in the clients' environment checks that the server negotiates them
+  (h2load's own report of its cipher and group is checked too). wrk resumes its
+  session on every new connection (a profile of kiln shows no certificate signature),
+  so `tls-handshake-c128` (a `Connection: close` request per connection) is one resumed
+  (PSK with X25519) handshake per request; "server CPU ms per request" there is per
+  handshake. nginx and h2o use the distribution's OpenSSL; Caddy Go's crypto/tls; kiln
+  rustls (aws-lc-rs).
 - HTTP/2 cases (`h2c-*`: cleartext, h2c by prior knowledge; `h2-*`: TLS 1.3, h2 by ALPN,
   the same certificate): h2load (nghttp2) with one thread, 128 connections and 16 or 100
   concurrent streams on each (`-c128 -m16`, `-m100`), after an unmeasured h2load run of
@@ -501,7 +587,11 @@ METHOD = """\
   `http2_max_concurrent_streams`). nginx gets `http2` on its listen line for these cases
   only (on cleartext it then speaks h2c and no HTTP/1.1); h2o and kiln serve HTTP/1.1 and
   HTTP/2 on the same listeners. kiln --dummy does not run them.
-- Configurations: bench/conf/nginx.conf and bench/conf/h2o.conf. nginx's open_file_cache
+- HTTP/2 header bytes per response: h2load's count of HEADERS payload bytes received
+  (its "traffic" line) over the responses completed; mean and max time per request are
+  from its `--log-file`.
+- Configurations: bench/conf/nginx.conf, bench/conf/h2o.conf and bench/conf/Caddyfile
+  (Caddy built by `go install`, run with GOMAXPROCS=1). nginx's open_file_cache
   holds at most 6,000 descriptors: with max=200000 the worker hits the 20,000 descriptors
   per process on the tiles corpus and answers 500. kiln runs
   `kiln serve PACK --threads 1 --no-security-headers` (nginx and h2o add no such headers)."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 from corpora import Corpus
+from measure import TLS_CIPHER, TLS_GROUP
+from prepare import CADDY_VERSION, caddy_binary
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # The core the server runs on; the load client and the idle-connection holder get the
@@ -81,9 +83,7 @@ def _render(template: str, target: Path, values: dict[str, str]) -> Path:
 
 def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict,
            tls: Certificate | None, http2: bool) -> list[str]:
-    tls_lines = "" if tls is None else (
-        f"ssl_certificate {tls.cert};\n        ssl_certificate_key {tls.key};\n"
-        "        ssl_protocols TLSv1.2 TLSv1.3;")
+    tls_lines = "" if tls is None else _nginx_tls_lines(tls)
     conf = _render("nginx.conf", run_dir / "nginx.conf",
                    {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root),
                     "SSL": "" if tls is None else " ssl", "HTTP2": " http2" if http2 else "",
@@ -101,6 +101,29 @@ def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
     conf = _render("h2o.conf", run_dir / "h2o.conf",
                    {"PORT": str(port), "ROOT": str(corpus.root), "TLS": tls_lines})
     return ["h2o", "-c", str(conf)]
+
+
+def _nginx_tls_lines(tls: Certificate) -> str:
+    """nginx's TLS lines: the certificate, TLS 1.3 only, the group and cipher the clients
+    are restricted to (measure.TLS_GROUP, TLS_CIPHER), so nothing depends on them."""
+    return (f"ssl_certificate {tls.cert};\n        ssl_certificate_key {tls.key};\n"
+            "        ssl_protocols TLSv1.3;\n"
+            f"        ssl_ecdh_curve {TLS_GROUP};\n"
+            f"        ssl_conf_command Ciphersuites {TLS_CIPHER};")
+
+
+def _caddy(corpus: Corpus, port: int, run_dir: Path, packs: dict,
+           tls: Certificate | None, http2: bool) -> list[str]:
+    # The site block speaks HTTP/1.1 and HTTP/2 alike (see bench/conf/Caddyfile); Go's
+    # TLS 1.3 has no cipher setting: the clients' restriction picks AES-128-GCM.
+    tls_lines = "" if tls is None else (
+        f"\ttls {tls.cert} {tls.key} {{\n\t\tprotocols tls1.3\n"
+        f"\t\tcurves {TLS_GROUP.lower()}\n\t}}\n")
+    conf = _render("Caddyfile", run_dir / "Caddyfile",
+                   {"PORT": str(port), "ROOT": str(corpus.root), "TLS": tls_lines,
+                    "SCHEME": "https://" if tls else "http://"})
+    return ["env", "GOMAXPROCS=1", f"XDG_DATA_HOME={run_dir}", f"XDG_CONFIG_HOME={run_dir}",
+            str(caddy_binary()), "run", "--config", str(conf), "--adapter", "caddyfile"]
 
 
 def _kiln_command(kiln: Path, dummy: bool, io: str | None = None):
@@ -144,6 +167,9 @@ def entries(kiln: Path | None, kiln_unavailable: str,
                                   ceiling_only=True, unavailable=kiln_unavailable),
         "nginx": ServerEntry("nginx", _nginx),
         "h2o": ServerEntry("h2o", _h2o),
+        "caddy": ServerEntry("caddy", _caddy, unavailable="" if caddy_binary() else (
+            "caddy not found on PATH nor in ~/go/bin, and `go install "
+            f"github.com/caddyserver/caddy/v2/cmd/caddy@{CADDY_VERSION}` did not make it")),
     }
 
 

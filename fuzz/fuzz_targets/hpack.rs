@@ -18,14 +18,19 @@
 //!   the value; both mapped to printable text), a shared set chosen from
 //!   them as `kiln build` does, then responses (the variants in the order
 //!   the rest of the bytes picks) written through one `SharedState` as a
-//!   connection writes them: each block must decode, on one decoder of the
-//!   default table size as the client's, to its variant's fields.
+//!   connection writes them, each after a `date`: a byte's top bits move
+//!   the clock to another second (a new `date` to insert, which fills the
+//!   table and evicts) or lower the table size (size updates at the start
+//!   of the block, as after a SETTINGS frame). Each block must decode, on
+//!   one decoder of the default table size as the client's, to the date
+//!   and its variant's fields.
 
 #![no_main]
 
 use kiln::hpack::{
-    DecodeError, Decoder, SharedState, SharedTable, SharedView, encode_field, encode_lines,
-    encode_status, encoded_field_len, encoded_status_len, fields, is_connection_specific,
+    DecodeError, Decoder, MAX_TABLE_SIZE, SharedState, SharedTable, SharedView, encode_field,
+    encode_field_indexing, encode_lines, encode_status, encode_table_size_update,
+    encoded_field_len, encoded_status_len, fields, is_connection_specific,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -69,29 +74,64 @@ fn shared_fields(data: &[u8]) {
         assert!(table.is_empty());
         return;
     };
-    let mut state = SharedState::default();
-    let mut decoder = Decoder::new(4096);
+    let mut state = SharedState::new(MAX_TABLE_SIZE);
+    let mut decoder = Decoder::new(MAX_TABLE_SIZE);
     let mut block = Vec::new();
+    let mut second = 0u8;
+    let mut resize = false;
     for &pick in rest.iter().chain(&[0, 1, 2, 3, 0, 1, 2, 3]) {
+        match pick >> 5 {
+            // A new second: another date.
+            1 | 2 => second = second.wrapping_add(1),
+            // The client lowers its table (never below what it has now).
+            3 => {
+                let size = usize::from(pick & 0x1f) * 128;
+                if size < state.table_max() {
+                    state.reset(size);
+                    resize = true;
+                }
+            }
+            _ => {}
+        }
         let head = &heads[usize::from(pick) % VARIANTS];
         let mut stateless = Vec::new();
         encode_lines(head, &mut stateless);
         let mut spans = Vec::new();
         table.spans(head).iter().for_each(|s| s.encode(&mut spans));
         assert!(set.spans_fit(&spans, stateless.len()));
-        assert!(state.accepts(&set, 4096));
         block.clear();
-        state.write_block(&set, &stateless, 0, &spans, &mut block);
+        if std::mem::take(&mut resize) {
+            encode_table_size_update(0, &mut block);
+            encode_table_size_update(state.table_max(), &mut block);
+        }
+        let date = format!(
+            "Thu, 01 Jan 1970 00:{:02}:{:02} GMT",
+            second / 60,
+            second % 60
+        );
+        let (mut literal, mut indexing) = (Vec::new(), Vec::new());
+        encode_field(b"date", date.as_bytes(), &mut literal);
+        encode_field_indexing(b"date", date.as_bytes(), &mut indexing);
+        state.write_date(i64::from(second), &literal, &indexing, &mut block);
+        if state.accepts(&set, 0) {
+            state.write_block(&set, &stateless, 0, &spans, &mut block);
+        } else {
+            block.extend_from_slice(&stateless);
+        }
         let mut decoded = Vec::new();
         let result = decoder.decode(&block, &mut Vec::new(), usize::MAX, |name, value| {
             decoded.push((name.to_vec(), value.to_vec()));
             Ok::<(), ()>(())
         });
         assert_eq!(result, Ok(()));
-        let expected: Vec<(Vec<u8>, Vec<u8>)> = fields(head)
-            .filter(|(name, _)| !is_connection_specific(name))
-            .map(|(name, value)| (name.to_vec(), value.to_vec()))
-            .collect();
+        let expected: Vec<(Vec<u8>, Vec<u8>)> =
+            std::iter::once((b"date".to_vec(), date.into_bytes()))
+                .chain(
+                    fields(head)
+                        .filter(|(name, _)| !is_connection_specific(name))
+                        .map(|(name, value)| (name.to_vec(), value.to_vec())),
+                )
+                .collect();
         assert_eq!(decoded, expected);
     }
 }

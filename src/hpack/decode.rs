@@ -73,6 +73,34 @@ pub fn first_literal_len(block: &[u8]) -> Option<usize> {
     Some(pos)
 }
 
+/// The room in a dynamic table (§4.1: name, value and 32 bytes) of the
+/// entry that `repr`, a whole literal with incremental indexing (§6.2.1),
+/// inserts; `None` if `repr` is anything else. Decodes nothing into
+/// memory: a connection calls it when it inserts a pack's shared field.
+pub fn inserted_entry_size(repr: &[u8]) -> Option<usize> {
+    if repr.first()? & 0xc0 != 0x40 {
+        return None;
+    }
+    let mut pos = 0;
+    let name_len = match read_integer(repr, &mut pos, 6).ok()? {
+        0 => literal_len(repr, &read_literal(repr, &mut pos).ok()?)?,
+        index => static_entry(index)?.0.len(),
+    };
+    let value = read_literal(repr, &mut pos).ok()?;
+    (pos == repr.len()).then_some(())?;
+    Some(name_len + literal_len(repr, &value)? + ENTRY_OVERHEAD)
+}
+
+/// The decoded length of a literal of `block`.
+fn literal_len(block: &[u8], literal: &Literal) -> Option<usize> {
+    let bytes = &block[literal.range.clone()];
+    if literal.huffman {
+        huffman::decoded_len(bytes).ok()
+    } else {
+        Some(bytes.len())
+    }
+}
+
 /// A string literal as it stands in the block (§5.2), not decoded yet.
 #[derive(Clone, Debug)]
 pub(crate) struct Literal {

@@ -472,6 +472,28 @@ pub(super) fn decode(src: &[u8], out: &mut Vec<u8>, cap: usize) -> Result<bool, 
     }
 }
 
+/// How many bytes `src` decodes to, checked as `decode` checks it; stores
+/// nothing.
+pub(super) fn decoded_len(src: &[u8]) -> Result<usize, Error> {
+    let mut len = 0;
+    let mut state = 0usize;
+    for &byte in src {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            let step = STEPS[state][usize::from(nibble)];
+            if step.flags & FAIL != 0 {
+                return Err(Error::HuffmanEos);
+            }
+            len += usize::from(step.flags & EMIT != 0);
+            state = usize::from(step.next);
+        }
+    }
+    match ENDS[state] {
+        End::Ok => Ok(len),
+        End::PaddingTooLong => Err(Error::HuffmanPaddingTooLong),
+        End::PaddingNotOnes => Err(Error::HuffmanPaddingNotOnes),
+    }
+}
+
 /// Length in bytes of the Huffman coding of `bytes`, padding included.
 pub(super) fn encoded_len(bytes: impl Iterator<Item = u8>) -> usize {
     let bits: usize = bytes.map(|b| usize::from(CODES[usize::from(b)].1)).sum();

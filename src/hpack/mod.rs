@@ -18,9 +18,10 @@
 //!   reads such lines: kiln decides each response's fields once, as lines,
 //!   and both protocols send them (`lines.rs`).
 //! - [`SharedTable`] is a pack's shared fields, chosen at build time, and
-//!   [`SharedState`] what a connection inserted of them: each response
-//!   inserts the shared fields it carries the first time, then names them
-//!   by index (`shared.rs`).
+//!   [`SharedState`] what a connection inserted of them, of the server's
+//!   fields and of the `date`, in a model of the client's table that
+//!   evicts as the client does: each response inserts the fields it
+//!   carries that the table lacks, then names them by index (`shared.rs`).
 //! - `huffman.rs` is the Huffman code, decoded four bits per table lookup
 //!   by a state machine built at compile time.
 //! - The prefix integers, string literals and field delivery (the list
@@ -72,8 +73,8 @@ pub use encode::{
 pub(crate) use encode::{encode_integer, encode_string_prefixed, integer_len, string_len_prefixed};
 pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
 pub use shared::{
-    MAX_SHARED_ENTRIES, SHARED_TABLE_BUDGET, SPAN_LEN, SharedState, SharedTable, SharedView, Span,
-    indexed_len,
+    DATE_ENTRY_SIZE, MAX_SHARED_ENTRIES, MAX_TABLE_SIZE, SHARED_TABLE_BUDGET, SPAN_LEN,
+    SharedState, SharedTable, SharedView, Span, indexed_len,
 };
 
 /// A header block that breaks RFC 7541. In HTTP/2 every one is a

@@ -17,12 +17,18 @@
 //! index or the entry's inserting bytes.
 //!
 //! The whole set takes at most [`SHARED_TABLE_BUDGET`] bytes of table
-//! room, and the server checks that it fits beside its own fields before
-//! using it: nothing is ever evicted, so an index stays valid for the
-//! connection's life (until a table size change, which starts over).
+//! room, and the server checks that it fits beside its own fields and the
+//! `date` before using it. The `date` is inserted once per second (a byte
+//! per response within the second instead of about 24), so the table
+//! fills after a minute or so and evicts its oldest entries: the
+//! connection keeps a model of the client's table ([`SharedState`]: each
+//! entry's size and insertion order, in a fixed ring), evicts as RFC 7541
+//! §4.4 does, names an entry by index only while the model has it, and
+//! inserts an evicted field again on its next use.
 
 use std::collections::HashMap;
 
+use super::decode::inserted_entry_size;
 use super::encode::{
     FIRST_DYNAMIC_INDEX, Representation, encode_field_indexing, encode_indexed, representation,
 };
@@ -272,64 +278,187 @@ impl<'a> SharedView<'a> {
     }
 }
 
-/// What a connection inserted of one shared set: which set, and in what
-/// order its entries were inserted. Fixed size: kept in the connection,
-/// no allocation.
+/// The largest dynamic table a connection models: kiln's decoder
+/// advertises no more (SETTINGS_HEADER_TABLE_SIZE 4096, the default), and
+/// the client's setting only lowers what kiln may fill.
+pub const MAX_TABLE_SIZE: usize = 4096;
+/// Most entries a table of [`MAX_TABLE_SIZE`] holds: each takes at least
+/// 32 bytes (§4.1).
+const MAX_TABLE_ENTRIES: usize = MAX_TABLE_SIZE / 32;
+/// The room of a `date` entry: name (4), IMF-fixdate value (29), 32.
+pub const DATE_ENTRY_SIZE: usize = 4 + 29 + 32;
+/// An insertion number no entry ever has: what was never inserted.
+const NEVER: u64 = u64::MAX;
+
+/// The client's dynamic table as this connection's blocks filled it
+/// (RFC 7541 §4): insertions are numbered from 0 in order, and evicted
+/// oldest first when the next would not fit, as the decoder does. Only
+/// the sizes are kept, in a ring: fixed size, no allocation.
 #[derive(Clone, Debug)]
-pub struct SharedState {
-    /// `SharedView::id` of the set inserted from, if any.
-    set: Option<u64>,
-    /// How many entries were inserted.
-    inserted: u8,
-    /// Per entry, its place in the insertion order counted from 1; 0 when
-    /// not inserted.
-    order: [u8; MAX_SHARED_ENTRIES],
+struct TableModel {
+    /// The table's maximum size (the client's setting, at most
+    /// [`MAX_TABLE_SIZE`]).
+    max: usize,
+    /// The room the entries in the table take.
+    size: usize,
+    /// Insertions so far; the newest has number `inserted - 1`.
+    inserted: u64,
+    /// Insertions evicted so far: the entries numbered `evicted..inserted`
+    /// are in the table.
+    evicted: u64,
+    /// The size of entry `n` at `n % MAX_TABLE_ENTRIES`, for the entries
+    /// in the table (never more than `max / 32` of them).
+    sizes: [u16; MAX_TABLE_ENTRIES],
 }
 
-impl Default for SharedState {
-    fn default() -> Self {
-        SharedState {
-            set: None,
+impl TableModel {
+    fn new(max: usize) -> TableModel {
+        TableModel {
+            max: max.min(MAX_TABLE_SIZE),
+            size: 0,
             inserted: 0,
-            order: [0; MAX_SHARED_ENTRIES],
+            evicted: 0,
+            sizes: [0; MAX_TABLE_ENTRIES],
         }
     }
+
+    /// What the decoder does with an entry of `size` (§4.4): evict the
+    /// oldest entries until it fits, then add it. An entry larger than the
+    /// table empties it and is not added: `None`.
+    fn insert(&mut self, size: usize) -> Option<u64> {
+        while self.evicted < self.inserted && self.size + size > self.max {
+            self.size -= usize::from(self.sizes[self.evicted as usize % MAX_TABLE_ENTRIES]);
+            self.evicted += 1;
+        }
+        if size > self.max {
+            return None;
+        }
+        self.sizes[self.inserted as usize % MAX_TABLE_ENTRIES] = size as u16;
+        self.size += size;
+        self.inserted += 1;
+        Some(self.inserted - 1)
+    }
+
+    /// The index (§2.3.3) of insertion `number`, if it is still in the
+    /// table.
+    fn index(&self, number: u64) -> Option<usize> {
+        (number >= self.evicted && number < self.inserted)
+            .then(|| FIRST_DYNAMIC_INDEX + (self.inserted - 1 - number) as usize)
+    }
+}
+
+/// What a connection's blocks put into the client's dynamic table: the
+/// server's own fields, the `date` of the current second and the shared
+/// fields of one set, each by its insertion number in a [`TableModel`].
+/// The table evicts as RFC 7541 does, so a field is named by index while
+/// it is in the table and inserted again on its next use once evicted:
+/// the `date` inserted every second pushes the oldest entries out after a
+/// minute or so. Fixed size: kept in the connection, no allocation.
+#[derive(Clone, Debug)]
+pub struct SharedState {
+    table: TableModel,
+    /// `SharedView::id` of the set `entries` are of, if any.
+    set: Option<u64>,
+    /// Per entry of that set, the insertion number of its newest copy
+    /// ([`NEVER`] if none).
+    entries: [u64; MAX_SHARED_ENTRIES],
+    /// The server's fields inserted: their set (`ServerHeaders::key`) and
+    /// the first one's insertion number.
+    server: Option<(u8, u64)>,
+    /// The `date` inserted last: its second and insertion number.
+    date: Option<(i64, u64)>,
 }
 
 impl SharedState {
-    /// Forgets everything: the client's table was emptied.
-    pub fn reset(&mut self) {
-        *self = SharedState::default();
-    }
-
-    /// How many entries this connection inserted: the server's own
-    /// entries, inserted before, are that many indices further.
-    pub fn inserted(&self) -> usize {
-        usize::from(self.inserted)
-    }
-
-    /// True until a block used a set: until then other entries may go into
-    /// the table first (the server's own), their room counted when a set
-    /// is accepted.
-    pub fn is_unused(&self) -> bool {
-        self.set.is_none()
-    }
-
-    /// True when blocks of `set` may use the table: nothing of another set
-    /// was inserted, and `set` fits in `room_left` bytes of table room.
-    pub fn accepts(&self, set: &SharedView<'_>, room_left: usize) -> bool {
-        match self.set {
-            Some(id) => id == set.id,
-            None => set.room <= room_left,
+    /// An empty table of `max` bytes (the client's
+    /// SETTINGS_HEADER_TABLE_SIZE, at most [`MAX_TABLE_SIZE`]).
+    pub fn new(max: usize) -> SharedState {
+        SharedState {
+            table: TableModel::new(max),
+            set: None,
+            entries: [NEVER; MAX_SHARED_ENTRIES],
+            server: None,
+            date: None,
         }
+    }
+
+    /// Forgets everything: the client's table was emptied and now takes
+    /// `max` bytes.
+    pub fn reset(&mut self, max: usize) {
+        *self = SharedState::new(max);
+    }
+
+    /// The table's maximum size.
+    pub fn table_max(&self) -> usize {
+        self.table.max
+    }
+
+    /// When the server's fields of set `key` (`count` entries, the ones
+    /// `ServerHeaders::hpack_indexing` inserts) are all in the table: how
+    /// many entries were inserted after them.
+    pub fn server_fields(&self, key: u8, count: usize) -> Option<usize> {
+        let (inserted_key, first) = self.server?;
+        self.table.index(first)?;
+        (inserted_key == key).then(|| (self.table.inserted - first) as usize - count)
+    }
+
+    /// True when the server's fields, taking `room` bytes, may be
+    /// inserted: none are in the table (another set of them, from a
+    /// response that overrides some, stays until evicted rather than being
+    /// replaced back and forth) and they fit beside the `date`.
+    pub fn may_insert_server(&self, room: usize) -> bool {
+        self.server
+            .is_none_or(|(_, first)| self.table.index(first).is_none())
+            && room + DATE_ENTRY_SIZE <= self.table.max
+    }
+
+    /// Records the insertion of the server's fields of set `key`, of these
+    /// sizes, in order (their block was written).
+    pub fn insert_server(&mut self, key: u8, sizes: impl IntoIterator<Item = usize>) {
+        let first = self.table.inserted;
+        for size in sizes {
+            self.table.insert(size);
+        }
+        self.server = Some((key, first));
+    }
+
+    /// Appends the `date` of `second`: an index while the entry inserted
+    /// for that second is in the table, else `indexing` (its literal with
+    /// incremental indexing), or `literal` (without indexing) when it
+    /// cannot fit.
+    pub fn write_date(&mut self, second: i64, literal: &[u8], indexing: &[u8], out: &mut Vec<u8>) {
+        if let Some((inserted, number)) = self.date
+            && inserted == second
+            && let Some(index) = self.table.index(number)
+        {
+            encode_indexed(index, out);
+        } else if DATE_ENTRY_SIZE <= self.table.max {
+            out.extend_from_slice(indexing);
+            self.date = self
+                .table
+                .insert(DATE_ENTRY_SIZE)
+                .map(|number| (second, number));
+        } else {
+            out.extend_from_slice(literal);
+        }
+    }
+
+    /// True when blocks of `set` may use the table: it fits beside the
+    /// `date` and `server_room` bytes of the server's fields. A set whose
+    /// entries would evict each other on every response goes stateless.
+    pub fn accepts(&self, set: &SharedView<'_>, server_room: usize) -> bool {
+        set.room + server_room + DATE_ENTRY_SIZE <= self.table.max
     }
 
     /// Appends `block`, the bytes `base..base + block.len()` of a variant's
     /// stateless block whose shared fields `spans` (the pack's records)
-    /// lists, with each shared field an index if inserted, else inserted.
-    /// The caller checked [`SharedState::accepts`]. A span that does not
-    /// lie inside the block, or names no entry, is copied as it is: the
-    /// block stays right, only longer.
+    /// lists, with each shared field an index if in the table, else
+    /// inserted (again, once evicted). A set other than the last one used
+    /// (another site on this connection, or a reload that changed the set)
+    /// starts over: the old set's entries age out of the table. The caller
+    /// checked [`SharedState::accepts`]. A span that does not lie inside
+    /// the block, or names no entry, is copied as it is: the block stays
+    /// right, only longer.
     pub fn write_block(
         &mut self,
         set: &SharedView<'_>,
@@ -338,7 +467,10 @@ impl SharedState {
         spans: &[u8],
         out: &mut Vec<u8>,
     ) {
-        self.set = Some(set.id);
+        if self.set != Some(set.id) {
+            self.set = Some(set.id);
+            self.entries = [NEVER; MAX_SHARED_ENTRIES];
+        }
         let mut copied = 0;
         for span in spans.chunks_exact(SPAN_LEN).map(Span::decode) {
             let Some(start) = (span.at as usize).checked_sub(base) else {
@@ -353,15 +485,15 @@ impl SharedState {
                 continue;
             };
             out.extend_from_slice(&block[copied..start]);
-            match self.order[entry] {
-                0 => {
-                    out.extend_from_slice(inserting);
-                    self.inserted += 1;
-                    self.order[entry] = self.inserted;
-                }
-                place => {
-                    let index = FIRST_DYNAMIC_INDEX + usize::from(self.inserted - place);
-                    encode_indexed(index, out);
+            if let Some(index) = self.table.index(self.entries[entry]) {
+                encode_indexed(index, out);
+            } else {
+                match inserted_entry_size(inserting) {
+                    Some(size) if size <= self.table.max => {
+                        out.extend_from_slice(inserting);
+                        self.entries[entry] = self.table.insert(size).unwrap_or(NEVER);
+                    }
+                    _ => out.extend_from_slice(&block[start..end]),
                 }
             }
             copied = end;
@@ -385,31 +517,45 @@ mod tests {
     /// A block's fields, (name, value).
     type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
-    /// What a connection sends: a variant's block, or a table size change
-    /// the client asked for (`SETTINGS_HEADER_TABLE_SIZE`).
+    /// What a connection sends: a variant's block, a table size change
+    /// the client asked for (`SETTINGS_HEADER_TABLE_SIZE`), or nothing but
+    /// the clock moving to another second (another `date`).
     #[derive(Clone, Copy)]
     enum Step {
         Respond(usize),
         TableSize(usize),
+        Second(i64),
     }
 
-    /// The blocks a connection writes for `steps`, with the fields each
-    /// must decode to, and the sizes the client's decoder is given.
+    /// The `date` field of `second`: its value, and its literal without
+    /// and with indexing, as `DateCache` prepares them.
+    fn date(second: i64) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let mut imf = [0u8; 29];
+        crate::httpdate::format_imf(second, &mut imf);
+        let (mut literal, mut indexing) = (Vec::new(), Vec::new());
+        crate::hpack::encode_field(b"date", &imf, &mut literal);
+        encode_field_indexing(b"date", &imf, &mut indexing);
+        (imf.to_vec(), literal, indexing)
+    }
+
+    /// The blocks a connection writes for `steps` (each response: the
+    /// `date`, then the page's fields), with the fields each must decode
+    /// to.
     fn connection(steps: &[Step]) -> (Vec<Vec<u8>>, Vec<Fields>) {
         let table = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes()));
         let encoded = table.encode();
         let set = SharedView::parse(&encoded).expect("a shared set");
-        let mut state = SharedState::default();
-        let mut table_max = 4096;
+        let mut state = SharedState::new(MAX_TABLE_SIZE);
+        let mut second = 1_700_000_000;
         let mut resize = false;
         let (mut blocks, mut expected) = (Vec::new(), Vec::new());
         for &step in steps {
             match step {
                 Step::TableSize(size) => {
-                    table_max = size;
                     resize = true;
-                    state.reset();
+                    state.reset(size);
                 }
+                Step::Second(now) => second = now,
                 Step::Respond(page) => {
                     let head = HEADS[page].as_bytes();
                     let mut stateless = Vec::new();
@@ -419,17 +565,21 @@ mod tests {
                     let mut block = Vec::new();
                     if std::mem::take(&mut resize) {
                         encode_table_size_update(0, &mut block);
-                        encode_table_size_update(table_max, &mut block);
+                        encode_table_size_update(state.table_max(), &mut block);
                     }
-                    if state.accepts(&set, table_max) {
+                    let (value, literal, indexing) = date(second);
+                    state.write_date(second, &literal, &indexing, &mut block);
+                    if state.accepts(&set, 0) {
                         state.write_block(&set, &stateless, 0, &spans, &mut block);
                     } else {
                         block.extend_from_slice(&stateless);
                     }
                     blocks.push(block);
+                    let page_fields =
+                        fields(head).map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()));
                     expected.push(
-                        fields(head)
-                            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()))
+                        std::iter::once((b"date".to_vec(), value))
+                            .chain(page_fields)
                             .collect(),
                     );
                 }
@@ -438,8 +588,9 @@ mod tests {
         (blocks, expected)
     }
 
+    /// Decodes `steps`' blocks on one decoder, as the client does.
     fn decode_all(blocks: &[Vec<u8>]) -> Vec<Fields> {
-        let mut decoder = Decoder::new(4096);
+        let mut decoder = Decoder::new(MAX_TABLE_SIZE);
         blocks
             .iter()
             .map(|block| {
@@ -465,6 +616,27 @@ mod tests {
         Step::Respond(1),
         Step::Respond(0),
     ];
+
+    /// A long-lived connection: a new `date` every second fills the table
+    /// and evicts the oldest entries, shared ones included, which the next
+    /// response inserts again; then a smaller table (one where the set no
+    /// longer fits, and one where a single `date` does not), and a larger
+    /// one again.
+    fn eviction_steps() -> Vec<Step> {
+        let mut steps = Vec::new();
+        for (size, seconds) in [(4096, 80), (600, 30), (64, 3), (4096, 3)] {
+            if size != 4096 || !steps.is_empty() {
+                steps.push(Step::TableSize(size));
+            }
+            for second in 0..seconds {
+                steps.push(Step::Second(1_700_000_000 + second));
+                for page in [0, 1, 2, 0] {
+                    steps.push(Step::Respond(page));
+                }
+            }
+        }
+        steps
+    }
 
     #[test]
     fn the_shared_set_is_what_pages_have_in_common() {
@@ -510,15 +682,49 @@ mod tests {
         let (blocks, expected) = connection(&STEPS);
         assert_eq!(decode_all(&blocks), expected);
         let lens: Vec<usize> = blocks.iter().map(Vec::len).collect();
-        // The second response of a page: its six fields, a byte each.
-        assert_eq!(lens[1], 6, "{lens:?}");
+        // The second response of a page: the date and its six fields, a
+        // byte each.
+        assert_eq!(lens[1], 7, "{lens:?}");
         // The third page inserts only its own `etag` and length, and
-        // names the four fields it shares with the first.
+        // names the date and the four fields it shares with the first.
         assert!(lens[3] < lens[0] / 4, "{lens:?}");
-        // 128 bytes of table do not hold the set: stateless blocks, the
-        // same after the size updates' bytes (0, then 128: 1 + 2).
-        assert_eq!(lens[4] - 3, lens[5], "{lens:?}");
-        assert_eq!(blocks[4][3..], blocks[5][..]);
+        // 128 bytes of table do not hold the set: stateless blocks after
+        // the date, which fits (65 bytes): after the size updates (0, then
+        // 128: 1 + 2 bytes) inserted, then a one-byte index.
+        let stateless = &blocks[5][1..];
+        assert_eq!(blocks[5][0], 0x80 | 62, "{:?}", blocks[5]);
+        assert!(blocks[4][..3] == [0x20, 0x3f, 0x61] && blocks[4].ends_with(stateless));
+        assert_eq!(lens[4] - 3 - stateless.len(), date(0).2.len(), "{lens:?}");
+    }
+
+    /// The date of each second is inserted once and named by index; the
+    /// dates fill the table, evict the oldest entries as a decoder does,
+    /// and the shared fields evicted are inserted again: every block
+    /// decodes to its fields, and most are indices only.
+    #[test]
+    fn dates_evict_and_evicted_fields_come_back() {
+        let steps = eviction_steps();
+        let (blocks, expected) = connection(&steps);
+        let responses = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Respond(_)))
+            .count();
+        assert_eq!(decode_all(&blocks), expected);
+        assert_eq!(blocks.len(), responses);
+        // At 4096 bytes, the 80 seconds' dates (65 bytes each) pass the
+        // table's size: the first page's block after that (a second's
+        // third response) is indices again, a byte per field.
+        let late = 4 * 79 + 3;
+        assert_eq!(
+            blocks[late].len(),
+            expected[late].len(),
+            "{:?}",
+            blocks[late]
+        );
+        // In 64 bytes not even a date fits: stateless blocks, the same
+        // each time but for the date.
+        let tiny = 4 * 110 + 1;
+        assert_eq!(blocks[tiny].len(), blocks[tiny + 4].len());
     }
 
     #[test]
@@ -534,7 +740,7 @@ mod tests {
         all.iter().for_each(|s| s.encode(&mut spans));
         // Up to the second shared field: the first only is inserted.
         let cut = all[1].at as usize;
-        let mut state = SharedState::default();
+        let mut state = SharedState::new(MAX_TABLE_SIZE);
         let mut decoder = Decoder::new(4096);
         let mut decode = |block: &[u8]| {
             let mut got = Vec::new();
@@ -559,21 +765,22 @@ mod tests {
         let mut block = Vec::new();
         state.write_block(&set, &stateless[..cut], 0, &spans, &mut block);
         assert_eq!(decode(&block), stateless_fields(&stateless[..cut]));
-        assert_eq!(state.inserted(), 1);
+        assert_eq!(state.table.inserted, 1);
         // From after the first shared field: the others are inserted.
         let from = (all[0].at + u32::from(all[0].len)) as usize;
         block.clear();
         state.write_block(&set, &stateless[from..], from, &spans, &mut block);
         assert_eq!(decode(&block), stateless_fields(&stateless[from..]));
-        assert_eq!(state.inserted(), all.len());
+        assert_eq!(state.table.inserted, all.len() as u64);
     }
 
     /// Another site's set, or a reload's with other fields, on the same
-    /// connection: its indices would name this set's entries, so its
-    /// blocks go stateless; an equal set (a reload that changed no shared
-    /// field) keeps the indices.
+    /// connection: its entries are not the first set's, so it starts over
+    /// (inserting, never naming the first set's entries); an equal set (a
+    /// reload that changed no shared field) keeps the indices. A set that
+    /// does not fit beside the date and the server's fields is refused.
     #[test]
-    fn only_the_set_in_use_is_accepted() {
+    fn another_set_starts_over() {
         let first = SharedTable::choose(HEADS.iter().map(|h| h.as_bytes())).encode();
         let reloaded = first.clone();
         let other = SharedTable::choose(HEADS[1..].iter().map(|h| h.as_bytes())).encode();
@@ -582,16 +789,44 @@ mod tests {
             SharedView::parse(&reloaded).unwrap(),
             SharedView::parse(&other).unwrap(),
         );
-        let mut state = SharedState::default();
-        assert!(state.accepts(&other, 4096) && state.accepts(&first, 4096));
-        assert!(!state.accepts(&first, first.room - 1), "it must fit");
-        let mut block = Vec::new();
-        state.write_block(&first, &[], 0, &[], &mut block);
-        assert!(!state.is_unused());
-        assert!(state.accepts(&same, 0));
-        assert!(!state.accepts(&other, 4096));
-        state.reset();
-        assert!(state.accepts(&other, 4096));
+        let mut state = SharedState::new(MAX_TABLE_SIZE);
+        assert!(state.accepts(&first, MAX_TABLE_SIZE - first.room - DATE_ENTRY_SIZE));
+        assert!(!state.accepts(&first, MAX_TABLE_SIZE - first.room - DATE_ENTRY_SIZE + 1));
+        let head = HEADS[1].as_bytes();
+        let mut stateless = Vec::new();
+        encode_lines(head, &mut stateless);
+        let spans = |table: &SharedTable| {
+            let mut spans = Vec::new();
+            table.spans(head).iter().for_each(|s| s.encode(&mut spans));
+            spans
+        };
+        let first_spans = spans(&SharedTable::choose(HEADS.iter().map(|h| h.as_bytes())));
+        let other_spans = spans(&SharedTable::choose(
+            HEADS[1..].iter().map(|h| h.as_bytes()),
+        ));
+        let mut decoder = Decoder::new(MAX_TABLE_SIZE);
+        let expected: Fields = fields(head)
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec()))
+            .collect();
+        for (set, spans, all_indices) in [
+            (&first, &first_spans, false),
+            (&same, &first_spans, true),
+            (&other, &other_spans, false),
+            (&other, &other_spans, true),
+            (&first, &first_spans, false),
+        ] {
+            let mut block = Vec::new();
+            state.write_block(set, &stateless, 0, spans, &mut block);
+            let mut got = Vec::new();
+            decoder
+                .decode(&block, &mut Vec::new(), usize::MAX, |n, v| {
+                    got.push((n.to_vec(), v.to_vec()));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            assert_eq!(got, expected);
+            assert_eq!(block.len() == expected.len(), all_indices, "{block:?}");
+        }
     }
 
     #[test]
@@ -606,8 +841,9 @@ mod tests {
         assert!(SharedView::parse(&zero).is_none());
     }
 
-    /// The same connection decoded by the Python `hpack` package, an
-    /// independent decoder; skipped, saying so, where it is missing.
+    /// The same connections (table size changes, dates, eviction) decoded
+    /// by the Python `hpack` package, an independent decoder; skipped,
+    /// saying so, where it is missing.
     #[test]
     fn python_hpack_decodes_the_connection() {
         const SCRIPT: &str = r#"
@@ -626,12 +862,15 @@ for line in sys.stdin:
         out.append([[n.decode(), v.decode()] for n, v in d.decode(bytes.fromhex(arg), raw=True)])
 print(json.dumps(out))
 "#;
-        let (blocks, expected) = connection(&STEPS);
+        let mut steps = STEPS.to_vec();
+        steps.extend(eviction_steps());
+        let (blocks, expected) = connection(&steps);
         let mut input = String::new();
         let mut blocks_iter = blocks.iter();
-        for step in STEPS {
+        for step in &steps {
             match step {
                 Step::TableSize(size) => input.push_str(&format!("size {size}\n")),
+                Step::Second(_) => {}
                 Step::Respond(_) => {
                     let hex: String = blocks_iter
                         .next()

@@ -364,7 +364,7 @@ impl<'p> SharedCheck<'p> {
     fn new(set: hpack::SharedView<'p>) -> SharedCheck<'p> {
         SharedCheck {
             set,
-            state: hpack::SharedState::default(),
+            state: hpack::SharedState::new(hpack::MAX_TABLE_SIZE),
             decoder: hpack::Decoder::new(4096),
             block: Vec::new(),
         }

@@ -29,6 +29,10 @@ pub struct DateCache {
     /// literal without indexing). Its capacity is reserved at creation and
     /// never exceeded, so reformatting it allocates nothing.
     hpack: Vec<u8>,
+    /// The same field as a literal with incremental indexing, which an
+    /// HTTP/2 connection sends once per second and then names by index
+    /// (`hpack::SharedState::write_date`). Same capacity rule.
+    hpack_indexing: Vec<u8>,
 }
 
 impl Default for DateCache {
@@ -43,6 +47,7 @@ impl DateCache {
             second: i64::MIN,
             line: *b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n",
             hpack: Vec::with_capacity(DATE_HPACK_MAX),
+            hpack_indexing: Vec::with_capacity(DATE_HPACK_MAX),
         };
         cache.update(0);
         cache
@@ -57,7 +62,9 @@ impl DateCache {
             self.line[6..35].copy_from_slice(&imf);
             self.hpack.clear();
             crate::hpack::encode_field(b"date", &imf, &mut self.hpack);
-            debug_assert!(self.hpack.len() <= DATE_HPACK_MAX);
+            self.hpack_indexing.clear();
+            crate::hpack::encode_field_indexing(b"date", &imf, &mut self.hpack_indexing);
+            debug_assert!(self.hpack.len().max(self.hpack_indexing.len()) <= DATE_HPACK_MAX);
         }
     }
 
@@ -69,6 +76,11 @@ impl DateCache {
     /// The same `date` field HPACK-encoded, for HTTP/2.
     pub fn hpack(&self) -> &[u8] {
         &self.hpack
+    }
+
+    /// The same `date` field as a literal with incremental indexing.
+    pub fn hpack_indexing(&self) -> &[u8] {
+        &self.hpack_indexing
     }
 
     pub fn second(&self) -> i64 {

@@ -9,9 +9,11 @@
 //! connection: about 150 of a small response's 260 header bytes. So a
 //! connection's first response inserts them into the client's dynamic
 //! table (`hpack_indexing`), and the later ones name them by index, a byte
-//! each (`write_indexed`): kiln inserts nothing else but a pack's shared
-//! fields, after these, so their indices move by that count only. `hpack` is the stateless form, for responses whose set differs
-//! from the one inserted, or when the client's table is too small.
+//! each (`write_indexed`), moved by the entries inserted after them (the
+//! connection's `hpack::SharedState` counts those, and inserts these again
+//! once the table evicted them). `hpack` is the stateless form, for
+//! responses whose set differs from the one inserted, or when the
+//! client's table is too small.
 
 use crate::pack::format::SERVER_HEADERS;
 
@@ -52,8 +54,9 @@ pub struct ServerHeaders {
     /// What `indexing_blocks` then sends again: one table index per field,
     /// as they are when nothing was inserted after them.
     indexed_refs: Vec<Vec<usize>>,
-    /// The room `indexing_blocks` takes in a dynamic table (RFC 7541 §4.1).
-    table_sizes: Vec<usize>,
+    /// The room each field `indexing_blocks` inserts takes in a dynamic
+    /// table (RFC 7541 §4.1), in order.
+    entry_sizes: Vec<Vec<usize>>,
 }
 
 /// `server: kiln`, which HTTP/2 sends on every response (HTTP/1 sends its
@@ -61,19 +64,20 @@ pub struct ServerHeaders {
 const SERVER_FIELD: (&[u8], &[u8]) = (b"server", b"kiln");
 
 /// The three forms of HTTP/2's fields for one set of lines: inserting,
-/// the indices that then name them, and the table room taken.
-fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<usize>, usize) {
+/// the indices that then name them, and the table room each inserted
+/// field takes.
+fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<usize>, Vec<usize>) {
     let fields: Vec<(&[u8], &[u8])> = std::iter::once(SERVER_FIELD)
         .chain(crate::hpack::fields(lines))
         .filter(|(name, _)| !crate::hpack::is_connection_specific(name))
         .collect();
     let mut indexing = Vec::new();
     let mut static_refs = Vec::new();
-    let mut size = 0;
+    let mut sizes = Vec::new();
     for (name, value) in &fields {
         let inserted = crate::hpack::encode_field_indexing(name, value, &mut indexing);
         if inserted {
-            size += name.len() + value.len() + 32;
+            sizes.push(name.len() + value.len() + 32);
             static_refs.push(None);
         } else {
             static_refs.push(Some(crate::hpack::static_index(name, value)));
@@ -94,7 +98,7 @@ fn indexing_forms(lines: &[u8]) -> (Vec<u8>, Vec<usize>, usize) {
             }
         }
     }
-    (indexing, indexed, size)
+    (indexing, indexed, sizes)
 }
 
 impl ServerHeaders {
@@ -135,20 +139,20 @@ impl ServerHeaders {
                 block
             })
             .collect();
-        let (mut indexing_blocks, mut indexed_refs, mut table_sizes) =
+        let (mut indexing_blocks, mut indexed_refs, mut entry_sizes) =
             (Vec::new(), Vec::new(), Vec::new());
         for lines in &blocks {
-            let (indexing, indexed, size) = indexing_forms(lines);
+            let (indexing, indexed, sizes) = indexing_forms(lines);
             indexing_blocks.push(indexing);
             indexed_refs.push(indexed);
-            table_sizes.push(size);
+            entry_sizes.push(sizes);
         }
         ServerHeaders {
             blocks,
             hpack_blocks,
             indexing_blocks,
             indexed_refs,
-            table_sizes,
+            entry_sizes,
         }
     }
 
@@ -170,11 +174,11 @@ impl ServerHeaders {
     }
 
     /// `server: kiln` and the fields of `lines(overrides)`, inserted into
-    /// the client's dynamic table as they are decoded, and the room they
-    /// take there.
-    pub fn hpack_indexing(&self, overrides: u8) -> (&[u8], usize) {
+    /// the client's dynamic table as they are decoded, and the room each
+    /// entry it inserts takes there, in order.
+    pub fn hpack_indexing(&self, overrides: u8) -> (&[u8], &[usize]) {
         let key = usize::from(self.key(overrides));
-        (&self.indexing_blocks[key], self.table_sizes[key])
+        (&self.indexing_blocks[key], &self.entry_sizes[key])
     }
 
     /// Appends the same fields once `hpack_indexing(overrides)` was
@@ -285,7 +289,7 @@ mod tests {
                     &mut crate::hpack::Decoder::new(0),
                     headers.hpack(overrides),
                 ));
-                let (indexing, size) = headers.hpack_indexing(overrides);
+                let (indexing, sizes) = headers.hpack_indexing(overrides);
                 let mut indexed = Vec::new();
                 headers.write_indexed(overrides, 0, &mut indexed);
                 let mut decoder = crate::hpack::Decoder::new(4096);
@@ -294,7 +298,11 @@ mod tests {
                     assert_eq!(decode(&mut decoder, &indexed), stateless);
                 }
                 assert_eq!(indexed.len(), stateless.len(), "an index of one byte each");
-                assert!(size <= 4096);
+                assert!(sizes.iter().sum::<usize>() <= 4096);
+                // One size per inserted field: the fields the indexed block
+                // names in the dynamic table.
+                let dynamic = indexed.iter().filter(|&&b| b >= 0x80 | 62).count();
+                assert_eq!(sizes.len(), dynamic);
                 // Two entries inserted after them: two indices further.
                 decode(&mut decoder, b"\x40\x01a\x01b\x40\x01c\x01d");
                 indexed.clear();
@@ -302,6 +310,11 @@ mod tests {
                 assert_eq!(decode(&mut decoder, &indexed), stateless);
             }
         }
-        assert!(ServerHeaders::new(true, true).hpack_indexing(0).1 > 0);
+        assert!(
+            !ServerHeaders::new(true, true)
+                .hpack_indexing(0)
+                .1
+                .is_empty()
+        );
     }
 }

@@ -91,6 +91,8 @@ const RESET_MEMORY: usize = 16;
 /// The dynamic table every HPACK decoder starts with (RFC 7541 §4.2), and
 /// the most kiln uses of a larger one: the server's own fields take less.
 const TABLE_SIZE: u32 = frame::DEFAULT_HEADER_TABLE_SIZE;
+// The connection's model of the client's table holds a table of this size.
+const _: () = assert!(TABLE_SIZE as usize <= crate::hpack::MAX_TABLE_SIZE);
 
 /// Buffers every HTTP/2 connection of a thread shares, so that decoding a
 /// request allocates nothing once they are warm.
@@ -189,20 +191,13 @@ pub struct Conn {
     closing: bool,
     /// Round-robin position among incremental streams of one urgency.
     round_robin: u32,
-    /// The dynamic table kiln may fill in the client's decoder: 4096 bytes
-    /// until the client's SETTINGS_HEADER_TABLE_SIZE says less.
-    table_max: u32,
     /// The client lowered its table size: the next block starts by
     /// emptying the table and setting its new size (RFC 7541 §4.2, §6.3).
     table_resize: bool,
-    /// The set of server fields (`ServerHeaders::key`) inserted into the
-    /// client's dynamic table on this connection, if any: responses with
-    /// that set name them by index. Inserted before any shared field, never
-    /// after one (that would move the shared fields' indices).
-    indexed: Option<u8>,
-    /// What this connection inserted of a pack's shared fields
-    /// (`hpack::SharedState`), after the server fields.
-    shared: SharedState,
+    /// What this connection's blocks put into the client's dynamic table
+    /// (`hpack::SharedState`): 4096 bytes until the client's
+    /// SETTINGS_HEADER_TABLE_SIZE says less.
+    table: SharedState,
 }
 
 impl Default for Conn {
@@ -245,10 +240,8 @@ impl Conn {
             peer_goaway: false,
             closing: false,
             round_robin: 0,
-            table_max: TABLE_SIZE,
             table_resize: false,
-            indexed: None,
-            shared: SharedState::default(),
+            table: SharedState::new(TABLE_SIZE as usize),
         }
     }
 
@@ -625,12 +618,10 @@ impl Conn {
                 }
             }
             setting::MAX_FRAME_SIZE => self.peer_max_frame = value,
-            setting::HEADER_TABLE_SIZE if value < self.table_max => {
+            setting::HEADER_TABLE_SIZE if (value as usize) < self.table.table_max() => {
                 // What kiln inserted may not fit any more: start over.
-                self.table_max = value;
+                self.table.reset(value as usize);
                 self.table_resize = true;
-                self.indexed = None;
-                self.shared.reset();
             }
             _ => {}
         }

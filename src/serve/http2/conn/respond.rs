@@ -2,8 +2,8 @@
 //! frames when the block is beyond the client's frame size) from the
 //! pack's prepared HPACK block (its shared fields inserted into the
 //! client's table or named by index, `hpack::SharedState`), with
-//! `:status`, the server's fields, `date` and the few fields of this
-//! response; then the body as DATA
+//! `:status`, the server's fields and `date` (also inserted, then named
+//! by index) and the few fields of this response; then the body as DATA
 //! frames from the mapping, as many bytes at a time as the scheduler
 //! (`schedule`) gives the stream. Each response is counted and logged here.
 
@@ -108,47 +108,33 @@ impl Conn {
         let b = &mut out.bytes;
         if std::mem::take(&mut self.table_resize) {
             hpack::encode_table_size_update(0, b);
-            if self.table_max > 0 {
-                hpack::encode_table_size_update(self.table_max as usize, b);
+            if self.table.table_max() > 0 {
+                hpack::encode_table_size_update(self.table.table_max(), b);
             }
         }
         hpack::encode_status(resp.status, b);
+        // The server's fields, the date and a pack's shared fields go into
+        // the client's dynamic table the first time, then by index; the
+        // table evicts as RFC 7541 does and `self.table` follows it, so a
+        // field evicted (by the dates of later seconds) is inserted again.
         let key = server_headers.key(resp.overrides);
-        let table_max = self.table_max as usize;
-        match self.indexed {
-            Some(indexed) if indexed == key => {
-                server_headers.write_indexed(key, self.shared.inserted(), b);
-            }
-            // Only before any shared set is used: inserted after shared
-            // fields, the server fields would move their indices, and
-            // the set's room was counted without them.
-            None if self.shared.is_unused()
-                && server_headers.hpack_indexing(key).1 <= table_max =>
-            {
-                b.extend_from_slice(server_headers.hpack_indexing(key).0);
-                self.indexed = Some(key);
-            }
-            _ => {
-                b.extend_from_slice(&SERVER_FIELD);
-                b.extend_from_slice(server_headers.hpack(key));
-            }
+        let (indexing, server_sizes) = server_headers.hpack_indexing(key);
+        let server_room: usize = server_sizes.iter().sum();
+        if let Some(newer) = self.table.server_fields(key, server_sizes.len()) {
+            server_headers.write_indexed(key, newer, b);
+        } else if self.table.may_insert_server(server_room) {
+            b.extend_from_slice(indexing);
+            self.table.insert_server(key, server_sizes.iter().copied());
+        } else {
+            b.extend_from_slice(&SERVER_FIELD);
+            b.extend_from_slice(server_headers.hpack(key));
         }
-        b.extend_from_slice(date.hpack());
-        // A pack's shared fields: inserted the first time, then by index,
-        // while the table holds them beside the server fields, so that
-        // nothing is ever evicted. Another pack's set (another site, or a
-        // reload that changed the set) gets the stateless block.
-        let server_room = self
-            .indexed
-            .map_or(0, |indexed| server_headers.hpack_indexing(indexed).1);
+        self.table
+            .write_date(date.second(), date.hpack(), date.hpack_indexing(), b);
         match resp.shared.set {
-            Some(set)
-                if self
-                    .shared
-                    .accepts(&set, table_max.saturating_sub(server_room)) =>
-            {
+            Some(set) if self.table.accepts(&set, server_room) => {
                 let shared = resp.shared;
-                self.shared
+                self.table
                     .write_block(&set, resp.hpack, shared.base, shared.spans, b);
             }
             _ => b.extend_from_slice(resp.hpack),
