@@ -83,10 +83,13 @@ pub fn inserted_entry_size(repr: &[u8]) -> Option<usize> {
     }
     let mut pos = 0;
     let name_len = match read_integer(repr, &mut pos, 6).ok()? {
-        0 => literal_len(repr, &read_literal(repr, &mut pos).ok()?)?,
+        0 => literal_len(
+            repr,
+            &read_literal(repr, &mut pos, 7, MAX_INTEGER_CONTINUATION_BYTES).ok()?,
+        )?,
         index => static_entry(index)?.0.len(),
     };
-    let value = read_literal(repr, &mut pos).ok()?;
+    let value = read_literal(repr, &mut pos, 7, MAX_INTEGER_CONTINUATION_BYTES).ok()?;
     (pos == repr.len()).then_some(())?;
     Some(name_len + literal_len(repr, &value)? + ENTRY_OVERHEAD)
 }
