@@ -27,15 +27,20 @@ use super::compress::{
     encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
+use super::dictionaries::{
+    DictionaryOptions, History, build_id, match_pattern, use_as_dictionary_value,
+};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
 use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
-use super::urlpath::html_escape;
+use super::urlpath::{html_escape, percent_encode_path};
+use crate::dictionary::DeltaLevels;
+use crate::pack::format::DELTA_ENCODINGS;
 use crate::pack::{
-    BodyRef, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn, RuleIn,
-    VariantIn, VariantSet,
+    BodyRef, DeltaIn, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn,
+    RouteKind, RuleIn, VariantIn, VariantSet,
 };
 
 /// Most files read in one batch, whatever their size: bounds the
@@ -56,8 +61,8 @@ pub struct EncodingTotals {
 /// What `assemble` wrote besides what the pack writer counts.
 #[derive(Debug, Default)]
 pub struct Assembled {
-    /// Indexed by `Encoding as usize`.
-    pub per_encoding: [EncodingTotals; 4],
+    /// Indexed by `Encoding as usize`, delta encodings included.
+    pub per_encoding: [EncodingTotals; 6],
     /// Encoded bytes of duplicate contents, never handed to the writer
     /// (their first copy's bodies are reused).
     pub dedup_saved: u64,
@@ -88,14 +93,28 @@ pub struct AssembleInput<'a> {
     pub base: Option<&'a Pack>,
     /// The pack being written, as messages name it.
     pub out_name: &'a str,
+    /// `Use-As-Dictionary` and delta variants.
+    pub dictionaries: &'a DictionaryOptions,
+    /// The earlier versions the deltas are made against.
+    pub history: &'a History<'a>,
 }
 
 /// The stored bodies of one file: identity first, then kept encodings.
 type FileBodies = Vec<(Encoding, BodyRef)>;
 
+/// One stored delta variant of a file.
+#[derive(Clone, Copy)]
+struct DeltaBody {
+    encoding: Encoding,
+    /// The dictionary's SHA-256.
+    dictionary: [u8; 32],
+    body: BodyRef,
+}
+
 /// A variant set is shared by the routes serving the same file with the
-/// same validators flag and the same custom headers.
-type SetKey = (usize, bool, Vec<(String, String)>);
+/// same validators flag, the same custom headers and the same
+/// `Use-As-Dictionary` value.
+type SetKey = (usize, bool, Vec<(String, String)>, Option<String>);
 
 /// What a route needs written, made in parallel with other routes'.
 enum Prepared {
@@ -108,6 +127,10 @@ enum Prepared {
         custom: Vec<(String, String)>,
         /// One per stored body, in `Encoding` order.
         heads: Vec<HeadBlock>,
+        /// One per delta variant, in the order of the file's deltas.
+        delta_heads: Vec<HeadBlock>,
+        /// The `Use-As-Dictionary` value of the route.
+        use_as_dictionary: Option<String>,
     },
     /// A redirect: the page kiln serves with it, and its header block.
     Redirect {
@@ -266,6 +289,28 @@ pub fn assemble(
     })?;
     bar.finish_and_clear();
     release_batch_memory();
+    // The URLs each file answers at, as a client names them.
+    let mut urls: Vec<Vec<String>> = vec![Vec::new(); files.len()];
+    for route in &plan.routes {
+        if let (Target::File(i), RouteKind::Exact) = (&route.target, route.kind) {
+            urls[*i].push(percent_encode_path(&route.key));
+        }
+    }
+    let offered: Vec<bool> = wants
+        .iter()
+        .map(|&w| w && input.dictionaries.enabled)
+        .collect();
+    let deltas = if input.dictionaries.enabled && !input.history.is_empty() {
+        firing.fire_deltas(writer, &offered, &bodies, &urls)?
+    } else {
+        vec![Vec::new(); files.len()]
+    };
+    let id = build_id(
+        files
+            .iter()
+            .zip(&bodies)
+            .map(|(f, b)| (f.path.clone(), b[0].1.hash)),
+    );
     let mut result = firing.result;
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
     for chunk in plan.routes.chunks(ROUTE_CHUNK) {
@@ -275,18 +320,28 @@ pub fn assemble(
             .map(|route| match &route.target {
                 Target::File(i) => {
                     let custom = headers_for(input.header_rules, &plan.headers_paths(route));
-                    let heads = file_heads(
-                        &files[*i],
-                        &types[*i],
-                        &bodies[*i],
-                        route.validators(),
-                        &custom,
-                        input.cache,
-                    );
+                    let use_as_dictionary = (offered[*i] && route.validators()).then(|| {
+                        let url = percent_encode_path(&route.key);
+                        use_as_dictionary_value(&match_pattern(&url), &id)
+                    });
+                    let file = FileHeads {
+                        file: &files[*i],
+                        content_type: &types[*i],
+                        validators: route.validators(),
+                        custom: &custom,
+                        cache: input.cache,
+                        use_as_dictionary: use_as_dictionary.as_deref(),
+                        several: bodies[*i].len() > 1,
+                        has_deltas: !deltas[*i].is_empty(),
+                    };
+                    let heads = file.heads(bodies[*i].iter().map(|(e, b)| (*e, b)));
+                    let delta_heads = file.heads(deltas[*i].iter().map(|d| (d.encoding, &d.body)));
                     Prepared::File {
                         file: *i,
                         custom,
                         heads,
+                        delta_heads,
+                        use_as_dictionary,
                     }
                 }
                 Target::Redirect(location) => {
@@ -307,8 +362,10 @@ pub fn assemble(
                     file: i,
                     custom,
                     heads,
+                    delta_heads,
+                    use_as_dictionary,
                 } => {
-                    let cache_key = (i, validators, custom);
+                    let cache_key = (i, validators, custom, use_as_dictionary);
                     let set = match sets.get(&cache_key) {
                         Some(set) => *set,
                         None => {
@@ -321,7 +378,19 @@ pub fn assemble(
                                     body: *body,
                                 })
                                 .collect();
-                            let set = writer.add_variant_set(&variants).with_context(write_err)?;
+                            let delta_variants: Vec<DeltaIn<'_>> = deltas[i]
+                                .iter()
+                                .zip(&delta_heads)
+                                .map(|(d, head)| DeltaIn {
+                                    encoding: d.encoding,
+                                    dictionary: d.dictionary,
+                                    head,
+                                    body: d.body,
+                                })
+                                .collect();
+                            let set = writer
+                                .add_variant_set_with_deltas(&variants, &delta_variants)
+                                .with_context(write_err)?;
                             sets.insert(cache_key, set);
                             set
                         }
@@ -373,7 +442,7 @@ fn release_batch_memory() {
 }
 
 /// Counts a body just stored, if it is not a duplicate.
-fn count_fresh(totals: &mut [EncodingTotals; 4], encoding: Encoding, body: &BodyRef) {
+fn count_fresh(totals: &mut [EncodingTotals; 6], encoding: Encoding, body: &BodyRef) {
     if body.fresh {
         let t = &mut totals[encoding as usize];
         t.count += 1;
@@ -599,6 +668,145 @@ impl Firing<'_> {
         Ok(fired)
     }
 
+    /// Makes the delta variants of every file `offered` a dictionary, in
+    /// file order after the plain bodies: against each of the last N
+    /// versions the history holds for its URLs, a `dcb` and a `dcz`, each
+    /// copied from the base when it made the same, kept only when at
+    /// least `MIN_DELTA_SAVED_PERCENT` smaller than the file's best plain
+    /// variant. Files are taken in groups whose bytes (the file and each
+    /// dictionary) stay within the batch, compressed in parallel.
+    fn fire_deltas(
+        &mut self,
+        writer: &mut PackWriter,
+        offered: &[bool],
+        bodies: &[FileBodies],
+        urls: &[Vec<String>],
+    ) -> anyhow::Result<Vec<Vec<DeltaBody>>> {
+        let stored = writer
+            .stored_file()
+            .with_context(|| format!("{}: cannot read back", self.input.out_name))?;
+        let history = self.input.history;
+        let versions = self.input.dictionaries.versions;
+        let settings = delta_settings(self.input.compress, &self.encodings);
+        let mut fired = vec![Vec::new(); bodies.len()];
+        let mut start = 0;
+        while start < bodies.len() {
+            let (mut end, mut cost) = (start, 0u64);
+            while end < bodies.len() && (end == start || cost <= self.batch_bytes) {
+                if offered[end] {
+                    cost += bodies[end][0].1.len * (1 + versions as u64);
+                }
+                end += 1;
+            }
+            let made: Vec<anyhow::Result<Vec<DeltaMade>>> = (start..end)
+                .into_par_iter()
+                .map(|i| {
+                    if !offered[i] {
+                        return Ok(Vec::new());
+                    }
+                    let identity = &bodies[i][0].1;
+                    let mut new = vec![0; identity.len as usize];
+                    stored.read_exact_at(&mut new, identity.off)?;
+                    let sha = crate::dictionary::sha256(&new);
+                    let best_plain = bodies[i].iter().map(|(_, b)| b.len).min().unwrap_or(0);
+                    let mut made = Vec::new();
+                    for old in history.for_urls(&urls[i], &sha, versions) {
+                        let key = delta_source_key(&identity.hash, &old.sha256);
+                        for &(encoding, settings) in &settings {
+                            if !crate::dictionary::fits(
+                                encoding,
+                                old.bytes.len() as u64,
+                                new.len() as u64,
+                            ) {
+                                continue;
+                            }
+                            let outcome =
+                                self.delta(&key, encoding, settings, &new, old, best_plain)?;
+                            made.push(DeltaMade {
+                                encoding,
+                                dictionary: old.sha256,
+                                key,
+                                settings,
+                                outcome,
+                            });
+                        }
+                    }
+                    Ok(made)
+                })
+                .collect();
+            for (i, made) in (start..end).zip(made) {
+                for m in made? {
+                    self.count(m.outcome.reused, m.outcome.damaged);
+                    let body = match &m.outcome.kept {
+                        Some(bytes) => Some(self.store(writer, m.encoding, bytes, None)?),
+                        None => None,
+                    };
+                    writer.add_provenance(ProvenanceIn {
+                        source_hash: m.key,
+                        encoding: m.encoding,
+                        settings: m.settings,
+                        body,
+                    });
+                    fired[i].extend(body.map(|body| DeltaBody {
+                        encoding: m.encoding,
+                        dictionary: m.dictionary,
+                        body,
+                    }));
+                }
+            }
+            start = end;
+        }
+        Ok(fired)
+    }
+
+    /// One delta of `new` against `old`: the base's body when it made it
+    /// with the same settings, else compressed now; kept when worth it.
+    fn delta(
+        &self,
+        key: &[u8; 32],
+        encoding: Encoding,
+        settings: u64,
+        new: &[u8],
+        old: &super::dictionaries::OldVersion<'_>,
+        best_plain: u64,
+    ) -> std::io::Result<Outcome> {
+        let mut damaged = false;
+        match self.plan(key, encoding, settings) {
+            Plan::Reuse(None) => {
+                return Ok(Outcome {
+                    kept: None,
+                    reused: true,
+                    damaged: false,
+                });
+            }
+            Plan::Reuse(Some((off, len, hash))) => {
+                let mut bytes = vec![0; len as usize];
+                let file = self.base_file.as_ref().expect("a reuse plan has a base");
+                file.read_exact_at(&mut bytes, off)?;
+                if *blake3::hash(&bytes).as_bytes() == hash {
+                    return Ok(Outcome {
+                        kept: Some(bytes),
+                        reused: true,
+                        damaged: false,
+                    });
+                }
+                damaged = true;
+            }
+            Plan::Compress => {}
+        }
+        let levels = DeltaLevels {
+            brotli_quality: self.input.compress.brotli_quality,
+            zstd_level: self.input.compress.zstd_level,
+        };
+        let body = crate::dictionary::encode(encoding, old.bytes, new, levels)?;
+        let kept = delta_worth_keeping(best_plain, body.len() as u64).then_some(body);
+        Ok(Outcome {
+            kept,
+            reused: false,
+            damaged,
+        })
+    }
+
     /// Copies one encoding from the base, or, when the base's body does
     /// not match its hash (damage), compresses it.
     fn reuse(&self, reuse: &Reuse, content: &[u8]) -> std::io::Result<Outcome> {
@@ -762,6 +970,60 @@ impl Firing<'_> {
             .add_body_from(&mut RangeReader::new(Arc::clone(file), off, len))
             .map(Some)
     }
+}
+
+/// A delta is kept only when it is at least this much smaller, in
+/// percent, than the file's best plain variant: below that, a client pays
+/// for a dictionary lookup for little.
+pub const MIN_DELTA_SAVED_PERCENT: u64 = 10;
+
+/// The keep rule of a delta variant (see `MIN_DELTA_SAVED_PERCENT`).
+fn delta_worth_keeping(best_plain: u64, delta: u64) -> bool {
+    delta * 100 <= best_plain * (100 - MIN_DELTA_SAVED_PERCENT)
+}
+
+/// One delta variant made for a file, to store in order.
+struct DeltaMade {
+    encoding: Encoding,
+    /// The dictionary's SHA-256.
+    dictionary: [u8; 32],
+    /// Its provenance key (`delta_source_key`).
+    key: [u8; 32],
+    settings: u64,
+    outcome: Outcome,
+}
+
+/// The provenance key of a delta: the BLAKE3 of the source's BLAKE3 and
+/// the dictionary's SHA-256, so that the record names both inputs.
+fn delta_source_key(source: &[u8; 32], dictionary: &[u8; 32]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"kiln delta ");
+    hasher.update(source);
+    hasher.update(dictionary);
+    *hasher.finalize().as_bytes()
+}
+
+/// The settings fingerprints of the delta encodings: their levels and
+/// window, and the plain encodings' fingerprints, since the keep rule
+/// compares a delta with the best plain variant.
+fn delta_settings(opts: &CompressOptions, plain: &[(Encoding, u64)]) -> [(Encoding, u64); 2] {
+    let plain: Vec<String> = plain
+        .iter()
+        .map(|(e, s)| format!("{}={s:x}", e.token()))
+        .collect();
+    DELTA_ENCODINGS.map(|encoding| {
+        let text = format!(
+            "{}; {} against a raw dictionary, brotli quality {} window {}, zstd level {}; \
+             kept if {MIN_DELTA_SAVED_PERCENT}% under the best of identity, {}",
+            super::compress::ENCODER_EPOCH,
+            encoding.token(),
+            opts.brotli_quality,
+            crate::dictionary::DCB_LGWIN,
+            opts.zstd_level,
+            plain.join(" ")
+        );
+        (encoding, xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+    })
 }
 
 /// What compressing a streamed file needs besides the writer.
@@ -987,42 +1249,54 @@ fn progress_bar(
     bar
 }
 
-/// The header blocks of the variants of one file as served by one route,
-/// in the order of `bodies`.
-fn file_heads(
-    file: &SourceFile,
-    content_type: &str,
-    bodies: &FileBodies,
+/// What the header blocks of one file as served by one route share.
+struct FileHeads<'a> {
+    file: &'a SourceFile,
+    content_type: &'a str,
     validators: bool,
-    custom: &[(String, String)],
-    cache: &CachePolicy,
-) -> Vec<HeadBlock> {
-    let cache_control = cache.for_file(&file.path, content_type);
-    let kept: Vec<(String, String)>;
-    let custom = if cache.revalidate_all {
-        kept = custom
-            .iter()
-            .filter(|(name, _)| !name.eq_ignore_ascii_case("Cache-Control"))
-            .cloned()
-            .collect();
-        &kept[..]
-    } else {
-        custom
-    };
-    bodies
-        .iter()
-        .map(|(encoding, body)| {
-            let etag = etag_for(&body.hash);
-            variant_head(&VariantHead {
-                etag: validators.then_some(etag.as_str()),
-                last_modified: validators.then_some(file.mtime),
-                cache_control: &cache_control,
-                vary: bodies.len() > 1,
-                custom,
-                content_type,
-                encoding: *encoding,
-                content_length: body.len,
+    /// Fields from `_headers`.
+    custom: &'a [(String, String)],
+    cache: &'a CachePolicy,
+    /// The route's `Use-As-Dictionary` value.
+    use_as_dictionary: Option<&'a str>,
+    /// The file has more than one plain variant.
+    several: bool,
+    /// The file has delta variants: every variant varies on the dictionary.
+    has_deltas: bool,
+}
+
+impl FileHeads<'_> {
+    /// The header blocks of `bodies`, in their order.
+    fn heads<'b>(&self, bodies: impl Iterator<Item = (Encoding, &'b BodyRef)>) -> Vec<HeadBlock> {
+        let cache_control = self.cache.for_file(&self.file.path, self.content_type);
+        let kept: Vec<(String, String)>;
+        let custom = if self.cache.revalidate_all {
+            kept = self
+                .custom
+                .iter()
+                .filter(|(name, _)| !name.eq_ignore_ascii_case("Cache-Control"))
+                .cloned()
+                .collect();
+            &kept[..]
+        } else {
+            self.custom
+        };
+        bodies
+            .map(|(encoding, body)| {
+                let etag = etag_for(&body.hash);
+                variant_head(&VariantHead {
+                    etag: self.validators.then_some(etag.as_str()),
+                    last_modified: self.validators.then_some(self.file.mtime),
+                    cache_control: &cache_control,
+                    vary: self.has_deltas || self.several,
+                    vary_dictionary: self.has_deltas,
+                    use_as_dictionary: self.use_as_dictionary,
+                    custom,
+                    content_type: self.content_type,
+                    encoding,
+                    content_length: body.len,
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
 }

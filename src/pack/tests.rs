@@ -418,21 +418,21 @@ fn a_pack_of_another_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = sample(dir.path());
     let mut old = std::fs::read(&path).unwrap();
-    assert_eq!(get_u32(&old, H_VERSION), 4);
-    // A version 3 header, as kiln before shared HPACK fields wrote it.
-    put_u32(&mut old, H_VERSION, 3);
+    assert_eq!(get_u32(&old, H_VERSION), 5);
+    // A version 4 header, as kiln before dictionaries wrote it.
+    put_u32(&mut old, H_VERSION, 4);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
     let err = Pack::open(&path).unwrap_err().0;
     assert_eq!(
         err,
-        "built by another kiln version (pack format 3, this kiln reads format 4); \
+        "built by another kiln version (pack format 4, this kiln reads format 5); \
          rebuild it with `kiln build`"
     );
-    put_u32(&mut old, H_VERSION, 5);
+    put_u32(&mut old, H_VERSION, 6);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
-    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 5"));
+    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 6"));
 }
 
 /// A sample pack whose `/` identity variant has `hpack` changed by `spoil`

@@ -119,6 +119,9 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
                 )));
             }
         }
+        if let Some(p) = delta_problem(&route) {
+            return fail(&p);
+        }
         match kind {
             RouteKind::NotFound => {
                 if pack.not_found().map(|r| r.index()) != Some(i) {
@@ -151,6 +154,34 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
     }
     verify_provenance(pack, bytes)?;
     Ok(checked)
+}
+
+/// What is wrong with a route's delta variants, if anything: each a
+/// `dcb` or `dcz` whose body starts with the RFC 9842 header naming its
+/// dictionary, in (dictionary, encoding) order, each pair once; and no
+/// plain variant naming a dictionary.
+fn delta_problem(route: &crate::pack::Route<'_>) -> Option<String> {
+    if route.variants().any(|v| v.dictionary != &[0; 32]) {
+        return Some("a plain variant names a dictionary".into());
+    }
+    let mut previous: Option<([u8; 32], Encoding)> = None;
+    for i in 0..route.delta_count() {
+        let Some(v) = route.delta(i) else {
+            return Some(format!("delta variant {i} missing or not a delta"));
+        };
+        let key = (*v.dictionary, v.encoding);
+        if previous.is_some_and(|p| p >= key) {
+            return Some("delta variants out of order or repeated".into());
+        }
+        previous = Some(key);
+        if crate::dictionary::delta_header_dictionary(v.encoding, v.body) != Some(v.dictionary) {
+            return Some(format!(
+                "{} variant: its body does not start with the header naming its dictionary",
+                v.encoding.token()
+            ));
+        }
+    }
+    None
 }
 
 /// Checks the provenance records: sorted by (source hash, encoding), each
