@@ -300,7 +300,13 @@ pub fn assemble(
         .iter()
         .map(|&w| w && input.dictionaries.enabled)
         .collect();
-    let deltas = if input.dictionaries.enabled && !input.history.is_empty() {
+    // Deltas need an earlier version: one the history holds, or a delta
+    // of the base to carry over.
+    let earlier = !input.history.is_empty()
+        || input
+            .base
+            .is_some_and(|base| base.routes().any(|r| r.delta_count() > 0));
+    let deltas = if input.dictionaries.enabled && earlier {
         firing.fire_deltas(writer, &offered, &bodies, &urls)?
     } else {
         vec![Vec::new(); files.len()]
@@ -709,22 +715,39 @@ impl Firing<'_> {
                     stored.read_exact_at(&mut new, identity.off)?;
                     let sha = crate::dictionary::sha256(&new);
                     let best_plain = bodies[i].iter().map(|(_, b)| b.len).min().unwrap_or(0);
+                    let mut candidates: Vec<([u8; 32], Option<&[u8]>)> = history
+                        .for_urls(&urls[i], &sha, versions)
+                        .iter()
+                        .map(|old| (old.sha256, Some(old.bytes)))
+                        .collect();
+                    for dictionary in self.carried_dictionaries(&urls[i], &new) {
+                        if candidates.len() < versions
+                            && !candidates.iter().any(|(d, _)| *d == dictionary)
+                        {
+                            candidates.push((dictionary, None));
+                        }
+                    }
                     let mut made = Vec::new();
-                    for old in history.for_urls(&urls[i], &sha, versions) {
-                        let key = delta_source_key(&identity.hash, &old.sha256);
+                    for (dictionary, old) in candidates {
+                        let key = delta_source_key(&identity.hash, &dictionary);
                         for &(encoding, settings) in &settings {
-                            if !crate::dictionary::fits(
-                                encoding,
-                                old.bytes.len() as u64,
-                                new.len() as u64,
-                            ) {
+                            if old.is_some_and(|old| {
+                                !crate::dictionary::fits(
+                                    encoding,
+                                    old.len() as u64,
+                                    new.len() as u64,
+                                )
+                            }) {
                                 continue;
                             }
-                            let outcome =
-                                self.delta(&key, encoding, settings, &new, old, best_plain)?;
+                            let Some(outcome) =
+                                self.delta(&key, encoding, settings, &new, old, best_plain)?
+                            else {
+                                continue;
+                            };
                             made.push(DeltaMade {
                                 encoding,
-                                dictionary: old.sha256,
+                                dictionary,
                                 key,
                                 settings,
                                 outcome,
@@ -759,52 +782,83 @@ impl Firing<'_> {
         Ok(fired)
     }
 
-    /// One delta of `new` against `old`: the base's body when it made it
-    /// with the same settings, else compressed now; kept when worth it.
+    /// The dictionaries the base's deltas of this very content were made
+    /// against (the base served `new` at one of `urls`): their bytes are
+    /// gone, but the deltas can be copied, so that a rebuild of the same
+    /// site keeps them.
+    fn carried_dictionaries(&self, urls: &[String], new: &[u8]) -> Vec<[u8; 32]> {
+        let Some(base) = self.input.base else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for url in urls {
+            let key = super::urlpath::percent_decode(url);
+            let Some(route) = base.lookup(RouteKind::Exact, &key) else {
+                continue;
+            };
+            if route.variant(Encoding::Identity).map(|v| v.body) != Some(new) {
+                continue;
+            }
+            for delta in route.deltas() {
+                if !out.contains(delta.dictionary) {
+                    out.push(*delta.dictionary);
+                }
+            }
+        }
+        out
+    }
+
+    /// One delta of `new` against the dictionary `old`: the base's body
+    /// when it made it with the same settings, else compressed now; kept
+    /// when worth it. `None` when it cannot be made: the base does not
+    /// hold it and the dictionary's bytes (`old`) are not at hand.
     fn delta(
         &self,
         key: &[u8; 32],
         encoding: Encoding,
         settings: u64,
         new: &[u8],
-        old: &super::dictionaries::OldVersion<'_>,
+        old: Option<&[u8]>,
         best_plain: u64,
-    ) -> std::io::Result<Outcome> {
+    ) -> std::io::Result<Option<Outcome>> {
         let mut damaged = false;
         match self.plan(key, encoding, settings) {
             Plan::Reuse(None) => {
-                return Ok(Outcome {
+                return Ok(Some(Outcome {
                     kept: None,
                     reused: true,
                     damaged: false,
-                });
+                }));
             }
             Plan::Reuse(Some((off, len, hash))) => {
                 let mut bytes = vec![0; len as usize];
                 let file = self.base_file.as_ref().expect("a reuse plan has a base");
                 file.read_exact_at(&mut bytes, off)?;
                 if *blake3::hash(&bytes).as_bytes() == hash {
-                    return Ok(Outcome {
+                    return Ok(Some(Outcome {
                         kept: Some(bytes),
                         reused: true,
                         damaged: false,
-                    });
+                    }));
                 }
                 damaged = true;
             }
             Plan::Compress => {}
         }
+        let Some(old) = old else {
+            return Ok(None);
+        };
         let levels = DeltaLevels {
             brotli_quality: self.input.compress.brotli_quality,
             zstd_level: self.input.compress.zstd_level,
         };
-        let body = crate::dictionary::encode(encoding, old.bytes, new, levels)?;
+        let body = crate::dictionary::encode(encoding, old, new, levels)?;
         let kept = delta_worth_keeping(best_plain, body.len() as u64).then_some(body);
-        Ok(Outcome {
+        Ok(Some(Outcome {
             kept,
             reused: false,
             damaged,
-        })
+        }))
     }
 
     /// Copies one encoding from the base, or, when the base's body does

@@ -525,7 +525,13 @@ fn open_bases(base: &Base, out: &Path) -> (BasePacks, Vec<String>) {
         others: Vec::new(),
     };
     for (i, path) in paths.iter().enumerate() {
-        let unused = |why: String| format!("{}: {why}; building without it", path.display());
+        let unused = |why: String| match i {
+            0 => format!("{}: {why}; building without reusing it", path.display()),
+            _ => format!(
+                "{}: {why}; building without its earlier versions",
+                path.display()
+            ),
+        };
         let pack = match Pack::open(path) {
             Ok(pack) => pack,
             Err(e) => {
