@@ -556,7 +556,7 @@ fn open_bases(base: &Base, out: &Path) -> (BasePacks, Vec<String>) {
 
 /// The packs `path` names for `--base`: itself, or, for a folder, the
 /// `*.pack` files in it (not `out`), newest first, then by name.
-fn packs_in(path: &Path, out: &Path) -> Vec<PathBuf> {
+pub fn packs_in(path: &Path, out: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(path) else {
         return vec![path.to_path_buf()];
     };
