@@ -57,6 +57,18 @@ pub fn delta_header_dictionary(encoding: Encoding, body: &[u8]) -> Option<&[u8; 
     body.strip_prefix(magic)?.get(..32)?.try_into().ok()
 }
 
+/// The brotli window log of a `dcb` body of `len` bytes against a
+/// dictionary of `dictionary_len`: the smallest that reaches the whole
+/// dictionary (a window of 2^lg bytes reaches back 2^lg − 16), at most
+/// `DCB_LGWIN`. A larger one would make the same matches: quality 11's
+/// hasher grows with the window, so the smallest is also the fastest.
+pub fn dcb_window_log(dictionary_len: u64, len: u64) -> u32 {
+    let needed = dictionary_len.saturating_add(len);
+    (10..DCB_LGWIN)
+        .find(|&lg| (1u64 << lg) - 16 >= needed)
+        .unwrap_or(DCB_LGWIN)
+}
+
 /// The zstd window log of a `dcz` body of `len` bytes against a
 /// dictionary of `dictionary_len`: the smallest that reaches the whole
 /// dictionary, within what RFC 9842 lets a client refuse beyond (8 MiB or
@@ -122,7 +134,7 @@ fn encode_dcb(dictionary: &[u8], input: &[u8], quality: u32, out: &mut Vec<u8>) 
     let mut state = BrotliEncoderStateStruct::new(brotli::enc::StandardAlloc::default());
     state.params = brotli::enc::BrotliEncoderParams {
         quality: quality.min(11) as i32,
-        lgwin: DCB_LGWIN as i32,
+        lgwin: dcb_window_log(dictionary.len() as u64, input.len() as u64) as i32,
         size_hint: input.len(),
         ..Default::default()
     };

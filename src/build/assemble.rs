@@ -262,33 +262,6 @@ pub fn assemble(
         }
     }
     let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
-    // Dropped when the bodies are written: ends the progress lines.
-    let (written, wait) = std::sync::mpsc::channel::<()>();
-    let bodies = std::thread::scope(|scope| {
-        if input.progress == Progress::Lines && bar.length().unwrap_or(0) > 0 {
-            let bar = &bar;
-            scope.spawn(move || log_progress(bar, &wait));
-        }
-        if !compressor.is_idle() {
-            let mut workers = 0;
-            for i in 0..rayon::current_num_threads().max(1) {
-                let started = std::thread::Builder::new()
-                    .name(format!("kiln-compress-{i}"))
-                    .spawn_scoped(scope, || compressor.work());
-                workers += usize::from(started.is_ok());
-            }
-            if workers == 0 {
-                bail!("cannot start a compression thread");
-            }
-        }
-        // Dropped however the writer ends, so that no worker waits on.
-        let _stop = compressor.stop_on_drop();
-        let bodies = firing.fire_all(writer, files, &wants, &first_hashes, &compressor);
-        drop(written);
-        bodies
-    })?;
-    bar.finish_and_clear();
-    release_batch_memory();
     // The URLs each file answers at, as a client names them.
     let mut urls: Vec<Vec<String>> = vec![Vec::new(); files.len()];
     for route in &plan.routes {
@@ -306,11 +279,56 @@ pub fn assemble(
         || input
             .base
             .is_some_and(|base| base.routes().any(|r| r.delta_count() > 0));
-    let deltas = if input.dictionaries.enabled && earlier {
-        firing.fire_deltas(writer, &offered, &bodies, &urls)?
-    } else {
-        vec![Vec::new(); files.len()]
+    let maker = DeltaMaker {
+        input,
+        base_file: firing.base_file.clone(),
+        settings: delta_settings(input.compress, &firing.encodings),
+        batch_bytes: half,
     };
+    // Dropped when the bodies are written: ends the progress lines.
+    let (written, wait) = std::sync::mpsc::channel::<()>();
+    let (bodies, deltas) = std::thread::scope(|scope| {
+        if input.progress == Progress::Lines && bar.length().unwrap_or(0) > 0 {
+            let bar = &bar;
+            scope.spawn(move || log_progress(bar, &wait));
+        }
+        if !compressor.is_idle() {
+            let mut workers = 0;
+            for i in 0..rayon::current_num_threads().max(1) {
+                let started = std::thread::Builder::new()
+                    .name(format!("kiln-compress-{i}"))
+                    .spawn_scoped(scope, || compressor.work());
+                workers += usize::from(started.is_ok());
+            }
+            if workers == 0 {
+                bail!("cannot start a compression thread");
+            }
+        }
+        // The deltas are made beside the plain bodies (a group of files
+        // ahead at most: the channel holds one), so that the cores the
+        // plain compression leaves idle make them; they are stored after.
+        let (made, deltas_made) = std::sync::mpsc::sync_channel(1);
+        if input.dictionaries.enabled && earlier {
+            let (maker, offered, urls) = (&maker, &offered, &urls);
+            let started = std::thread::Builder::new()
+                .name("kiln-deltas".into())
+                .spawn_scoped(scope, move || maker.produce(files, offered, urls, &made));
+            if started.is_err() {
+                bail!("cannot start the delta thread");
+            }
+        } else {
+            drop(made);
+        }
+        // Dropped however the writer ends, so that no worker waits on.
+        let _stop = compressor.stop_on_drop();
+        let bodies = firing.fire_all(writer, files, &wants, &first_hashes, &compressor);
+        drop(written);
+        let bodies = bodies?;
+        let deltas = firing.store_deltas(writer, files, &bodies, &deltas_made)?;
+        Ok((bodies, deltas))
+    })?;
+    bar.finish_and_clear();
+    release_batch_memory();
     let id = build_id(
         files
             .iter()
@@ -560,15 +578,7 @@ impl Firing<'_> {
     /// the content whose BLAKE3 is `hash`: from the base if it tried the
     /// same, else by compressing.
     fn plan(&self, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
-        let Some(base) = self.input.base else {
-            return Plan::Compress;
-        };
-        match base.provenance(hash, encoding) {
-            Some(p) if p.settings == settings => {
-                Plan::Reuse(p.body.map(|(off, len, body_hash)| (off, len, *body_hash)))
-            }
-            _ => Plan::Compress,
-        }
+        plan_from(self.input.base, hash, encoding, settings)
     }
 
     /// Fires the files of one batch, read whole, stored in order: the
@@ -674,93 +684,32 @@ impl Firing<'_> {
         Ok(fired)
     }
 
-    /// Makes the delta variants of every file `offered` a dictionary, in
-    /// file order after the plain bodies: against each of the last N
-    /// versions the history holds for its URLs, a `dcb` and a `dcz`, each
-    /// copied from the base when it made the same, kept only when at
-    /// least `MIN_DELTA_SAVED_PERCENT` smaller than the file's best plain
-    /// variant. Files are taken in groups whose bytes (the file and each
-    /// dictionary) stay within the batch, compressed in parallel.
-    fn fire_deltas(
+    /// Stores the deltas `made` sends, group by group in file order, after
+    /// the plain bodies: a body compressed now only when at least
+    /// `MIN_DELTA_SAVED_PERCENT` smaller than the file's best plain variant
+    /// (one copied from the base passed the same rule), each with its
+    /// provenance record.
+    fn store_deltas(
         &mut self,
         writer: &mut PackWriter,
-        offered: &[bool],
+        files: &[SourceFile],
         bodies: &[FileBodies],
-        urls: &[Vec<String>],
+        made: &std::sync::mpsc::Receiver<anyhow::Result<DeltaGroup>>,
     ) -> anyhow::Result<Vec<Vec<DeltaBody>>> {
-        let stored = writer
-            .stored_file()
-            .with_context(|| format!("{}: cannot read back", self.input.out_name))?;
-        let history = self.input.history;
-        let versions = self.input.dictionaries.versions;
-        let settings = delta_settings(self.input.compress, &self.encodings);
-        let mut fired = vec![Vec::new(); bodies.len()];
-        let mut start = 0;
-        while start < bodies.len() {
-            let (mut end, mut cost) = (start, 0u64);
-            while end < bodies.len() && (end == start || cost <= self.batch_bytes) {
-                if offered[end] {
-                    cost += bodies[end][0].1.len * (1 + versions as u64);
+        let mut stored = vec![Vec::new(); bodies.len()];
+        // The sender is gone once every group is sent (or none is made).
+        for group in made.iter() {
+            for (i, (source, deltas)) in group? {
+                if source != bodies[i][0].1.hash {
+                    bail!("{}: changed during the build", files[i].shown());
                 }
-                end += 1;
-            }
-            let made: Vec<anyhow::Result<Vec<DeltaMade>>> = (start..end)
-                .into_par_iter()
-                .map(|i| {
-                    if !offered[i] {
-                        return Ok(Vec::new());
-                    }
-                    let identity = &bodies[i][0].1;
-                    let mut new = vec![0; identity.len as usize];
-                    stored.read_exact_at(&mut new, identity.off)?;
-                    let sha = crate::dictionary::sha256(&new);
-                    let best_plain = bodies[i].iter().map(|(_, b)| b.len).min().unwrap_or(0);
-                    let mut candidates: Vec<([u8; 32], Option<&[u8]>)> = history
-                        .for_urls(&urls[i], &sha, versions)
-                        .iter()
-                        .map(|old| (old.sha256, Some(old.bytes)))
-                        .collect();
-                    for dictionary in self.carried_dictionaries(&urls[i], &new) {
-                        if candidates.len() < versions
-                            && !candidates.iter().any(|(d, _)| *d == dictionary)
-                        {
-                            candidates.push((dictionary, None));
-                        }
-                    }
-                    let mut made = Vec::new();
-                    for (dictionary, old) in candidates {
-                        let key = delta_source_key(&identity.hash, &dictionary);
-                        for &(encoding, settings) in &settings {
-                            if old.is_some_and(|old| {
-                                !crate::dictionary::fits(
-                                    encoding,
-                                    old.len() as u64,
-                                    new.len() as u64,
-                                )
-                            }) {
-                                continue;
-                            }
-                            let Some(outcome) =
-                                self.delta(&key, encoding, settings, &new, old, best_plain)?
-                            else {
-                                continue;
-                            };
-                            made.push(DeltaMade {
-                                encoding,
-                                dictionary,
-                                key,
-                                settings,
-                                outcome,
-                            });
-                        }
-                    }
-                    Ok(made)
-                })
-                .collect();
-            for (i, made) in (start..end).zip(made) {
-                for m in made? {
+                let best_plain = bodies[i].iter().map(|(_, b)| b.len).min().unwrap_or(0);
+                for m in deltas {
                     self.count(m.outcome.reused, m.outcome.damaged);
-                    let body = match &m.outcome.kept {
+                    let kept = m.outcome.kept.filter(|body| {
+                        m.outcome.reused || delta_worth_keeping(best_plain, body.len() as u64)
+                    });
+                    let body = match &kept {
                         Some(bytes) => Some(self.store(writer, m.encoding, bytes, None)?),
                         None => None,
                     };
@@ -770,95 +719,15 @@ impl Firing<'_> {
                         settings: m.settings,
                         body,
                     });
-                    fired[i].extend(body.map(|body| DeltaBody {
+                    stored[i].extend(body.map(|body| DeltaBody {
                         encoding: m.encoding,
                         dictionary: m.dictionary,
                         body,
                     }));
                 }
             }
-            start = end;
         }
-        Ok(fired)
-    }
-
-    /// The dictionaries the base's deltas of this very content were made
-    /// against (the base served `new` at one of `urls`): their bytes are
-    /// gone, but the deltas can be copied, so that a rebuild of the same
-    /// site keeps them.
-    fn carried_dictionaries(&self, urls: &[String], new: &[u8]) -> Vec<[u8; 32]> {
-        let Some(base) = self.input.base else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for url in urls {
-            let key = super::urlpath::percent_decode(url);
-            let Some(route) = base.lookup(RouteKind::Exact, &key) else {
-                continue;
-            };
-            if route.variant(Encoding::Identity).map(|v| v.body) != Some(new) {
-                continue;
-            }
-            for delta in route.deltas() {
-                if !out.contains(delta.dictionary) {
-                    out.push(*delta.dictionary);
-                }
-            }
-        }
-        out
-    }
-
-    /// One delta of `new` against the dictionary `old`: the base's body
-    /// when it made it with the same settings, else compressed now; kept
-    /// when worth it. `None` when it cannot be made: the base does not
-    /// hold it and the dictionary's bytes (`old`) are not at hand.
-    fn delta(
-        &self,
-        key: &[u8; 32],
-        encoding: Encoding,
-        settings: u64,
-        new: &[u8],
-        old: Option<&[u8]>,
-        best_plain: u64,
-    ) -> std::io::Result<Option<Outcome>> {
-        let mut damaged = false;
-        match self.plan(key, encoding, settings) {
-            Plan::Reuse(None) => {
-                return Ok(Some(Outcome {
-                    kept: None,
-                    reused: true,
-                    damaged: false,
-                }));
-            }
-            Plan::Reuse(Some((off, len, hash))) => {
-                let mut bytes = vec![0; len as usize];
-                let file = self.base_file.as_ref().expect("a reuse plan has a base");
-                file.read_exact_at(&mut bytes, off)?;
-                if *blake3::hash(&bytes).as_bytes() == hash {
-                    return Ok(Some(Outcome {
-                        kept: Some(bytes),
-                        reused: true,
-                        damaged: false,
-                    }));
-                }
-                damaged = true;
-            }
-            Plan::Compress => {}
-        }
-        let Some(old) = old else {
-            return Ok(None);
-        };
-        let levels = DeltaLevels {
-            brotli_quality: self.input.compress.brotli_quality,
-            zstd_level: self.input.compress.zstd_level,
-        };
-        let body = crate::dictionary::encode(encoding, old, new, levels)?;
-        let kept = delta_worth_keeping(best_plain, body.len() as u64).then_some(body);
-        Ok(Some(Outcome {
-            kept,
-            reused: false,
-            damaged,
-        }))
+        Ok(stored)
     }
 
     /// Copies one encoding from the base, or, when the base's body does
@@ -1023,6 +892,203 @@ impl Firing<'_> {
         writer
             .add_body_from(&mut RangeReader::new(Arc::clone(file), off, len))
             .map(Some)
+    }
+}
+
+/// The deltas of one group of files: by file index, the BLAKE3 of the
+/// bytes they were made from and what was made.
+type DeltaGroup = Vec<(usize, ([u8; 32], Vec<DeltaMade>))>;
+
+/// Makes delta variants beside the plain compression (see `assemble`).
+struct DeltaMaker<'a> {
+    input: &'a AssembleInput<'a>,
+    /// The base pack's file, for positioned reads of its bodies.
+    base_file: Option<Arc<File>>,
+    /// The delta encodings with their settings fingerprints.
+    settings: [(Encoding, u64); 2],
+    /// Content bytes a group of files holds at once.
+    batch_bytes: u64,
+}
+
+impl DeltaMaker<'_> {
+    /// Makes the deltas of every file `offered` a dictionary, in groups of
+    /// files whose bytes (the file and each dictionary) stay within the
+    /// batch, each group compressed in parallel and sent, in file order;
+    /// stops when the receiver is gone.
+    fn produce(
+        &self,
+        files: &[SourceFile],
+        offered: &[bool],
+        urls: &[Vec<String>],
+        made: &std::sync::mpsc::SyncSender<anyhow::Result<DeltaGroup>>,
+    ) {
+        let versions = self.input.dictionaries.versions as u64;
+        let mut start = 0;
+        while start < files.len() {
+            let (mut end, mut cost) = (start, 0u64);
+            while end < files.len() && (end == start || cost <= self.batch_bytes) {
+                if offered[end] {
+                    cost += files[end].len * (1 + versions);
+                }
+                end += 1;
+            }
+            let group: anyhow::Result<DeltaGroup> = (start..end)
+                .into_par_iter()
+                .filter(|&i| offered[i])
+                .map(|i| Ok((i, self.file(&files[i], &urls[i])?)))
+                .collect();
+            let failed = group.is_err();
+            if made.send(group).is_err() || failed {
+                return;
+            }
+            start = end;
+        }
+    }
+
+    /// The deltas of one file against the last N versions its URLs had:
+    /// those the history holds, then those of the base's deltas of these
+    /// very bytes (carried over: their dictionaries are gone, the deltas
+    /// can be copied); `dcb` and `dcz` against each, in parallel.
+    fn file(
+        &self,
+        file: &SourceFile,
+        urls: &[String],
+    ) -> anyhow::Result<([u8; 32], Vec<DeltaMade>)> {
+        let new = file.read()?;
+        let source = *blake3::hash(&new).as_bytes();
+        let sha = crate::dictionary::sha256(&new);
+        let versions = self.input.dictionaries.versions;
+        let mut candidates: Vec<([u8; 32], Option<&[u8]>)> = self
+            .input
+            .history
+            .for_urls(urls, &sha, versions)
+            .iter()
+            .map(|old| (old.sha256, Some(old.bytes)))
+            .collect();
+        for dictionary in self.carried_dictionaries(urls, &new) {
+            if candidates.len() < versions && !candidates.iter().any(|(d, _)| *d == dictionary) {
+                candidates.push((dictionary, None));
+            }
+        }
+        let jobs: Vec<([u8; 32], Option<&[u8]>, Encoding, u64)> = candidates
+            .iter()
+            .flat_map(|&(dictionary, old)| {
+                self.settings
+                    .iter()
+                    .map(move |&(encoding, settings)| (dictionary, old, encoding, settings))
+            })
+            .filter(|&(_, old, encoding, _)| {
+                old.is_none_or(|old| {
+                    crate::dictionary::fits(encoding, old.len() as u64, new.len() as u64)
+                })
+            })
+            .collect();
+        let made: std::io::Result<Vec<Option<DeltaMade>>> = jobs
+            .into_par_iter()
+            .map(|(dictionary, old, encoding, settings)| {
+                let key = delta_source_key(&source, &dictionary);
+                Ok(self
+                    .delta(&key, encoding, settings, &new, old)?
+                    .map(|outcome| DeltaMade {
+                        encoding,
+                        dictionary,
+                        key,
+                        settings,
+                        outcome,
+                    }))
+            })
+            .collect();
+        let made = made.with_context(|| format!("{}: delta compression failed", file.shown()))?;
+        Ok((source, made.into_iter().flatten().collect()))
+    }
+
+    /// The dictionaries the base's deltas of this very content were made
+    /// against (the base served `new` at one of `urls`).
+    fn carried_dictionaries(&self, urls: &[String], new: &[u8]) -> Vec<[u8; 32]> {
+        let Some(base) = self.input.base else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for url in urls {
+            let key = super::urlpath::percent_decode(url);
+            let Some(route) = base.lookup(RouteKind::Exact, &key) else {
+                continue;
+            };
+            if route.variant(Encoding::Identity).map(|v| v.body) != Some(new) {
+                continue;
+            }
+            for delta in route.deltas() {
+                if !out.contains(delta.dictionary) {
+                    out.push(*delta.dictionary);
+                }
+            }
+        }
+        out
+    }
+
+    /// One delta of `new` against the dictionary `old`: the base's body
+    /// when it made it with the same settings, else compressed now (kept
+    /// or not when stored). `None` when it cannot be made: the base does
+    /// not hold it and the dictionary's bytes (`old`) are not at hand.
+    fn delta(
+        &self,
+        key: &[u8; 32],
+        encoding: Encoding,
+        settings: u64,
+        new: &[u8],
+        old: Option<&[u8]>,
+    ) -> std::io::Result<Option<Outcome>> {
+        let mut damaged = false;
+        match plan_from(self.input.base, key, encoding, settings) {
+            Plan::Reuse(None) => {
+                return Ok(Some(Outcome {
+                    kept: None,
+                    reused: true,
+                    damaged: false,
+                }));
+            }
+            Plan::Reuse(Some((off, len, hash))) => {
+                let mut bytes = vec![0; len as usize];
+                let file = self.base_file.as_ref().expect("a reuse plan has a base");
+                file.read_exact_at(&mut bytes, off)?;
+                if *blake3::hash(&bytes).as_bytes() == hash {
+                    return Ok(Some(Outcome {
+                        kept: Some(bytes),
+                        reused: true,
+                        damaged: false,
+                    }));
+                }
+                damaged = true;
+            }
+            Plan::Compress => {}
+        }
+        let Some(old) = old else {
+            return Ok(None);
+        };
+        let levels = DeltaLevels {
+            brotli_quality: self.input.compress.brotli_quality,
+            zstd_level: self.input.compress.zstd_level,
+        };
+        Ok(Some(Outcome {
+            kept: Some(crate::dictionary::encode(encoding, old, new, levels)?),
+            reused: false,
+            damaged,
+        }))
+    }
+}
+
+/// How to obtain `encoding` (with settings fingerprint `settings`) of the
+/// content whose provenance key is `hash`: from `base` if it tried the
+/// same, else by compressing.
+fn plan_from(base: Option<&Pack>, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
+    let Some(base) = base else {
+        return Plan::Compress;
+    };
+    match base.provenance(hash, encoding) {
+        Some(p) if p.settings == settings => {
+            Plan::Reuse(p.body.map(|(off, len, body_hash)| (off, len, *body_hash)))
+        }
+        _ => Plan::Compress,
     }
 }
 
