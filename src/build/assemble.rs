@@ -899,6 +899,10 @@ impl Firing<'_> {
 /// bytes they were made from and what was made.
 type DeltaGroup = Vec<(usize, ([u8; 32], Vec<DeltaMade>))>;
 
+/// A dictionary a delta may be made against: its SHA-256, and its bytes
+/// when at hand (`None`: a base's delta carried over, copied or nothing).
+type Candidate<'d> = ([u8; 32], Option<&'d [u8]>);
+
 /// Makes delta variants beside the plain compression (see `assemble`).
 struct DeltaMaker<'a> {
     input: &'a AssembleInput<'a>,
@@ -958,7 +962,7 @@ impl DeltaMaker<'_> {
         let source = *blake3::hash(&new).as_bytes();
         let sha = crate::dictionary::sha256(&new);
         let versions = self.input.dictionaries.versions;
-        let mut candidates: Vec<([u8; 32], Option<&[u8]>)> = self
+        let mut candidates: Vec<Candidate<'_>> = self
             .input
             .history
             .for_urls(urls, &sha, versions)
@@ -970,14 +974,10 @@ impl DeltaMaker<'_> {
                 candidates.push((dictionary, None));
             }
         }
-        let jobs: Vec<([u8; 32], Option<&[u8]>, Encoding, u64)> = candidates
+        let jobs: Vec<(Candidate<'_>, (Encoding, u64))> = candidates
             .iter()
-            .flat_map(|&(dictionary, old)| {
-                self.settings
-                    .iter()
-                    .map(move |&(encoding, settings)| (dictionary, old, encoding, settings))
-            })
-            .filter(|&(_, old, encoding, _)| {
+            .flat_map(|&candidate| self.settings.iter().map(move |&s| (candidate, s)))
+            .filter(|&((_, old), (encoding, _))| {
                 old.is_none_or(|old| {
                     crate::dictionary::fits(encoding, old.len() as u64, new.len() as u64)
                 })
@@ -985,7 +985,7 @@ impl DeltaMaker<'_> {
             .collect();
         let made: std::io::Result<Vec<Option<DeltaMade>>> = jobs
             .into_par_iter()
-            .map(|(dictionary, old, encoding, settings)| {
+            .map(|((dictionary, old), (encoding, settings))| {
                 let key = delta_source_key(&source, &dictionary);
                 Ok(self
                     .delta(&key, encoding, settings, &new, old)?
