@@ -195,7 +195,15 @@ fn differing_fields(old: &[(String, &[u8])], new: &[(String, &[u8])]) -> Vec<Str
         fields
             .iter()
             .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.to_vec())
+            .map(|(_, v)| match name {
+                // Its `id` names the build, which any file changes: the
+                // pattern is what says the route changed.
+                "use-as-dictionary" => std::str::from_utf8(v)
+                    .ok()
+                    .and_then(crate::build::dictionaries::match_of)
+                    .map_or_else(|| v.to_vec(), String::into_bytes),
+                _ => v.to_vec(),
+            })
             .collect()
     };
     let mut names: Vec<&String> = old.iter().chain(new).map(|(n, _)| n).collect();
