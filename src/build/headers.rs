@@ -1,13 +1,14 @@
 //! Prepares the header block of every stored variant, once, at build time.
 //!
 //! Order (validators and caching first, so a 304 is a prefix of the block):
-//! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, the custom headers from
-//! `_headers`; then the representation: `Content-Type`, `Content-Encoding`
+//! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, `Use-As-Dictionary`
+//! (RFC 9842), the custom headers from `_headers`; then the representation: `Content-Type`, `Content-Encoding`
 //! (not for identity), `Accept-Ranges` (only with validators); then
 //! `Content-Length`.
 //!
-//! A custom `Cache-Control`, `Vary` or `Content-Type` replaces the generated
-//! one in place instead of being sent twice; the validators, `Accept-Ranges`
+//! A custom `Cache-Control`, `Vary`, `Content-Type` or `Use-As-Dictionary`
+//! replaces the generated one in place instead of being sent twice (`off`
+//! removes the last); the validators, `Accept-Ranges`
 //! and the framing headers cannot be set from `_headers` (see `netlify`).
 //!
 //! Every line goes into both encodings of the block at once (HTTP/1 lines
