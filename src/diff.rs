@@ -70,11 +70,23 @@ impl<'p> Side<'p> {
         self.route.status()
     }
 
-    /// Stored body bytes per encoding, in `Encoding` order.
-    fn sizes(&self) -> Vec<(Encoding, usize)> {
+    /// Stored body bytes per variant, in stored order: by encoding, a
+    /// delta's named with its dictionary (`dcb@` and the first 8 hex
+    /// digits of its SHA-256).
+    fn sizes(&self) -> Vec<(String, usize)> {
         self.route
             .variants()
-            .map(|v| (v.encoding, v.body.len()))
+            .chain(self.route.deltas())
+            .map(|v| {
+                let mut name = v.encoding.token().to_owned();
+                if v.encoding.is_delta() {
+                    name.push('@');
+                    for b in &v.dictionary[..4] {
+                        let _ = write!(name, "{b:02x}");
+                    }
+                }
+                (name, v.body.len())
+            })
             .collect()
     }
 
@@ -104,7 +116,7 @@ impl<'p> Side<'p> {
         let mut out = json!({
             "status": self.status(),
             "bytes": self.body(Encoding::Identity).map_or(0, <[u8]>::len),
-            "variants": self.sizes().iter().map(|(e, n)| (e.token().to_owned(), json!(n)))
+            "variants": self.sizes().iter().map(|(e, n)| (e.clone(), json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
         });
         if let Some(to) = self.location() {
@@ -156,7 +168,13 @@ fn compare<'p>(old: Side<'p>, new: Side<'p>) -> Option<Changed<'p>> {
         .iter()
         .zip(&new_encoded)
         .all(|(a, b)| a.is_some() == b.is_some());
-    if !same_set || (same_body && old_encoded != new_encoded) {
+    let deltas = |side: &Side<'p>| {
+        side.route
+            .deltas()
+            .map(|v| (v.encoding, *v.dictionary, v.body))
+            .collect::<Vec<_>>()
+    };
+    if !same_set || (same_body && old_encoded != new_encoded) || deltas(&old) != deltas(&new) {
         changes.push(Change::Encodings);
     }
     let headers = differing_fields(&old.fields(), &new.fields());
@@ -177,7 +195,15 @@ fn differing_fields(old: &[(String, &[u8])], new: &[(String, &[u8])]) -> Vec<Str
         fields
             .iter()
             .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.to_vec())
+            .map(|(_, v)| match name {
+                // Its `id` names the build, which any file changes: the
+                // pattern is what says the route changed.
+                "use-as-dictionary" => std::str::from_utf8(v)
+                    .ok()
+                    .and_then(crate::build::dictionaries::match_of)
+                    .map_or_else(|| v.to_vec(), String::into_bytes),
+                _ => v.to_vec(),
+            })
             .collect()
     };
     let mut names: Vec<&String> = old.iter().chain(new).map(|(n, _)| n).collect();
@@ -220,15 +246,15 @@ fn shown_route(side: &Side<'_>) -> String {
     }
 }
 
-/// Sizes as `1234 bytes (br 300, gzip 400)`.
-fn shown_sizes(sizes: &[(Encoding, usize)]) -> String {
+/// Sizes as `1234 bytes (br 300, gzip 400, dcb@0a1b2c3d 40)`.
+fn shown_sizes(sizes: &[(String, usize)]) -> String {
     let mut out = String::new();
     for (e, n) in sizes {
-        if *e == Encoding::Identity {
+        if e == Encoding::Identity.token() {
             let _ = write!(out, "{n} bytes");
         } else {
             let sep = if out.ends_with("bytes") { " (" } else { ", " };
-            let _ = write!(out, "{sep}{} {n}", e.token());
+            let _ = write!(out, "{sep}{e} {n}");
         }
     }
     if out.contains('(') {

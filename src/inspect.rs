@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::pack::format::{ENCODINGS, Section};
+use crate::pack::format::{ALL_ENCODINGS, Section};
 use crate::pack::{Encoding, Pack, Route};
 
 /// `kiln inspect SITE.pack`.
@@ -35,6 +35,8 @@ fn short(e: Encoding) -> &'static str {
         Encoding::Br => "br",
         Encoding::Zstd => "zstd",
         Encoding::Gzip => "gz",
+        Encoding::Dcb => "dcb",
+        Encoding::Dcz => "dcz",
     }
 }
 
@@ -59,6 +61,11 @@ pub fn escaped(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// Bytes as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn key_text(route: &Route<'_>) -> String {
@@ -87,14 +94,19 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
             .or_default() += 1;
         let variants: Vec<Value> = route
             .variants()
+            .chain(route.deltas())
             .map(|v| {
-                json!({
+                let mut variant = json!({
                     "encoding": v.encoding.token(),
                     "bytes": v.body.len(),
                     "hpack_bytes": v.hpack.len(),
                     "hpack_indexed_bytes": crate::hpack::indexed_len(v.hpack.len(), v.spans),
                     "qpack_bytes": v.qpack_block().len(),
-                })
+                });
+                if v.encoding.is_delta() {
+                    variant["dictionary_sha256"] = Value::String(hex(v.dictionary));
+                }
+                variant
             })
             .collect();
         let mut r = json!({
@@ -126,7 +138,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         .collect();
     let mut per_encoding = serde_json::Map::new();
     let bodies = body_totals(pack);
-    for e in ENCODINGS {
+    for e in ALL_ENCODINGS {
         let (count, bytes) = bodies[e as usize];
         per_encoding.insert(e.token().into(), json!({"bodies": count, "bytes": bytes}));
     }
@@ -141,7 +153,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
         ),
     });
     let mut provenance = serde_json::Map::new();
-    for (e, (kept, not_kept)) in ENCODINGS.iter().zip(provenance_totals(pack)).skip(1) {
+    for (e, (kept, not_kept)) in ALL_ENCODINGS.iter().zip(provenance_totals(pack)).skip(1) {
         provenance.insert(
             e.token().into(),
             json!({"kept": kept, "not_kept": not_kept}),
@@ -168,11 +180,11 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
 
 /// Distinct bodies and their bytes per encoding (a body shared by several
 /// variants counts once).
-fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
+fn body_totals(pack: &Pack) -> [(u64, u64); 6] {
     let mut seen = std::collections::HashSet::new();
-    let mut totals = [(0u64, 0u64); 4];
+    let mut totals = [(0u64, 0u64); 6];
     for route in pack.routes() {
-        for v in route.variants() {
+        for v in route.variants().chain(route.deltas()) {
             if seen.insert(v.body_off) {
                 let t = &mut totals[v.encoding as usize];
                 t.0 += 1;
@@ -184,8 +196,8 @@ fn body_totals(pack: &Pack) -> [(u64, u64); 4] {
 }
 
 /// Provenance records per encoding: (bodies kept, tried and not kept).
-fn provenance_totals(pack: &Pack) -> [(u64, u64); 4] {
-    let mut totals = [(0u64, 0u64); 4];
+fn provenance_totals(pack: &Pack) -> [(u64, u64); 6] {
+    let mut totals = [(0u64, 0u64); 6];
     for p in pack.provenance_records() {
         let t = &mut totals[p.encoding as usize];
         if p.body.is_some() {
@@ -203,7 +215,7 @@ fn header_block_totals(pack: &Pack) -> [(u64, u64); 3] {
     let mut seen = std::collections::HashSet::new();
     let mut totals = [(0u64, 0u64); 3];
     for route in pack.routes() {
-        for v in route.variants() {
+        for v in route.variants().chain(route.deltas()) {
             for (i, block) in [v.head, v.hpack, v.qpack_block()].into_iter().enumerate() {
                 if seen.insert((i, block.as_ptr())) {
                     totals[i].0 += 1;
@@ -227,20 +239,26 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         .clamp(3, 60);
     writeln!(
         out,
-        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes[/with the shared fields indexed], h3: QPACK field line bytes)",
+        "{:<width$}  {:<9}  {:>6}  variants (body bytes[@dictionary SHA-256, first 8 hex digits], h2: HPACK block bytes[/with the shared fields indexed], h3: QPACK field line bytes)",
         "key", "kind", "status"
     )?;
     for (route, key) in pack.routes().zip(&keys) {
         let shown = if key.is_empty() { "(not found)" } else { key };
         let variants: Vec<String> = route
             .variants()
+            .chain(route.deltas())
             .map(|v| {
                 let indexed = match v.spans {
                     [] => String::new(),
                     spans => format!("/{}", crate::hpack::indexed_len(v.hpack.len(), spans)),
                 };
+                let dictionary = if v.encoding.is_delta() {
+                    format!("@{}", &hex(v.dictionary)[..8])
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{} {} h2:{}{indexed} h3:{}",
+                    "{} {}{dictionary} h2:{}{indexed} h3:{}",
                     short(v.encoding),
                     v.body.len(),
                     v.hpack.len(),
@@ -289,7 +307,10 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
     }
     writeln!(out, "variants  {}", pack.variant_count())?;
     writeln!(out, "rules     {}", pack.rule_count())?;
-    for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
+    for (e, (count, bytes)) in ALL_ENCODINGS.iter().zip(body_totals(pack)) {
+        if e.is_delta() && count == 0 {
+            continue;
+        }
         writeln!(out, "{:<9} {count} bodies, {bytes} bytes", e.token())?;
     }
     let [http1, hpack, qpack] = header_block_totals(pack);
@@ -306,7 +327,7 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
             set.room
         )?;
     }
-    let made: Vec<String> = ENCODINGS
+    let made: Vec<String> = ALL_ENCODINGS
         .iter()
         .zip(provenance_totals(pack))
         .skip(1)

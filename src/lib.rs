@@ -18,6 +18,7 @@
 
 pub mod acme;
 pub mod build;
+pub mod dictionary;
 pub mod diff;
 pub mod hpack;
 pub mod httpdate;

@@ -30,6 +30,11 @@ enum Command {
     Verify {
         /// The pack file.
         pack: PathBuf,
+        /// Earlier packs (or folders of them) holding the dictionaries of
+        /// the pack's delta variants: each delta whose dictionary is found
+        /// is decoded and compared with its identity body.
+        #[arg(long, value_name = "OLD.pack|DIR")]
+        base: Vec<PathBuf>,
     },
     /// Serve a pack, a folder of sites or a directory over HTTP/1.1,
     /// HTTP/2 and TLS.
@@ -58,13 +63,30 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         }),
         Command::Serve(args) => done(kiln::serve::run(*args)),
         Command::Acme(command) => done(kiln::acme::run(command)),
-        Command::Verify { pack } => {
-            let opened = kiln::pack::Pack::open(&pack)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
+        Command::Verify { pack, base } => {
+            let open = |path: &std::path::Path| {
+                kiln::pack::Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+            };
+            let opened = open(&pack)?;
             let bytes = kiln::pack::verify::verify(&opened)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
+            let earlier = base
+                .iter()
+                .flat_map(|p| kiln::build::packs_in(p, &pack))
+                .map(|p| open(&p))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let earlier: Vec<&kiln::pack::Pack> = earlier.iter().collect();
+            let deltas = kiln::pack::verify::verify_deltas(&opened, &earlier)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", pack.display()))?;
+            let deltas = match deltas {
+                d if d.decoded + d.without_dictionary == 0 => String::new(),
+                d => format!(
+                    "; {} deltas decoded, {} without their dictionary at hand",
+                    d.decoded, d.without_dictionary
+                ),
+            };
             done(kiln::report::to_stdout(&format!(
-                "{}: ok ({} routes, {} variants, {bytes} bytes checked)\n",
+                "{}: ok ({} routes, {} variants, {bytes} bytes checked{deltas})\n",
                 pack.display(),
                 opened.route_count(),
                 opened.variant_count()

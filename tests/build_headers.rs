@@ -74,8 +74,9 @@ fn etag_of(body: &[u8]) -> String {
 fn header_blocks_are_byte_exact() {
     let (_dir, pack) = build(&[], &BuildOptions::default());
     let id = variant(&pack, "/page.html", Encoding::Identity);
+    let build_id = dictionary_id(&id);
     let expected = format!(
-        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nContent-Type: text/html; charset=utf-8\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
+        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nUse-As-Dictionary: match=\"/page.html\", id=\"{build_id}\"\r\nContent-Type: text/html; charset=utf-8\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
         etag_of(page().as_bytes()),
         page().len()
     );
@@ -92,11 +93,80 @@ fn header_blocks_are_byte_exact() {
 
     let br = variant(&pack, "/page.html", Encoding::Br);
     let expected_br = format!(
-        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nContent-Type: text/html; charset=utf-8\r\nContent-Encoding: br\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
+        "ETag: {}\r\nLast-Modified: {HTTP_MTIME}\r\nCache-Control: public, max-age=0, must-revalidate\r\nVary: Accept-Encoding\r\nUse-As-Dictionary: match=\"/page.html\", id=\"{build_id}\"\r\nContent-Type: text/html; charset=utf-8\r\nContent-Encoding: br\r\nAccept-Ranges: bytes\r\nContent-Length: {}\r\n",
         etag_of(br.body),
         br.body.len()
     );
     assert_eq!(head(&br), expected_br);
+}
+
+/// The build id of a block's `Use-As-Dictionary` field.
+fn dictionary_id(v: &Variant<'_>) -> String {
+    let head = head(v);
+    let id = head
+        .split("id=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no dictionary id in {head}"));
+    assert!(
+        id.len() == 17 && id.starts_with("kiln-") && id[5..].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    id.to_owned()
+}
+
+/// The `Use-As-Dictionary` value of a route's identity variant.
+fn use_as_dictionary(pack: &Pack, key: &str) -> Option<String> {
+    let v = variant(pack, key, Encoding::Identity);
+    head(&v)
+        .lines()
+        .find_map(|l| l.strip_prefix("Use-As-Dictionary: "))
+        .map(str::to_owned)
+}
+
+#[test]
+fn compressible_files_are_offered_as_dictionaries_unless_turned_off() {
+    let rules: &[u8] = b"/data.json\n  Use-As-Dictionary: match=\"/d*\", id=\"mine\"\n\
+                        /logo.svg\n  Use-As-Dictionary: off\n";
+    let big_js = "export const a = 1;\n".repeat(20);
+    let (_dir, pack) = build(
+        &[
+            ("_headers", rules),
+            ("app.0123abcd.js", big_js.as_bytes()),
+            ("logo.svg", page().as_bytes()),
+        ],
+        &BuildOptions::default(),
+    );
+    let id = dictionary_id(&variant(&pack, "/page.html", Encoding::Identity));
+    assert_eq!(
+        use_as_dictionary(&pack, "/app.0123abcd.js"),
+        Some(format!("match=\"/app.*.js\", id=\"{id}\""))
+    );
+    assert_eq!(
+        use_as_dictionary(&pack, "/page"),
+        Some(format!("match=\"/page\", id=\"{id}\""))
+    );
+    assert_eq!(
+        use_as_dictionary(&pack, "/data.json").as_deref(),
+        Some("match=\"/d*\", id=\"mine\"")
+    );
+    assert_eq!(use_as_dictionary(&pack, "/logo.svg"), None);
+    // Too short to compress: not offered.
+    assert_eq!(use_as_dictionary(&pack, "/tiny.txt"), None);
+
+    let off = BuildOptions {
+        dictionaries: kiln::build::dictionaries::DictionaryOptions {
+            enabled: false,
+            ..Default::default()
+        },
+        ..BuildOptions::default()
+    };
+    let (_off_dir, off) = build(&[], &off);
+    for route in off.routes() {
+        for v in route.variants() {
+            assert!(!head(&v).contains("Use-As-Dictionary"), "{}", head(&v));
+        }
+    }
 }
 
 #[test]

@@ -11,16 +11,24 @@ use std::process::{Command, Output};
 use std::time::{Duration, UNIX_EPOCH};
 
 use kiln::build::compress::{CompressOptions, Level};
+use kiln::build::dictionaries::DictionaryOptions;
 use kiln::build::{Base, BuildOptions, BuildReport, build_pack};
 use kiln::pack::format::{HEADER_CHECKSUM_AT, P_BODY_OFF, PROVENANCE_LEN};
 use kiln::pack::{Encoding, Pack};
 
 /// Fast levels and every encoding: quick, and each encoder is exercised.
+/// Without dictionaries: a clean build has no earlier version to make
+/// deltas against (`deltas_are_reused_and_kept_across_rebuilds` covers
+/// them).
 fn options() -> BuildOptions {
     BuildOptions {
         compress: CompressOptions {
             encodings: vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip],
             ..CompressOptions::at(Level::Fast)
+        },
+        dictionaries: DictionaryOptions {
+            enabled: false,
+            ..DictionaryOptions::default()
         },
         ..BuildOptions::default()
     }
@@ -414,4 +422,70 @@ fn a_damaged_body_in_the_base_is_compressed_again() {
         report.warnings
     );
     assert!(std::fs::read(&out).unwrap() == good);
+}
+
+/// A script of `n` lines, version `v`.
+fn script(v: u32, n: u32) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "export const c{i} = {};\n",
+                if i % 50 == 0 { v * 1000 + i } else { i }
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn deltas_are_reused_and_kept_across_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = BuildOptions {
+        dictionaries: DictionaryOptions::default(),
+        ..options()
+    };
+    for v in 1..=2 {
+        let src = dir.path().join(format!("v{v}"));
+        write(
+            &src,
+            &format!("js/app.{v}0a1b2c3d.js"),
+            script(v, 2000).as_bytes(),
+        );
+        write(
+            &src,
+            "index.html",
+            format!("{}<p>v{v}</p>", page(40)).as_bytes(),
+        );
+    }
+    let v1 = dir.path().join("v1.pack");
+    build(&dir.path().join("v1"), &v1, &opts);
+    let with_base = |bases: Vec<PathBuf>| BuildOptions {
+        base: Base::Packs(bases),
+        ..opts.clone()
+    };
+    let v2 = dir.path().join("v2.pack");
+    let first = build(&dir.path().join("v2"), &v2, &with_base(vec![v1.clone()]));
+    // dcb and dcz of the script and of the page.
+    assert_eq!(first.per_encoding[Encoding::Dcb as usize].count, 2);
+    assert_eq!(first.per_encoding[Encoding::Dcz as usize].count, 2);
+    let bytes = std::fs::read(&v2).unwrap();
+    // The same build again: every delta reused, the same pack.
+    let again = dir.path().join("again.pack");
+    let report = build(
+        &dir.path().join("v2"),
+        &again,
+        &with_base(vec![v2.clone(), v1.clone()]),
+    );
+    assert_eq!(report.compressed, 0);
+    assert!(
+        std::fs::read(&again).unwrap() == bytes,
+        "the same bases, another pack"
+    );
+    // Rebuilt in place, without the old pack at hand: the deltas of the
+    // base are carried over.
+    let report = build(&dir.path().join("v2"), &v2, &opts);
+    assert_eq!(report.compressed, 0);
+    assert!(
+        std::fs::read(&v2).unwrap() == bytes,
+        "a rebuild in place lost the deltas"
+    );
 }

@@ -11,7 +11,9 @@
 //! Every case is one connection: HTTP/1.1, h2c, HTTP/1.1 over TLS and h2
 //! over TLS; bodies of 1 KiB and 1 MiB (above the sendfile threshold, and
 //! sixteen TLS steps); one request at a time, and a batch of pipelined
-//! requests (HTTP/1) or concurrent streams (HTTP/2) in one read.
+//! requests (HTTP/1) or concurrent streams (HTTP/2) in one read; and a
+//! request naming a dictionary (`Available-Dictionary`, RFC 9842) that a
+//! delta variant answers.
 //!
 //! "Per request after warm-up" means: the connection first serves
 //! `WARM_UP_ROUNDS` rounds of the same traffic, in which it may allocate
@@ -38,7 +40,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use kiln::pack::{Pack, PackWriter, RouteKind};
+use kiln::pack::{DeltaIn, Encoding, Pack, PackWriter, RouteIn, RouteKind, VariantIn};
 use kiln::serve::handler::{Http01, Site, Sites};
 use kiln::serve::metrics::Metrics;
 use kiln::serve::net::io::{self, Flush, Sent, SparePending};
@@ -132,8 +134,70 @@ fn sites(dir: &std::path::Path) -> Arc<Sites> {
             200,
         );
     }
+    // `/delta.bin`: the large body, and a `SMALL`-byte dcb delta of it
+    // against `DICTIONARY` (the server never decodes it).
+    let identity = w.add_body(&large).unwrap();
+    let mut delta = kiln::dictionary::DCB_MAGIC.to_vec();
+    delta.extend_from_slice(&kiln::dictionary::sha256(DICTIONARY));
+    delta.resize(SMALL, 0);
+    let delta = w.add_body(&delta).unwrap();
+    let (plain_head, delta_head) = (
+        common::head(
+            "\"x\"",
+            "application/octet-stream",
+            None,
+            true,
+            identity.len,
+        ),
+        common::head(
+            "\"d\"",
+            "application/octet-stream",
+            Some("dcb"),
+            true,
+            delta.len,
+        ),
+    );
+    let set = w
+        .add_variant_set_with_deltas(
+            &[VariantIn {
+                encoding: Encoding::Identity,
+                head: &plain_head,
+                body: identity,
+            }],
+            &[DeltaIn {
+                encoding: Encoding::Dcb,
+                dictionary: kiln::dictionary::sha256(DICTIONARY),
+                head: &delta_head,
+                body: delta,
+            }],
+        )
+        .unwrap();
+    w.add_route(RouteIn {
+        kind: RouteKind::Exact,
+        key: DELTA.as_bytes(),
+        status: 200,
+        last_modified: NOW,
+        variants: set,
+        validators: true,
+    })
+    .unwrap();
     w.finish().unwrap();
     Sites::single(Site::from_pack(Pack::open(&path).unwrap()))
+}
+
+/// The route with a delta variant, and the dictionary a client names.
+const DELTA: &str = "/delta.bin";
+const DICTIONARY: &[u8] = b"the old version";
+
+/// The fields a request for `DELTA` carries.
+fn delta_fields() -> [(&'static str, String); 2] {
+    [
+        ("accept-encoding", "gzip, br, dcb, dcz".to_owned()),
+        (
+            "available-dictionary",
+            kiln::dictionary::available_dictionary_value(&kiln::dictionary::sha256(DICTIONARY)),
+        ),
+    ]
 }
 
 /// The server side of one connection, as one event loop drives it.
@@ -320,7 +384,14 @@ impl Client for Http1 {
     }
 
     fn requests(&mut self, path: &str, count: usize) -> Vec<u8> {
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        let fields: String = match path {
+            DELTA => delta_fields()
+                .iter()
+                .map(|(name, value)| format!("{name}: {value}\r\n"))
+                .collect(),
+            _ => String::new(),
+        };
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{fields}\r\n")
             .repeat(count)
             .into_bytes()
     }
@@ -398,6 +469,15 @@ impl Client for Http2 {
         block.extend_from_slice(b"localhost");
         block.extend_from_slice(&[0x04, path.len() as u8]);
         block.extend_from_slice(path.as_bytes());
+        if path == DELTA {
+            // Literals without indexing, new names.
+            for (name, value) in delta_fields() {
+                block.extend_from_slice(&[0x00, name.len() as u8]);
+                block.extend_from_slice(name.as_bytes());
+                block.push(value.len() as u8);
+                block.extend_from_slice(value.as_bytes());
+            }
+        }
         for _ in 0..count {
             frame(
                 HEADERS,
@@ -455,15 +535,17 @@ fn measured(
     sites: &Arc<Sites>,
     client: &mut dyn Client,
     tls: Option<&[u8]>,
-    challenge: bool,
+    target: Target,
     len: usize,
     count: usize,
 ) -> usize {
+    let challenge = target == Target::Challenge;
     let mut server = Server::new(Arc::clone(sites), tls.is_some(), challenge);
     let mut transport = Transport::open(&mut server, tls);
-    let path = match len {
-        _ if challenge => CHALLENGE,
-        SMALL => "/small.bin",
+    let path = match (target, len) {
+        (Target::Challenge, _) => CHALLENGE,
+        (Target::Delta, _) => DELTA,
+        (_, SMALL) => "/small.bin",
         _ => "/large.bin",
     };
     let preface = client.preface();
@@ -486,21 +568,47 @@ fn measured(
     measured
 }
 
+/// What a case requests.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// A body of the pack.
+    Body,
+    /// An ACME HTTP-01 token (`--acme`).
+    Challenge,
+    /// `DELTA` with the dictionary named: its `SMALL` delta.
+    Delta,
+}
+
 #[test]
 fn no_allocation_per_request_after_warm_up() {
     let dir = tempfile::tempdir().unwrap();
     let sites = sites(dir.path());
     let mut failures = Vec::new();
     let mut table = String::new();
-    for (name, h2, tls, challenge) in [
-        ("HTTP/1.1", false, None, false),
-        ("h2c", true, None, false),
-        ("HTTP/1.1 over TLS", false, Some(&b"http/1.1"[..]), false),
-        ("h2 over TLS", true, Some(&b"h2"[..]), false),
-        ("HTTP/1.1, an ACME HTTP-01 token", false, None, true),
-        ("h2c, an ACME HTTP-01 token", true, None, true),
+    for (name, h2, tls, target) in [
+        ("HTTP/1.1", false, None, Target::Body),
+        ("h2c", true, None, Target::Body),
+        (
+            "HTTP/1.1 over TLS",
+            false,
+            Some(&b"http/1.1"[..]),
+            Target::Body,
+        ),
+        ("h2 over TLS", true, Some(&b"h2"[..]), Target::Body),
+        (
+            "HTTP/1.1, an ACME HTTP-01 token",
+            false,
+            None,
+            Target::Challenge,
+        ),
+        ("h2c, an ACME HTTP-01 token", true, None, Target::Challenge),
+        ("HTTP/1.1, a delta", false, None, Target::Delta),
+        ("h2c, a delta", true, None, Target::Delta),
     ] {
-        let lens: &[usize] = if challenge { &[SMALL] } else { &[SMALL, LARGE] };
+        let lens: &[usize] = match target {
+            Target::Body => &[SMALL, LARGE],
+            Target::Challenge | Target::Delta => &[SMALL],
+        };
         for &len in lens {
             for count in [1, BATCH] {
                 let mut client: Box<dyn Client> = if h2 {
@@ -508,7 +616,7 @@ fn no_allocation_per_request_after_warm_up() {
                 } else {
                     Box::new(Http1)
                 };
-                let allocations = measured(&sites, &mut *client, tls, challenge, len, count);
+                let allocations = measured(&sites, &mut *client, tls, target, len, count);
                 let requests = MEASURED_ROUNDS * count;
                 let line = format!(
                     "{name}, {len}-byte bodies, {count} per read: {allocations} allocations in {requests} requests ({:.1} per request)\n",

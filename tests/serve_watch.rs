@@ -3,7 +3,8 @@
 //! in-memory rebuild, logged with what changed; a broken `_redirects` or
 //! `_headers` is reported and the last good site keeps serving; symbolic
 //! links out of DIR are not served, at start or after a rebuild; what is
-//! not a directory is refused.
+//! not a directory is refused. The previous version of a changed file is
+//! its dictionary (RFC 9842): a browser holding it gets a delta.
 
 mod common;
 
@@ -72,8 +73,10 @@ fn changes_are_served_after_a_rebuild_in_memory() {
             .contains("2 changed (/, /index.html), 0 added, 0 removed")
     });
     let log = server.stderr_text();
+    // br and gzip of the page, and a dcb and a dcz of it against its
+    // previous version.
     assert!(
-        log.contains("2 encodings compressed") && log.contains("reused"),
+        log.contains("4 encodings compressed") && log.contains("reused"),
         "{log}"
     );
 
@@ -313,4 +316,34 @@ fn watch_needs_a_directory() {
         .output()
         .unwrap();
     assert!(!o.status.success(), "--compression is for --watch");
+}
+
+#[test]
+fn the_previous_version_of_a_changed_file_is_its_dictionary() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    let old: String = (0..400)
+        .map(|i| format!("export const c{i} = {};\n", i * 7))
+        .collect();
+    let new = format!("{old}// saved again\n");
+    write(&root, "app.js", &old);
+    let server = start(&root, &[]);
+    let dictionary = server.get("/app.js", "Accept-Encoding: br\r\n");
+    let offered = dictionary.header("Use-As-Dictionary").unwrap_or_default();
+    assert!(offered.starts_with(r#"match="/app.js", id="#), "{offered}");
+    write(&root, "app.js", &new);
+    wait_until("the edit", &server, || body(&server, "/app.js").1 == new);
+    let held =
+        kiln::dictionary::available_dictionary_value(&kiln::dictionary::sha256(old.as_bytes()));
+    let delta = server.get(
+        "/app.js",
+        &format!("Accept-Encoding: br, dcb, dcz\r\nAvailable-Dictionary: {held}\r\n"),
+    );
+    let encoding = match delta.header("Content-Encoding").as_deref() {
+        Some("dcb") => kiln::pack::Encoding::Dcb,
+        Some("dcz") => kiln::pack::Encoding::Dcz,
+        other => panic!("not a delta: {other:?}"),
+    };
+    let decoded = kiln::dictionary::decode(encoding, old.as_bytes(), &delta.body, 1 << 20).unwrap();
+    assert_eq!(decoded, new.as_bytes());
 }

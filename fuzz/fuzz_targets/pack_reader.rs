@@ -26,6 +26,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = kiln::pack::verify::verify(&pack);
+    // Every delta whose dictionary the pack itself holds is decoded.
+    let _ = kiln::pack::verify::verify_deltas(&pack, &[]);
     for key in [&b"/"[..], b"/index.html", b"/a/"] {
         for kind in [RouteKind::Exact, RouteKind::Wildcard] {
             if let Some(r) = pack.lookup(kind, key) {
@@ -40,8 +42,9 @@ fuzz_target!(|data: &[u8]| {
             route.kind(),
             route.last_modified(),
         );
-        for v in route.variants() {
+        for v in route.variants().chain(route.deltas()) {
             let _ = (
+                v.dictionary,
                 &v.head[..v.repr_at],
                 &v.head[..v.length_at],
                 &v.hpack[..v.hpack_repr_at],

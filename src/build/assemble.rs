@@ -27,15 +27,20 @@ use super::compress::{
     encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
+use super::dictionaries::{
+    DictionaryOptions, History, build_id, match_pattern, use_as_dictionary_value,
+};
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
 use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
-use super::urlpath::html_escape;
+use super::urlpath::{html_escape, percent_encode_path};
+use crate::dictionary::DeltaLevels;
+use crate::pack::format::DELTA_ENCODINGS;
 use crate::pack::{
-    BodyRef, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn, RuleIn,
-    VariantIn, VariantSet,
+    BodyRef, DeltaIn, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn,
+    RouteKind, RuleIn, VariantIn, VariantSet,
 };
 
 /// Most files read in one batch, whatever their size: bounds the
@@ -56,8 +61,8 @@ pub struct EncodingTotals {
 /// What `assemble` wrote besides what the pack writer counts.
 #[derive(Debug, Default)]
 pub struct Assembled {
-    /// Indexed by `Encoding as usize`.
-    pub per_encoding: [EncodingTotals; 4],
+    /// Indexed by `Encoding as usize`, delta encodings included.
+    pub per_encoding: [EncodingTotals; 6],
     /// Encoded bytes of duplicate contents, never handed to the writer
     /// (their first copy's bodies are reused).
     pub dedup_saved: u64,
@@ -88,14 +93,28 @@ pub struct AssembleInput<'a> {
     pub base: Option<&'a Pack>,
     /// The pack being written, as messages name it.
     pub out_name: &'a str,
+    /// `Use-As-Dictionary` and delta variants.
+    pub dictionaries: &'a DictionaryOptions,
+    /// The earlier versions the deltas are made against.
+    pub history: &'a History<'a>,
 }
 
 /// The stored bodies of one file: identity first, then kept encodings.
 type FileBodies = Vec<(Encoding, BodyRef)>;
 
+/// One stored delta variant of a file.
+#[derive(Clone, Copy)]
+struct DeltaBody {
+    encoding: Encoding,
+    /// The dictionary's SHA-256.
+    dictionary: [u8; 32],
+    body: BodyRef,
+}
+
 /// A variant set is shared by the routes serving the same file with the
-/// same validators flag and the same custom headers.
-type SetKey = (usize, bool, Vec<(String, String)>);
+/// same validators flag, the same custom headers and the same
+/// `Use-As-Dictionary` value.
+type SetKey = (usize, bool, Vec<(String, String)>, Option<String>);
 
 /// What a route needs written, made in parallel with other routes'.
 enum Prepared {
@@ -108,6 +127,10 @@ enum Prepared {
         custom: Vec<(String, String)>,
         /// One per stored body, in `Encoding` order.
         heads: Vec<HeadBlock>,
+        /// One per delta variant, in the order of the file's deltas.
+        delta_heads: Vec<HeadBlock>,
+        /// The `Use-As-Dictionary` value of the route.
+        use_as_dictionary: Option<String>,
     },
     /// A redirect: the page kiln serves with it, and its header block.
     Redirect {
@@ -239,9 +262,32 @@ pub fn assemble(
         }
     }
     let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
+    // The URLs each file answers at, as a client names them.
+    let mut urls: Vec<Vec<String>> = vec![Vec::new(); files.len()];
+    for route in &plan.routes {
+        if let (Target::File(i), RouteKind::Exact) = (&route.target, route.kind) {
+            urls[*i].push(percent_encode_path(&route.key));
+        }
+    }
+    let offered: Vec<bool> = wants
+        .iter()
+        .map(|&w| w && input.dictionaries.enabled)
+        .collect();
+    // Deltas need an earlier version: one the history holds, or a delta
+    // of the base to carry over.
+    let earlier = !input.history.is_empty()
+        || input
+            .base
+            .is_some_and(|base| base.routes().any(|r| r.delta_count() > 0));
+    let maker = DeltaMaker {
+        input,
+        base_file: firing.base_file.clone(),
+        settings: delta_settings(input.compress, &firing.encodings),
+        batch_bytes: half,
+    };
     // Dropped when the bodies are written: ends the progress lines.
     let (written, wait) = std::sync::mpsc::channel::<()>();
-    let bodies = std::thread::scope(|scope| {
+    let (bodies, deltas) = std::thread::scope(|scope| {
         if input.progress == Progress::Lines && bar.length().unwrap_or(0) > 0 {
             let bar = &bar;
             scope.spawn(move || log_progress(bar, &wait));
@@ -258,14 +304,37 @@ pub fn assemble(
                 bail!("cannot start a compression thread");
             }
         }
+        // The deltas are made beside the plain bodies (a group of files
+        // ahead at most: the channel holds one), so that the cores the
+        // plain compression leaves idle make them; they are stored after.
+        let (made, deltas_made) = std::sync::mpsc::sync_channel(1);
+        if input.dictionaries.enabled && earlier {
+            let (maker, offered, urls) = (&maker, &offered, &urls);
+            let started = std::thread::Builder::new()
+                .name("kiln-deltas".into())
+                .spawn_scoped(scope, move || maker.produce(files, offered, urls, &made));
+            if started.is_err() {
+                bail!("cannot start the delta thread");
+            }
+        } else {
+            drop(made);
+        }
         // Dropped however the writer ends, so that no worker waits on.
         let _stop = compressor.stop_on_drop();
         let bodies = firing.fire_all(writer, files, &wants, &first_hashes, &compressor);
         drop(written);
-        bodies
+        let bodies = bodies?;
+        let deltas = firing.store_deltas(writer, files, &bodies, &deltas_made)?;
+        Ok((bodies, deltas))
     })?;
     bar.finish_and_clear();
     release_batch_memory();
+    let id = build_id(
+        files
+            .iter()
+            .zip(&bodies)
+            .map(|(f, b)| (f.path.clone(), b[0].1.hash)),
+    );
     let mut result = firing.result;
     let mut sets: HashMap<SetKey, VariantSet> = HashMap::new();
     for chunk in plan.routes.chunks(ROUTE_CHUNK) {
@@ -275,18 +344,28 @@ pub fn assemble(
             .map(|route| match &route.target {
                 Target::File(i) => {
                     let custom = headers_for(input.header_rules, &plan.headers_paths(route));
-                    let heads = file_heads(
-                        &files[*i],
-                        &types[*i],
-                        &bodies[*i],
-                        route.validators(),
-                        &custom,
-                        input.cache,
-                    );
+                    let use_as_dictionary = (offered[*i] && route.validators()).then(|| {
+                        let url = percent_encode_path(&route.key);
+                        use_as_dictionary_value(&match_pattern(&url), &id)
+                    });
+                    let file = FileHeads {
+                        file: &files[*i],
+                        content_type: &types[*i],
+                        validators: route.validators(),
+                        custom: &custom,
+                        cache: input.cache,
+                        use_as_dictionary: use_as_dictionary.as_deref(),
+                        several: bodies[*i].len() > 1,
+                        has_deltas: !deltas[*i].is_empty(),
+                    };
+                    let heads = file.heads(bodies[*i].iter().map(|(e, b)| (*e, b)));
+                    let delta_heads = file.heads(deltas[*i].iter().map(|d| (d.encoding, &d.body)));
                     Prepared::File {
                         file: *i,
                         custom,
                         heads,
+                        delta_heads,
+                        use_as_dictionary,
                     }
                 }
                 Target::Redirect(location) => {
@@ -307,8 +386,10 @@ pub fn assemble(
                     file: i,
                     custom,
                     heads,
+                    delta_heads,
+                    use_as_dictionary,
                 } => {
-                    let cache_key = (i, validators, custom);
+                    let cache_key = (i, validators, custom, use_as_dictionary);
                     let set = match sets.get(&cache_key) {
                         Some(set) => *set,
                         None => {
@@ -321,7 +402,19 @@ pub fn assemble(
                                     body: *body,
                                 })
                                 .collect();
-                            let set = writer.add_variant_set(&variants).with_context(write_err)?;
+                            let delta_variants: Vec<DeltaIn<'_>> = deltas[i]
+                                .iter()
+                                .zip(&delta_heads)
+                                .map(|(d, head)| DeltaIn {
+                                    encoding: d.encoding,
+                                    dictionary: d.dictionary,
+                                    head,
+                                    body: d.body,
+                                })
+                                .collect();
+                            let set = writer
+                                .add_variant_set_with_deltas(&variants, &delta_variants)
+                                .with_context(write_err)?;
                             sets.insert(cache_key, set);
                             set
                         }
@@ -373,7 +466,7 @@ fn release_batch_memory() {
 }
 
 /// Counts a body just stored, if it is not a duplicate.
-fn count_fresh(totals: &mut [EncodingTotals; 4], encoding: Encoding, body: &BodyRef) {
+fn count_fresh(totals: &mut [EncodingTotals; 6], encoding: Encoding, body: &BodyRef) {
     if body.fresh {
         let t = &mut totals[encoding as usize];
         t.count += 1;
@@ -485,15 +578,7 @@ impl Firing<'_> {
     /// the content whose BLAKE3 is `hash`: from the base if it tried the
     /// same, else by compressing.
     fn plan(&self, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
-        let Some(base) = self.input.base else {
-            return Plan::Compress;
-        };
-        match base.provenance(hash, encoding) {
-            Some(p) if p.settings == settings => {
-                Plan::Reuse(p.body.map(|(off, len, body_hash)| (off, len, *body_hash)))
-            }
-            _ => Plan::Compress,
-        }
+        plan_from(self.input.base, hash, encoding, settings)
     }
 
     /// Fires the files of one batch, read whole, stored in order: the
@@ -597,6 +682,52 @@ impl Firing<'_> {
             fired.push(set);
         }
         Ok(fired)
+    }
+
+    /// Stores the deltas `made` sends, group by group in file order, after
+    /// the plain bodies: a body compressed now only when at least
+    /// `MIN_DELTA_SAVED_PERCENT` smaller than the file's best plain variant
+    /// (one copied from the base passed the same rule), each with its
+    /// provenance record.
+    fn store_deltas(
+        &mut self,
+        writer: &mut PackWriter,
+        files: &[SourceFile],
+        bodies: &[FileBodies],
+        made: &std::sync::mpsc::Receiver<anyhow::Result<DeltaGroup>>,
+    ) -> anyhow::Result<Vec<Vec<DeltaBody>>> {
+        let mut stored = vec![Vec::new(); bodies.len()];
+        // The sender is gone once every group is sent (or none is made).
+        for group in made.iter() {
+            for (i, (source, deltas)) in group? {
+                if source != bodies[i][0].1.hash {
+                    bail!("{}: changed during the build", files[i].shown());
+                }
+                let best_plain = bodies[i].iter().map(|(_, b)| b.len).min().unwrap_or(0);
+                for m in deltas {
+                    self.count(m.outcome.reused, m.outcome.damaged);
+                    let kept = m.outcome.kept.filter(|body| {
+                        m.outcome.reused || delta_worth_keeping(best_plain, body.len() as u64)
+                    });
+                    let body = match &kept {
+                        Some(bytes) => Some(self.store(writer, m.encoding, bytes, None)?),
+                        None => None,
+                    };
+                    writer.add_provenance(ProvenanceIn {
+                        source_hash: m.key,
+                        encoding: m.encoding,
+                        settings: m.settings,
+                        body,
+                    });
+                    stored[i].extend(body.map(|body| DeltaBody {
+                        encoding: m.encoding,
+                        dictionary: m.dictionary,
+                        body,
+                    }));
+                }
+            }
+        }
+        Ok(stored)
     }
 
     /// Copies one encoding from the base, or, when the base's body does
@@ -762,6 +893,257 @@ impl Firing<'_> {
             .add_body_from(&mut RangeReader::new(Arc::clone(file), off, len))
             .map(Some)
     }
+}
+
+/// The deltas of one group of files: by file index, the BLAKE3 of the
+/// bytes they were made from and what was made.
+type DeltaGroup = Vec<(usize, ([u8; 32], Vec<DeltaMade>))>;
+
+/// A dictionary a delta may be made against: its SHA-256, and its bytes
+/// when at hand (`None`: a base's delta carried over, copied or nothing).
+type Candidate<'d> = ([u8; 32], Option<&'d [u8]>);
+
+/// Makes delta variants beside the plain compression (see `assemble`).
+struct DeltaMaker<'a> {
+    input: &'a AssembleInput<'a>,
+    /// The base pack's file, for positioned reads of its bodies.
+    base_file: Option<Arc<File>>,
+    /// The delta encodings with their settings fingerprints.
+    settings: [(Encoding, u64); 2],
+    /// Content bytes a group of files holds at once.
+    batch_bytes: u64,
+}
+
+impl DeltaMaker<'_> {
+    /// Makes the deltas of every file `offered` a dictionary, in groups of
+    /// files whose bytes (the file and each dictionary) stay within the
+    /// batch, each group compressed in parallel and sent, in file order;
+    /// stops when the receiver is gone.
+    fn produce(
+        &self,
+        files: &[SourceFile],
+        offered: &[bool],
+        urls: &[Vec<String>],
+        made: &std::sync::mpsc::SyncSender<anyhow::Result<DeltaGroup>>,
+    ) {
+        let versions = self.input.dictionaries.versions as u64;
+        let mut start = 0;
+        while start < files.len() {
+            let (mut end, mut cost) = (start, 0u64);
+            while end < files.len() && (end == start || cost <= self.batch_bytes) {
+                if offered[end] {
+                    cost += files[end].len * (1 + versions);
+                }
+                end += 1;
+            }
+            let group: anyhow::Result<DeltaGroup> = (start..end)
+                .into_par_iter()
+                .filter(|&i| offered[i])
+                .map(|i| Ok((i, self.file(&files[i], &urls[i])?)))
+                .collect();
+            let failed = group.is_err();
+            if made.send(group).is_err() || failed {
+                return;
+            }
+            start = end;
+        }
+    }
+
+    /// The deltas of one file against the last N versions its URLs had:
+    /// those the history holds, then those of the base's deltas of these
+    /// very bytes (carried over: their dictionaries are gone, the deltas
+    /// can be copied); `dcb` and `dcz` against each, in parallel.
+    fn file(
+        &self,
+        file: &SourceFile,
+        urls: &[String],
+    ) -> anyhow::Result<([u8; 32], Vec<DeltaMade>)> {
+        let new = file.read()?;
+        let source = *blake3::hash(&new).as_bytes();
+        let sha = crate::dictionary::sha256(&new);
+        let versions = self.input.dictionaries.versions;
+        let mut candidates: Vec<Candidate<'_>> = self
+            .input
+            .history
+            .for_urls(urls, &sha, versions)
+            .iter()
+            .map(|old| (old.sha256, Some(old.bytes)))
+            .collect();
+        for dictionary in self.carried_dictionaries(urls, &new) {
+            if candidates.len() < versions && !candidates.iter().any(|(d, _)| *d == dictionary) {
+                candidates.push((dictionary, None));
+            }
+        }
+        let jobs: Vec<(Candidate<'_>, (Encoding, u64))> = candidates
+            .iter()
+            .flat_map(|&candidate| self.settings.iter().map(move |&s| (candidate, s)))
+            .filter(|&((_, old), (encoding, _))| {
+                old.is_none_or(|old| {
+                    crate::dictionary::fits(encoding, old.len() as u64, new.len() as u64)
+                })
+            })
+            .collect();
+        let made: std::io::Result<Vec<Option<DeltaMade>>> = jobs
+            .into_par_iter()
+            .map(|((dictionary, old), (encoding, settings))| {
+                let key = delta_source_key(&source, &dictionary);
+                Ok(self
+                    .delta(&key, encoding, settings, &new, old)?
+                    .map(|outcome| DeltaMade {
+                        encoding,
+                        dictionary,
+                        key,
+                        settings,
+                        outcome,
+                    }))
+            })
+            .collect();
+        let made = made.with_context(|| format!("{}: delta compression failed", file.shown()))?;
+        Ok((source, made.into_iter().flatten().collect()))
+    }
+
+    /// The dictionaries the base's deltas of this very content were made
+    /// against (the base served `new` at one of `urls`).
+    fn carried_dictionaries(&self, urls: &[String], new: &[u8]) -> Vec<[u8; 32]> {
+        let Some(base) = self.input.base else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for url in urls {
+            let key = super::urlpath::percent_decode(url);
+            let Some(route) = base.lookup(RouteKind::Exact, &key) else {
+                continue;
+            };
+            if route.variant(Encoding::Identity).map(|v| v.body) != Some(new) {
+                continue;
+            }
+            for delta in route.deltas() {
+                if !out.contains(delta.dictionary) {
+                    out.push(*delta.dictionary);
+                }
+            }
+        }
+        out
+    }
+
+    /// One delta of `new` against the dictionary `old`: the base's body
+    /// when it made it with the same settings, else compressed now (kept
+    /// or not when stored). `None` when it cannot be made: the base does
+    /// not hold it and the dictionary's bytes (`old`) are not at hand.
+    fn delta(
+        &self,
+        key: &[u8; 32],
+        encoding: Encoding,
+        settings: u64,
+        new: &[u8],
+        old: Option<&[u8]>,
+    ) -> std::io::Result<Option<Outcome>> {
+        let mut damaged = false;
+        match plan_from(self.input.base, key, encoding, settings) {
+            Plan::Reuse(None) => {
+                return Ok(Some(Outcome {
+                    kept: None,
+                    reused: true,
+                    damaged: false,
+                }));
+            }
+            Plan::Reuse(Some((off, len, hash))) => {
+                let mut bytes = vec![0; len as usize];
+                let file = self.base_file.as_ref().expect("a reuse plan has a base");
+                file.read_exact_at(&mut bytes, off)?;
+                if *blake3::hash(&bytes).as_bytes() == hash {
+                    return Ok(Some(Outcome {
+                        kept: Some(bytes),
+                        reused: true,
+                        damaged: false,
+                    }));
+                }
+                damaged = true;
+            }
+            Plan::Compress => {}
+        }
+        let Some(old) = old else {
+            return Ok(None);
+        };
+        let levels = DeltaLevels {
+            brotli_quality: self.input.compress.brotli_quality,
+            zstd_level: self.input.compress.zstd_level,
+        };
+        Ok(Some(Outcome {
+            kept: Some(crate::dictionary::encode(encoding, old, new, levels)?),
+            reused: false,
+            damaged,
+        }))
+    }
+}
+
+/// How to obtain `encoding` (with settings fingerprint `settings`) of the
+/// content whose provenance key is `hash`: from `base` if it tried the
+/// same, else by compressing.
+fn plan_from(base: Option<&Pack>, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
+    let Some(base) = base else {
+        return Plan::Compress;
+    };
+    match base.provenance(hash, encoding) {
+        Some(p) if p.settings == settings => {
+            Plan::Reuse(p.body.map(|(off, len, body_hash)| (off, len, *body_hash)))
+        }
+        _ => Plan::Compress,
+    }
+}
+
+/// A delta is kept only when it is at least this much smaller, in
+/// percent, than the file's best plain variant: below that, a client pays
+/// for a dictionary lookup for little.
+pub const MIN_DELTA_SAVED_PERCENT: u64 = 10;
+
+/// The keep rule of a delta variant (see `MIN_DELTA_SAVED_PERCENT`).
+fn delta_worth_keeping(best_plain: u64, delta: u64) -> bool {
+    delta * 100 <= best_plain * (100 - MIN_DELTA_SAVED_PERCENT)
+}
+
+/// One delta variant made for a file, to store in order.
+struct DeltaMade {
+    encoding: Encoding,
+    /// The dictionary's SHA-256.
+    dictionary: [u8; 32],
+    /// Its provenance key (`delta_source_key`).
+    key: [u8; 32],
+    settings: u64,
+    outcome: Outcome,
+}
+
+/// The provenance key of a delta: the BLAKE3 of the source's BLAKE3 and
+/// the dictionary's SHA-256, so that the record names both inputs.
+fn delta_source_key(source: &[u8; 32], dictionary: &[u8; 32]) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"kiln delta ");
+    hasher.update(source);
+    hasher.update(dictionary);
+    *hasher.finalize().as_bytes()
+}
+
+/// The settings fingerprints of the delta encodings: their levels and
+/// window, and the plain encodings' fingerprints, since the keep rule
+/// compares a delta with the best plain variant.
+fn delta_settings(opts: &CompressOptions, plain: &[(Encoding, u64)]) -> [(Encoding, u64); 2] {
+    let plain: Vec<String> = plain
+        .iter()
+        .map(|(e, s)| format!("{}={s:x}", e.token()))
+        .collect();
+    DELTA_ENCODINGS.map(|encoding| {
+        let text = format!(
+            "{}; {} against a raw dictionary, brotli quality {} window {}, zstd level {}; \
+             kept if {MIN_DELTA_SAVED_PERCENT}% under the best of identity, {}",
+            super::compress::ENCODER_EPOCH,
+            encoding.token(),
+            opts.brotli_quality,
+            crate::dictionary::DCB_LGWIN,
+            opts.zstd_level,
+            plain.join(" ")
+        );
+        (encoding, xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+    })
 }
 
 /// What compressing a streamed file needs besides the writer.
@@ -987,42 +1369,54 @@ fn progress_bar(
     bar
 }
 
-/// The header blocks of the variants of one file as served by one route,
-/// in the order of `bodies`.
-fn file_heads(
-    file: &SourceFile,
-    content_type: &str,
-    bodies: &FileBodies,
+/// What the header blocks of one file as served by one route share.
+struct FileHeads<'a> {
+    file: &'a SourceFile,
+    content_type: &'a str,
     validators: bool,
-    custom: &[(String, String)],
-    cache: &CachePolicy,
-) -> Vec<HeadBlock> {
-    let cache_control = cache.for_file(&file.path, content_type);
-    let kept: Vec<(String, String)>;
-    let custom = if cache.revalidate_all {
-        kept = custom
-            .iter()
-            .filter(|(name, _)| !name.eq_ignore_ascii_case("Cache-Control"))
-            .cloned()
-            .collect();
-        &kept[..]
-    } else {
-        custom
-    };
-    bodies
-        .iter()
-        .map(|(encoding, body)| {
-            let etag = etag_for(&body.hash);
-            variant_head(&VariantHead {
-                etag: validators.then_some(etag.as_str()),
-                last_modified: validators.then_some(file.mtime),
-                cache_control: &cache_control,
-                vary: bodies.len() > 1,
-                custom,
-                content_type,
-                encoding: *encoding,
-                content_length: body.len,
+    /// Fields from `_headers`.
+    custom: &'a [(String, String)],
+    cache: &'a CachePolicy,
+    /// The route's `Use-As-Dictionary` value.
+    use_as_dictionary: Option<&'a str>,
+    /// The file has more than one plain variant.
+    several: bool,
+    /// The file has delta variants: every variant varies on the dictionary.
+    has_deltas: bool,
+}
+
+impl FileHeads<'_> {
+    /// The header blocks of `bodies`, in their order.
+    fn heads<'b>(&self, bodies: impl Iterator<Item = (Encoding, &'b BodyRef)>) -> Vec<HeadBlock> {
+        let cache_control = self.cache.for_file(&self.file.path, self.content_type);
+        let kept: Vec<(String, String)>;
+        let custom = if self.cache.revalidate_all {
+            kept = self
+                .custom
+                .iter()
+                .filter(|(name, _)| !name.eq_ignore_ascii_case("Cache-Control"))
+                .cloned()
+                .collect();
+            &kept[..]
+        } else {
+            self.custom
+        };
+        bodies
+            .map(|(encoding, body)| {
+                let etag = etag_for(&body.hash);
+                variant_head(&VariantHead {
+                    etag: self.validators.then_some(etag.as_str()),
+                    last_modified: self.validators.then_some(self.file.mtime),
+                    cache_control: &cache_control,
+                    vary: self.has_deltas || self.several,
+                    vary_dictionary: self.has_deltas,
+                    use_as_dictionary: self.use_as_dictionary,
+                    custom,
+                    content_type: self.content_type,
+                    encoding,
+                    content_length: body.len,
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
 }

@@ -174,6 +174,9 @@ pub fn settings_id(encoding: Encoding, opts: &CompressOptions) -> u64 {
             opts.brotli_large_quality,
         ),
         Encoding::Zstd => format!("zstd level={}", opts.zstd_level),
+        // Made against a dictionary (`build::dictionaries`), whose settings
+        // name the dictionary too.
+        Encoding::Dcb | Encoding::Dcz => format!("{} without a dictionary", encoding.token()),
         Encoding::Gzip => match opts.gzip {
             GzipMode::Deflate(level) => format!("gzip deflate level={}", level.min(9)),
             GzipMode::Zopfli => "gzip zopfli iterations=15".to_owned(),
@@ -229,6 +232,12 @@ pub fn encode_to(
             enc.include_contentsize(true)?;
             io::copy(input, &mut enc)?;
             enc.finish()?;
+        }
+        Encoding::Dcb | Encoding::Dcz => {
+            return Err(io::Error::other(format!(
+                "{} is made against a dictionary",
+                encoding.token()
+            )));
         }
         Encoding::Gzip => match opts.gzip {
             GzipMode::Deflate(level) => {
@@ -590,6 +599,7 @@ mod tests {
                     .unwrap();
             }
             Encoding::Identity => out = data.to_vec(),
+            Encoding::Dcb | Encoding::Dcz => panic!("a delta needs its dictionary"),
         }
         out
     }

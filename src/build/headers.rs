@@ -1,13 +1,14 @@
 //! Prepares the header block of every stored variant, once, at build time.
 //!
 //! Order (validators and caching first, so a 304 is a prefix of the block):
-//! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, the custom headers from
-//! `_headers`; then the representation: `Content-Type`, `Content-Encoding`
+//! `ETag`, `Last-Modified`, `Cache-Control`, `Vary`, `Use-As-Dictionary`
+//! (RFC 9842), the custom headers from `_headers`; then the representation: `Content-Type`, `Content-Encoding`
 //! (not for identity), `Accept-Ranges` (only with validators); then
 //! `Content-Length`.
 //!
-//! A custom `Cache-Control`, `Vary` or `Content-Type` replaces the generated
-//! one in place instead of being sent twice; the validators, `Accept-Ranges`
+//! A custom `Cache-Control`, `Vary`, `Content-Type` or `Use-As-Dictionary`
+//! replaces the generated one in place instead of being sent twice (`off`
+//! removes the last); the validators, `Accept-Ranges`
 //! and the framing headers cannot be set from `_headers` (see `netlify`).
 //!
 //! Every line goes into both encodings of the block at once (HTTP/1 lines
@@ -84,23 +85,27 @@ impl CachePolicy {
 /// (`index-BxY7z1Qa.js`). To spare ordinary words and dates the hash must
 /// mix at least one digit and one letter.
 pub fn is_hashed_name(name: &str) -> bool {
-    let Some((stem, _ext)) = name.rsplit_once('.') else {
-        return false;
-    };
+    hash_span(name).is_some()
+}
+
+/// Where the content hash of a hashed name (`is_hashed_name`) lies in it,
+/// in bytes: the first dot-separated hex segment, else the dash hash.
+pub fn hash_span(name: &str) -> Option<std::ops::Range<usize>> {
+    let (stem, _ext) = name.rsplit_once('.')?;
     let mixed = |s: &str| {
         s.bytes().any(|b| b.is_ascii_digit()) && s.bytes().any(|b| b.is_ascii_alphabetic())
     };
-    let hex_segment = stem
-        .split('.')
-        .any(|seg| seg.len() >= 8 && seg.bytes().all(|b| b.is_ascii_hexdigit()) && mixed(seg));
-    let dash_hash = stem
-        .split('.')
-        .next_back()
-        .and_then(|last| last.rsplit_once('-'))
-        .is_some_and(|(_, h)| {
-            h.len() >= 8 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && mixed(h)
-        });
-    hex_segment || dash_hash
+    let mut at = 0;
+    for seg in stem.split('.') {
+        if seg.len() >= 8 && seg.bytes().all(|b| b.is_ascii_hexdigit()) && mixed(seg) {
+            return Some(at..at + seg.len());
+        }
+        at += seg.len() + 1;
+    }
+    let last_start = stem.rfind('.').map_or(0, |dot| dot + 1);
+    let (_, h) = stem[last_start..].rsplit_once('-')?;
+    (h.len() >= 8 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && mixed(h))
+        .then(|| stem.len() - h.len()..stem.len())
 }
 
 /// The strong ETag of a body: its BLAKE3 hash, first 16 bytes, hex, quoted.
@@ -134,6 +139,12 @@ pub struct VariantHead<'a> {
     pub cache_control: &'a str,
     /// The resource has several variants: caches must key on the encoding.
     pub vary: bool,
+    /// The resource has delta variants: caches must key on the dictionary
+    /// too (`Vary: Accept-Encoding, Available-Dictionary`).
+    pub vary_dictionary: bool,
+    /// The `Use-As-Dictionary` value (RFC 9842 §2.1), for a response a
+    /// client may keep as a dictionary for later versions.
+    pub use_as_dictionary: Option<&'a str>,
     /// From `_headers`, already accumulated for the route.
     pub custom: &'a [(String, String)],
     /// From the file name, charset included.
@@ -163,21 +174,42 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
         "Cache-Control",
         custom("Cache-Control").unwrap_or(v.cache_control),
     );
-    match (v.vary, custom("Vary")) {
+    let generated = if v.vary_dictionary {
+        "Accept-Encoding, Available-Dictionary"
+    } else {
+        "Accept-Encoding"
+    };
+    match (v.vary || v.vary_dictionary, custom("Vary")) {
         (true, None) => {
-            b.line("Vary", "Accept-Encoding");
+            b.line("Vary", generated);
         }
-        // A custom Vary must not drop Accept-Encoding from a resource with
-        // several encodings: a cache would then hand br to any client.
-        (true, Some(value)) if !varies_on_encoding(value) => {
-            b.line("Vary", &format!("Accept-Encoding, {value}"));
+        // A custom Vary must not drop Accept-Encoding (or, with deltas,
+        // Available-Dictionary) from a resource with several encodings: a
+        // cache would then hand br (or a delta) to any client.
+        (true, Some(value)) if !varies_on(value, "accept-encoding") => {
+            b.line("Vary", &format!("{generated}, {value}"));
+        }
+        (true, Some(value)) if v.vary_dictionary && !varies_on(value, "available-dictionary") => {
+            b.line("Vary", &format!("{value}, Available-Dictionary"));
         }
         (_, Some(value)) => {
             b.line("Vary", value);
         }
         (false, None) => {}
     }
-    let replaceable = ["Cache-Control", "Vary", "Content-Type"];
+    // `_headers` may set its own value, or `off` to send none.
+    match custom("Use-As-Dictionary") {
+        Some(value) if value.eq_ignore_ascii_case("off") => {}
+        Some(value) => {
+            b.line("Use-As-Dictionary", value);
+        }
+        None => {
+            if let Some(value) = v.use_as_dictionary {
+                b.line("Use-As-Dictionary", value);
+            }
+        }
+    }
+    let replaceable = ["Cache-Control", "Vary", "Content-Type", "Use-As-Dictionary"];
     for (name, value) in v.custom {
         if !replaceable.iter().any(|g| g.eq_ignore_ascii_case(name)) {
             b.line(name, value);
@@ -198,12 +230,12 @@ pub fn variant_head(v: &VariantHead<'_>) -> HeadBlock {
     b.finish(v.content_length)
 }
 
-/// True when a `Vary` value already covers `Accept-Encoding` (or `*`).
-fn varies_on_encoding(value: &str) -> bool {
+/// True when a `Vary` value already covers `field` (or `*`).
+fn varies_on(value: &str, field: &str) -> bool {
     value
         .split(',')
         .map(str::trim)
-        .any(|t| t == "*" || t.eq_ignore_ascii_case("accept-encoding"))
+        .any(|t| t == "*" || t.eq_ignore_ascii_case(field))
 }
 
 /// The header block of a redirect: `Location` (already percent-encoded or
@@ -255,6 +287,14 @@ mod tests {
             "build-features.js",
         ] {
             assert!(!is_hashed_name(plain), "{plain}");
+        }
+        for (name, hash) in [
+            ("app.3f2a9b1c.js", "3f2a9b1c"),
+            ("3f2a9b1c0d.app.js", "3f2a9b1c0d"),
+            ("index-BxY7z1Qa.js", "BxY7z1Qa"),
+            ("main.chunk-a1b2c3d4e5.mjs", "a1b2c3d4e5"),
+        ] {
+            assert_eq!(hash_span(name).map(|r| &name[r]), Some(hash), "{name}");
         }
     }
 
@@ -309,9 +349,11 @@ mod tests {
             last_modified: Some(0),
             cache_control: DEFAULT_CACHE_CONTROL,
             vary: true,
+            vary_dictionary: true,
+            use_as_dictionary: Some("match=\"/a.*.css\", id=\"b\""),
             custom: &custom,
             content_type: "text/css",
-            encoding: Encoding::Br,
+            encoding: Encoding::Dcb,
             content_length: 5,
         });
         let lines = String::from_utf8(block.bytes.clone()).unwrap();
@@ -337,11 +379,12 @@ mod tests {
                 "etag: \"e\"",
                 "last-modified: Thu, 01 Jan 1970 00:00:00 GMT",
                 "cache-control: public, max-age=3600",
-                "vary: Accept-Encoding",
+                "vary: Accept-Encoding, Available-Dictionary",
+                "use-as-dictionary: match=\"/a.*.css\", id=\"b\"",
                 "x-frame-options: DENY",
                 "link: </a.css>; rel=preload",
                 "content-type: text/css",
-                "content-encoding: br",
+                "content-encoding: dcb",
                 "accept-ranges: bytes",
                 "content-length: 5",
             ]
@@ -362,7 +405,7 @@ mod tests {
                 .unwrap();
             at.push(n);
         }
-        assert_eq!(at, [6, 9]);
+        assert_eq!(at, [7, 10]);
         assert!(lines[block.repr_at as usize..].starts_with("Content-Type: "));
         assert!(lines[block.length_at as usize..].starts_with("Content-Length: "));
     }

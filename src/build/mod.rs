@@ -17,6 +17,7 @@
 pub mod assemble;
 pub mod compress;
 pub mod compressor;
+pub mod dictionaries;
 pub mod headers;
 pub mod listing;
 pub mod mime;
@@ -36,12 +37,13 @@ use clap::{Args, ValueEnum};
 
 use self::assemble::{AssembleInput, EncodingTotals, assemble};
 use self::compress::{CompressOptions, GzipMode, Level};
+use self::dictionaries::{DictionaryOptions, History, MAX_DELTA_VERSIONS};
 use self::headers::CachePolicy;
 use self::netlify::{HeaderRule, RedirectRule, parse_headers, parse_redirects};
 use self::routes::{RouteOptions, STRIP_SUFFIXES, SuffixChoice, plan_routes};
 use self::source::SourceFile;
 use self::source::ignore::Why;
-use crate::pack::format::{ENCODINGS, Section};
+use crate::pack::format::{DELTA_ENCODINGS, ENCODINGS, Section};
 use crate::pack::{Encoding, Pack, PackStats, PackWriter};
 
 /// Root file holding per-path headers (never served).
@@ -99,9 +101,23 @@ pub struct BuildArgs {
     pub zstd_level: Option<i32>,
     /// Reuse the encoded bodies of this pack instead of the one at the
     /// output path (the default): a body is copied instead of compressed
-    /// when its source bytes and settings are the same.
-    #[arg(long, value_name = "OLD.pack", conflicts_with = "clean")]
-    pub base: Option<PathBuf>,
+    /// when its source bytes and settings are the same. Repeatable, and a
+    /// folder stands for its packs, newest first: every pack given holds
+    /// earlier versions that delta variants are made against (the first
+    /// one's bodies are also reused).
+    #[arg(long, value_name = "OLD.pack|DIR", conflicts_with = "clean")]
+    pub base: Vec<PathBuf>,
+    /// Offer compressible responses as dictionaries for their later
+    /// versions (`Use-As-Dictionary`, RFC 9842) and store delta variants
+    /// (dcb, dcz) against the earlier versions the base packs hold: auto
+    /// (the default) or off.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub dictionaries: DictionaryMode,
+    /// Delta variants per file: against at most this many earlier
+    /// versions, the latest first (1-16).
+    #[arg(long, value_name = "N", default_value_t = dictionaries::DEFAULT_DELTA_VERSIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_DELTA_VERSIONS as u64))]
+    pub delta_versions: u64,
     /// Compress everything again: reuse nothing of an earlier pack.
     #[arg(long)]
     pub clean: bool,
@@ -164,6 +180,16 @@ pub struct BuildArgs {
     pub verbose: bool,
 }
 
+/// `--dictionaries`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DictionaryMode {
+    /// `Use-As-Dictionary` on compressible responses, delta variants
+    /// against the earlier versions the base packs hold.
+    Auto,
+    /// Neither.
+    Off,
+}
+
 /// How a build shows the progress of its compression on stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
@@ -203,15 +229,19 @@ pub struct BuildOptions {
     pub buffer_bytes: u64,
     /// Which earlier pack's encoded bodies to reuse.
     pub base: Base,
+    /// `Use-As-Dictionary` and delta variants.
+    pub dictionaries: DictionaryOptions,
 }
 
-/// The pack an incremental build reuses encoded bodies from.
+/// The packs an incremental build reuses encoded bodies from and takes
+/// earlier versions from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Base {
     /// The pack at the output path, if there is one (the default).
     Output,
-    /// This pack (`--base`).
-    Pack(PathBuf),
+    /// These packs or folders of packs (`--base`): the first pack's bodies
+    /// are reused, every pack gives earlier versions.
+    Packs(Vec<PathBuf>),
     /// None: compress everything (`--clean`).
     Clean,
 }
@@ -230,6 +260,7 @@ impl Default for BuildOptions {
             strip_components: None,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             base: Base::Output,
+            dictionaries: DictionaryOptions::default(),
         }
     }
 }
@@ -282,8 +313,9 @@ pub struct BuildReport {
     pub stripped: Option<String>,
     /// Stripped URLs several files could serve, and which one does.
     pub suffix_choices: Vec<SuffixChoice>,
-    /// Distinct bodies per encoding, indexed by `Encoding as usize`.
-    pub per_encoding: [EncodingTotals; 4],
+    /// Distinct bodies per encoding, indexed by `Encoding as usize`
+    /// (delta encodings included).
+    pub per_encoding: [EncodingTotals; 6],
     /// Bytes not stored thanks to de-duplication.
     pub dedup_saved: u64,
     /// Size of the written pack.
@@ -351,8 +383,11 @@ impl fmt::Display for BuildReport {
                 first.served
             )?;
         }
-        for e in ENCODINGS {
+        for e in ENCODINGS.into_iter().chain(DELTA_ENCODINGS) {
             let t = self.per_encoding[e as usize];
+            if e.is_delta() && t.count == 0 {
+                continue;
+            }
             writeln!(
                 f,
                 "{:<11} {:>10}  {:>14} bytes",
@@ -416,7 +451,7 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
             out.display()
         );
     }
-    let (base, note) = open_base(&opts.base, out);
+    let (packs, mut notes) = open_bases(&opts.base, out);
     // Created first so that an unwritable output fails before the long
     // compression step.
     let mut writer =
@@ -436,7 +471,8 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
         &mut writer,
         opts,
         &Workspace {
-            base: base.as_ref(),
+            base: packs.reuse.as_ref(),
+            history: &packs.history(&opts.dictionaries),
             staging_dir: Some(out_dir),
             exclude: Some(out.to_path_buf()),
             out_name: out.display().to_string(),
@@ -445,45 +481,101 @@ pub fn build_pack(source: &Path, out: &Path, opts: &BuildOptions) -> anyhow::Res
     let stats = writer
         .finish()
         .with_context(|| format!("{}: cannot write", out.display()))?;
-    report.notes.extend(note);
+    report.notes.append(&mut notes);
     report.notes.extend(strays);
     report.finish(&stats, started);
     Ok(report)
 }
 
-/// Opens the base pack `base` names for a build writing `out`: `None`,
-/// with a one-line note when one was expected, if it cannot be used. Its
-/// provenance records are checked (they are small); a body is checked
-/// against its recorded hash when it is reused.
-fn open_base(base: &Base, out: &Path) -> (Option<Pack>, Option<String>) {
-    let path = match base {
-        Base::Clean => return (None, None),
-        Base::Output if !out.exists() => return (None, None),
-        Base::Output => out,
-        Base::Pack(path) => path,
-    };
-    let clean = |why: String| {
-        Some(format!(
-            "{}: {why}; building without reusing it",
-            path.display()
-        ))
-    };
-    let pack = match Pack::open(path) {
-        Ok(pack) => pack,
-        Err(e) => return (None, clean(e.to_string())),
-    };
-    let (off, len, sum) = pack.section(Section::Provenance);
-    let records = &pack.bytes()[off as usize..(off + len) as usize];
-    if xxhash_rust::xxh3::xxh3_64(records) != sum {
-        return (None, clean("provenance section checksum mismatch".into()));
+/// The earlier packs a build reads.
+struct BasePacks {
+    /// The pack whose encoded bodies are reused.
+    reuse: Option<Pack>,
+    /// The other packs holding earlier versions, in the order given.
+    others: Vec<Pack>,
+}
+
+impl BasePacks {
+    /// The earlier versions these packs hold (none when dictionaries are
+    /// off).
+    fn history(&self, dictionaries: &DictionaryOptions) -> History<'_> {
+        if !dictionaries.enabled {
+            return History::of(&[]);
+        }
+        let packs: Vec<&Pack> = self.reuse.iter().chain(&self.others).collect();
+        History::of(&packs)
     }
-    (Some(pack), None)
+}
+
+/// Opens the base packs `base` names for a build writing `out`, with a
+/// one-line note for each that cannot be used: the first one's bodies are
+/// reused (its provenance records are checked: they are small; a body is
+/// checked against its recorded hash when it is reused), every one gives
+/// earlier versions.
+fn open_bases(base: &Base, out: &Path) -> (BasePacks, Vec<String>) {
+    let paths: Vec<PathBuf> = match base {
+        Base::Clean => Vec::new(),
+        Base::Output if !out.exists() => Vec::new(),
+        Base::Output => vec![out.to_path_buf()],
+        Base::Packs(paths) => paths.iter().flat_map(|p| packs_in(p, out)).collect(),
+    };
+    let mut notes = Vec::new();
+    let mut packs = BasePacks {
+        reuse: None,
+        others: Vec::new(),
+    };
+    for (i, path) in paths.iter().enumerate() {
+        let unused = |why: String| match i {
+            0 => format!("{}: {why}; building without reusing it", path.display()),
+            _ => format!(
+                "{}: {why}; building without its earlier versions",
+                path.display()
+            ),
+        };
+        let pack = match Pack::open(path) {
+            Ok(pack) => pack,
+            Err(e) => {
+                notes.push(unused(e.to_string()));
+                continue;
+            }
+        };
+        if i > 0 {
+            packs.others.push(pack);
+            continue;
+        }
+        let (off, len, sum) = pack.section(Section::Provenance);
+        let records = &pack.bytes()[off as usize..(off + len) as usize];
+        if xxhash_rust::xxh3::xxh3_64(records) != sum {
+            notes.push(unused("provenance section checksum mismatch".into()));
+            continue;
+        }
+        packs.reuse = Some(pack);
+    }
+    (packs, notes)
+}
+
+/// The packs `path` names for `--base`: itself, or, for a folder, the
+/// `*.pack` files in it (not `out`), newest first, then by name.
+pub fn packs_in(path: &Path, out: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return vec![path.to_path_buf()];
+    };
+    let mut packs: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pack") && p.as_path() != out)
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    packs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    packs.into_iter().map(|(_, p)| p).collect()
 }
 
 /// Where a build reads and writes besides its source.
 struct Workspace<'a> {
     /// The pack whose encoded bodies are reused.
     base: Option<&'a Pack>,
+    /// The earlier versions delta variants are made against.
+    history: &'a History<'a>,
     /// Where an archive's entries are staged (`None`: in memory).
     staging_dir: Option<PathBuf>,
     /// The pack being replaced, never read as part of a directory source.
@@ -554,6 +646,8 @@ fn fire(
             buffer_bytes: opts.buffer_bytes,
             base: workspace.base,
             out_name: &workspace.out_name,
+            dictionaries: &opts.dictionaries,
+            history: workspace.history,
         },
         writer,
     )?;
@@ -670,12 +764,21 @@ fn fire_preview(
     let started = Instant::now();
     let mut writer = PackWriter::in_memory().context("cannot create an in-memory pack")?;
     let name = format!("the preview of {}", source.display());
+    // The preview before this one holds the previous version of each
+    // changed file: a developer's browser gets deltas against it.
+    let bases: Vec<&Pack> = base.into_iter().collect();
+    let history = if opts.dictionaries.enabled {
+        History::of(&bases)
+    } else {
+        History::of(&[])
+    };
     let mut report = fire(
         source,
         &mut writer,
         opts,
         &Workspace {
             base,
+            history: &history,
             staging_dir: None,
             exclude: None,
             out_name: name.clone(),
@@ -766,10 +869,14 @@ impl BuildArgs {
             max_source_bytes: self.max_source_bytes,
             strip_components: self.strip_components,
             buffer_bytes: self.buffer_bytes.max(1),
-            base: match (&self.base, self.clean) {
-                (Some(path), _) => Base::Pack(path.clone()),
-                (None, true) => Base::Clean,
-                (None, false) => Base::Output,
+            base: match (self.base.is_empty(), self.clean) {
+                (false, _) => Base::Packs(self.base.clone()),
+                (true, true) => Base::Clean,
+                (true, false) => Base::Output,
+            },
+            dictionaries: DictionaryOptions {
+                enabled: self.dictionaries == DictionaryMode::Auto,
+                versions: self.delta_versions as usize,
             },
         })
     }

@@ -96,10 +96,17 @@ pub const R_LAST_MODIFIED: usize = 16; // i64 unix seconds
 pub const R_STATUS: usize = 24; // u16
 pub const R_ENCODINGS: usize = 26; // u8 bit set of `Encoding::bit`
 pub const R_KIND: usize = 27; // u8 `RouteKind`
-pub const R_FLAGS: usize = 28; // u32
+pub const R_FLAGS: usize = 28; // u16
+/// Delta variants (`Encoding::Dcb`, `Encoding::Dcz`) stored after the plain
+/// ones, sorted by (dictionary hash, encoding).
+pub const R_DELTA_COUNT: usize = 30; // u16
 
 /// Route flag: conditional requests and ranges apply (a stored 200 resource).
-pub const RF_VALIDATORS: u32 = 1;
+pub const RF_VALIDATORS: u16 = 1;
+/// Route flag: its delta variants carry `Access-Control-Allow-Origin: *`,
+/// so a cross-origin page may read them (RFC 9842 §7.2): a delta may
+/// answer a cross-origin no-cors request.
+pub const RF_CORS_READABLE: u16 = 2;
 
 // Variant record: 128 bytes, every field at a multiple of its size; HTTP/1
 // reads the first 64 only.
@@ -132,7 +139,10 @@ pub const V_QPACK_OFF: usize = 80; // u64
 pub const V_QPACK_LEN: usize = 88; // u32
 pub const V_QPACK_REPR_AT: usize = 92; // u16
 pub const V_QPACK_LENGTH_AT: usize = 94; // u16
-// 96..128 reserved, zero.
+/// A delta variant's dictionary: the SHA-256 of the identity bytes it was
+/// compressed against (RFC 9842 `Available-Dictionary`); zero for a plain
+/// variant.
+pub const V_DICTIONARY: usize = 96; // [u8; 32]
 
 /// Headers the server adds to every response on its own (security headers,
 /// HSTS), lower-case. A variant's `overrides` bit `i` says its block already
@@ -217,15 +227,22 @@ impl RouteKind {
 }
 
 /// A content coding a variant is stored in. The discriminant is the order in
-/// which a route's variants are stored.
+/// which a route's plain variants are stored; the delta codings (RFC 9842)
+/// follow them, one per dictionary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Encoding {
     Identity = 0,
     Br = 1,
     Zstd = 2,
     Gzip = 3,
+    /// Brotli against a dictionary the client holds (RFC 9842 §4.1).
+    Dcb = 4,
+    /// Zstandard against a dictionary the client holds (RFC 9842 §4.2).
+    Dcz = 5,
 }
 
+/// The plain encodings: those `Accept-Encoding` alone selects and the
+/// route's `encodings` bit set holds.
 pub const ENCODINGS: [Encoding; 4] = [
     Encoding::Identity,
     Encoding::Br,
@@ -233,12 +250,29 @@ pub const ENCODINGS: [Encoding; 4] = [
     Encoding::Gzip,
 ];
 
+/// The delta encodings, chosen only for a request naming the dictionary.
+pub const DELTA_ENCODINGS: [Encoding; 2] = [Encoding::Dcb, Encoding::Dcz];
+
+/// Every encoding, in discriminant order: plain, then delta.
+pub const ALL_ENCODINGS: [Encoding; 6] = [
+    Encoding::Identity,
+    Encoding::Br,
+    Encoding::Zstd,
+    Encoding::Gzip,
+    Encoding::Dcb,
+    Encoding::Dcz,
+];
+
 impl Encoding {
     pub fn from_u8(v: u8) -> Option<Encoding> {
-        ENCODINGS.get(v as usize).copied()
+        ALL_ENCODINGS.get(v as usize).copied()
     }
     pub fn bit(self) -> u8 {
         1 << (self as u8)
+    }
+    /// A delta coding: its body needs a dictionary to decode.
+    pub fn is_delta(self) -> bool {
+        matches!(self, Encoding::Dcb | Encoding::Dcz)
     }
     /// The `Content-Encoding` / `Accept-Encoding` token.
     pub fn token(self) -> &'static str {
@@ -247,8 +281,11 @@ impl Encoding {
             Encoding::Br => "br",
             Encoding::Zstd => "zstd",
             Encoding::Gzip => "gzip",
+            Encoding::Dcb => "dcb",
+            Encoding::Dcz => "dcz",
         }
     }
+    /// A plain encoding by its token (delta tokens are not plain).
     pub fn from_token(t: &str) -> Option<Encoding> {
         ENCODINGS
             .iter()

@@ -11,7 +11,7 @@ pub mod writer;
 pub use format::{Encoding, RouteKind};
 pub use reader::{Pack, PackError, Provenance, Route, Rule, Variant};
 pub use writer::{
-    BodyRef, BodyWriter, HeadBlock, HeadBlockBuilder, PackStats, PackWriter, ProvenanceIn,
+    BodyRef, BodyWriter, DeltaIn, HeadBlock, HeadBlockBuilder, PackStats, PackWriter, ProvenanceIn,
     RangeReader, RouteIn, RuleIn, VariantIn, VariantSet,
 };
 

@@ -100,6 +100,9 @@ pub struct Variant<'p> {
     pub body_off: u64,
     /// Bit set over `format::SERVER_HEADERS` that `head` already sets.
     pub overrides: u8,
+    /// A delta variant's dictionary: the SHA-256 of the bytes it was
+    /// compressed against; zero for a plain variant.
+    pub dictionary: &'p [u8; 32],
     /// See [`Variant::qpack_block`].
     qpack: &'p [u8],
     /// See [`Variant::qpack_repr_at`].
@@ -483,6 +486,9 @@ impl Pack {
             body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
             body_off,
             overrides: r[V_OVERRIDES],
+            dictionary: r[V_DICTIONARY..V_DICTIONARY + 32]
+                .try_into()
+                .expect("32 bytes"),
             qpack,
             qpack_repr_at,
             qpack_length_at,
@@ -556,7 +562,7 @@ impl<'p> Route<'p> {
 
     /// True when conditional requests and ranges apply.
     pub fn has_validators(&self) -> bool {
-        get_u32(self.rec, R_FLAGS) & RF_VALIDATORS != 0
+        get_u16(self.rec, R_FLAGS) & RF_VALIDATORS != 0
     }
 
     /// The stored variant in `encoding`, if any.
@@ -571,9 +577,37 @@ impl<'p> Route<'p> {
         (v.encoding == encoding).then_some(v)
     }
 
-    /// All stored variants in `Encoding` order.
+    /// All stored plain variants in `Encoding` order.
     pub fn variants(&self) -> impl Iterator<Item = Variant<'p>> + 'p {
         let route = *self;
         ENCODINGS.into_iter().filter_map(move |e| route.variant(e))
+    }
+
+    /// True when a delta may answer a cross-origin no-cors request
+    /// (`RF_CORS_READABLE`).
+    pub fn deltas_readable_cross_origin(&self) -> bool {
+        get_u16(self.rec, R_FLAGS) & RF_CORS_READABLE != 0
+    }
+
+    /// How many delta variants the route has.
+    pub fn delta_count(&self) -> u16 {
+        get_u16(self.rec, R_DELTA_COUNT)
+    }
+
+    /// The delta variant at `i` (of `delta_count`), if well-formed.
+    pub fn delta(&self, i: u16) -> Option<Variant<'p>> {
+        if i >= self.delta_count() {
+            return None;
+        }
+        let first = get_u32(self.rec, R_VARIANT_FIRST) as u64;
+        let plain = self.encodings().count_ones() as u64;
+        let v = self.pack.variant(first + plain + u64::from(i))?;
+        v.encoding.is_delta().then_some(v)
+    }
+
+    /// The delta variants, sorted by (dictionary, encoding).
+    pub fn deltas(&self) -> impl Iterator<Item = Variant<'p>> + 'p {
+        let route = *self;
+        (0..route.delta_count()).filter_map(move |i| route.delta(i))
     }
 }

@@ -665,3 +665,113 @@ fn verify_catches_each_changed_byte(block: impl for<'p> Fn(&Variant<'p>) -> &'p 
         );
     }
 }
+
+/// A pack whose `/app.js` has `old`'s dcb delta of `new` (a delta body of
+/// `delta` when given instead), with `old` itself at `/old.js`; the
+/// `verify` and `verify_deltas` results.
+fn delta_pack(
+    delta: Option<Vec<u8>>,
+) -> (
+    Result<u64, PackError>,
+    Result<verify::DeltaCheck, PackError>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("site.pack");
+    let old = "function f(a) { return a + 1; }\n".repeat(40);
+    let new = format!("{old}f(2);\n");
+    let levels = crate::dictionary::DeltaLevels {
+        brotli_quality: 5,
+        zstd_level: 3,
+    };
+    let made =
+        crate::dictionary::encode(Encoding::Dcb, old.as_bytes(), new.as_bytes(), levels).unwrap();
+    let mut w = PackWriter::create(&path).unwrap();
+    for (key, bytes, delta) in [
+        ("/old.js", &old, None),
+        ("/app.js", &new, Some(delta.unwrap_or(made))),
+    ] {
+        let body = w.add_body(bytes.as_bytes()).unwrap();
+        let h = head("\"i\"", "text/javascript", body.len);
+        let deltas: Vec<(BodyRef, HeadBlock)> = delta
+            .iter()
+            .map(|d| {
+                let b = w.add_body(d).unwrap();
+                (b, head("\"d\"", "text/javascript", b.len))
+            })
+            .collect();
+        let deltas: Vec<DeltaIn<'_>> = deltas
+            .iter()
+            .map(|(b, h)| DeltaIn {
+                encoding: Encoding::Dcb,
+                dictionary: crate::dictionary::sha256(old.as_bytes()),
+                head: h,
+                body: *b,
+            })
+            .collect();
+        let set = w
+            .add_variant_set_with_deltas(
+                &[VariantIn {
+                    encoding: Encoding::Identity,
+                    head: &h,
+                    body,
+                }],
+                &deltas,
+            )
+            .unwrap();
+        w.add_route(RouteIn {
+            kind: RouteKind::Exact,
+            key: key.as_bytes(),
+            status: 200,
+            last_modified: 0,
+            variants: set,
+            validators: true,
+        })
+        .unwrap();
+    }
+    w.finish().unwrap();
+    let pack = Pack::open(&path).unwrap();
+    let route = pack.lookup(RouteKind::Exact, b"/app.js").unwrap();
+    assert_eq!((route.variants().count(), route.delta_count()), (1, 1));
+    (verify(&pack), verify::verify_deltas(&pack, &[]))
+}
+
+#[test]
+fn deltas_are_checked_and_decoded_against_their_dictionary() {
+    let (checked, decoded) = delta_pack(None);
+    checked.unwrap();
+    assert_eq!(
+        decoded.unwrap(),
+        verify::DeltaCheck {
+            decoded: 1,
+            without_dictionary: 0
+        }
+    );
+    // A body naming another dictionary: `verify` refuses it.
+    let mut wrong = crate::dictionary::DCB_MAGIC.to_vec();
+    wrong.extend_from_slice(&[7; 32]);
+    wrong.extend_from_slice(b"brotli");
+    assert!(
+        delta_pack(Some(wrong))
+            .0
+            .unwrap_err()
+            .0
+            .contains("naming its dictionary")
+    );
+    // The right header, other bytes: decoding finds out.
+    let other = "function g() {}\n".repeat(30);
+    let old = "function f(a) { return a + 1; }\n".repeat(40);
+    let levels = crate::dictionary::DeltaLevels {
+        brotli_quality: 5,
+        zstd_level: 3,
+    };
+    let lie =
+        crate::dictionary::encode(Encoding::Dcb, old.as_bytes(), other.as_bytes(), levels).unwrap();
+    let (checked, decoded) = delta_pack(Some(lie));
+    checked.unwrap();
+    assert!(
+        decoded
+            .unwrap_err()
+            .0
+            .contains("does not decode to its identity body")
+    );
+}

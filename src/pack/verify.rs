@@ -130,6 +130,9 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
                 )));
             }
         }
+        if let Some(p) = delta_problem(&route) {
+            return fail(&p);
+        }
         match kind {
             RouteKind::NotFound => {
                 if pack.not_found().map(|r| r.index()) != Some(i) {
@@ -162,6 +165,91 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
     }
     verify_provenance(pack, bytes)?;
     Ok(checked)
+}
+
+/// What `verify_deltas` found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaCheck {
+    /// Delta variants decoded against their dictionary, each to its
+    /// route's identity body.
+    pub decoded: u64,
+    /// Delta variants whose dictionary neither the pack nor `earlier`
+    /// holds: checked by their header only (`verify`).
+    pub without_dictionary: u64,
+}
+
+/// Decodes every delta variant of `pack` whose dictionary (an identity
+/// body of `pack` or of one of the `earlier` packs, by SHA-256) is at
+/// hand, and checks that it gives its route's identity body.
+pub fn verify_deltas(pack: &Pack, earlier: &[&Pack]) -> Result<DeltaCheck, PackError> {
+    use std::collections::{HashMap, HashSet};
+    let mut dictionaries: HashMap<[u8; 32], &[u8]> = HashMap::new();
+    for p in std::iter::once(pack).chain(earlier.iter().copied()) {
+        let mut seen = HashSet::new();
+        for route in p.routes() {
+            if let Some(v) = route.variant(Encoding::Identity)
+                && seen.insert(v.body_off)
+            {
+                dictionaries.insert(crate::dictionary::sha256(v.body), v.body);
+            }
+        }
+    }
+    let mut check = DeltaCheck::default();
+    for route in pack.routes() {
+        let Some(identity) = route.variant(Encoding::Identity) else {
+            continue;
+        };
+        for v in route.deltas() {
+            let Some(dictionary) = dictionaries.get(v.dictionary) else {
+                check.without_dictionary += 1;
+                continue;
+            };
+            let decoded = crate::dictionary::decode(
+                v.encoding,
+                dictionary,
+                v.body,
+                identity.body.len() as u64,
+            );
+            if decoded.as_deref().ok() != Some(identity.body) {
+                return Err(PackError(format!(
+                    "route {} ({}): its {} variant does not decode to its identity body",
+                    route.index(),
+                    String::from_utf8_lossy(route.key().unwrap_or(b"?")),
+                    v.encoding.token()
+                )));
+            }
+            check.decoded += 1;
+        }
+    }
+    Ok(check)
+}
+
+/// What is wrong with a route's delta variants, if anything: each a
+/// `dcb` or `dcz` whose body starts with the RFC 9842 header naming its
+/// dictionary, in (dictionary, encoding) order, each pair once; and no
+/// plain variant naming a dictionary.
+fn delta_problem(route: &crate::pack::Route<'_>) -> Option<String> {
+    if route.variants().any(|v| v.dictionary != &[0; 32]) {
+        return Some("a plain variant names a dictionary".into());
+    }
+    let mut previous: Option<([u8; 32], Encoding)> = None;
+    for i in 0..route.delta_count() {
+        let Some(v) = route.delta(i) else {
+            return Some(format!("delta variant {i} missing or not a delta"));
+        };
+        let key = (*v.dictionary, v.encoding);
+        if previous.is_some_and(|p| p >= key) {
+            return Some("delta variants out of order or repeated".into());
+        }
+        previous = Some(key);
+        if crate::dictionary::delta_header_dictionary(v.encoding, v.body) != Some(v.dictionary) {
+            return Some(format!(
+                "{} variant: its body does not start with the header naming its dictionary",
+                v.encoding.token()
+            ));
+        }
+    }
+    None
 }
 
 /// Checks the provenance records: sorted by (source hash, encoding), each

@@ -176,12 +176,26 @@ pub struct VariantIn<'a> {
     pub body: BodyRef,
 }
 
-/// A resource's variants as stored: consecutive records, one per encoding in
-/// `Encoding` order. Several routes may share one set.
+/// One delta variant of a resource (RFC 9842): its body compressed against
+/// the dictionary whose SHA-256 is `dictionary`.
+pub struct DeltaIn<'a> {
+    /// `Encoding::Dcb` or `Encoding::Dcz`.
+    pub encoding: Encoding,
+    pub dictionary: [u8; 32],
+    pub head: &'a HeadBlock,
+    pub body: BodyRef,
+}
+
+/// A resource's variants as stored: consecutive records, one per plain
+/// encoding in `Encoding` order, then the deltas sorted by (dictionary,
+/// encoding). Several routes may share one set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VariantSet {
     pub first: u32,
     pub encodings: u8,
+    pub deltas: u16,
+    /// The deltas' blocks let any origin read them (`RF_CORS_READABLE`).
+    pub cors_readable: bool,
 }
 
 /// A route to add.
@@ -483,10 +497,39 @@ impl PackWriter {
     /// Stores a resource's variants; `variants` must hold at most one per
     /// encoding, and always identity.
     pub fn add_variant_set(&mut self, variants: &[VariantIn<'_>]) -> io::Result<VariantSet> {
+        self.add_variant_set_with_deltas(variants, &[])
+    }
+
+    /// Stores a resource's plain variants (as `add_variant_set`) and its
+    /// delta variants, at most one per (dictionary, encoding).
+    pub fn add_variant_set_with_deltas(
+        &mut self,
+        variants: &[VariantIn<'_>],
+        deltas: &[DeltaIn<'_>],
+    ) -> io::Result<VariantSet> {
         let mut sorted: Vec<&VariantIn<'_>> = variants.iter().collect();
         sorted.sort_by_key(|v| v.encoding);
+        let mut sorted_deltas: Vec<&DeltaIn<'_>> = deltas.iter().collect();
+        sorted_deltas.sort_by_key(|d| (d.dictionary, d.encoding));
+        let delta_count = u16::try_from(deltas.len())
+            .map_err(|_| io_err("more than 2^16 delta variants".into()))?;
+        if let Some(d) = deltas.iter().find(|d| !d.encoding.is_delta()) {
+            return Err(io_err(format!("a {} delta variant", d.encoding.token())));
+        }
+        if sorted_deltas
+            .windows(2)
+            .any(|w| (w[0].dictionary, w[0].encoding) == (w[1].dictionary, w[1].encoding))
+        {
+            return Err(io_err("two delta variants for one dictionary".into()));
+        }
         let mut encodings = 0u8;
         for v in &sorted {
+            if v.encoding.is_delta() {
+                return Err(io_err(format!(
+                    "a {} variant without its dictionary",
+                    v.encoding.token()
+                )));
+            }
             if encodings & v.encoding.bit() != 0 {
                 return Err(io_err(format!("two {} variants", v.encoding.token())));
             }
@@ -497,36 +540,43 @@ impl PackWriter {
         }
         let first = u32::try_from(self.variants.len())
             .map_err(|_| io_err("more than 2^32 variants".into()))?;
-        for v in sorted {
-            let head_blob = self.add_blob(&v.head.bytes);
-            let hpack_blob = self.add_blob(&v.head.hpack);
-            let qpack_blob = self.add_blob(&v.head.qpack);
+        let plain = sorted.iter().map(|v| (v.encoding, None, v.head, v.body));
+        let delta = sorted_deltas
+            .iter()
+            .map(|d| (d.encoding, Some(d.dictionary), d.head, d.body));
+        for (encoding, dictionary, head, body) in plain.chain(delta) {
+            let head_blob = self.add_blob(&head.bytes);
+            let hpack_blob = self.add_blob(&head.hpack);
+            let qpack_blob = self.add_blob(&head.qpack);
             let (Ok(qpack_repr_at), Ok(qpack_length_at)) = (
-                u16::try_from(v.head.qpack_repr_at),
-                u16::try_from(v.head.qpack_length_at),
+                u16::try_from(head.qpack_repr_at),
+                u16::try_from(head.qpack_length_at),
             ) else {
                 return Err(io_err(format!(
                     "a response's headers take {} bytes in QPACK before Content-Length, \
                      more than the 65535 a pack records",
-                    v.head.qpack_length_at
+                    head.qpack_length_at
                 )));
             };
             let mut rec = [0u8; VARIANT_LEN];
-            put_u64(&mut rec, V_BODY_OFF, v.body.off);
-            put_u64(&mut rec, V_BODY_LEN, v.body.len);
-            put_u32(&mut rec, V_HEAD_LEN, v.head.bytes.len() as u32);
-            put_u32(&mut rec, V_REPR_AT, v.head.repr_at);
-            put_u32(&mut rec, V_LENGTH_AT, v.head.length_at);
-            put_u32(&mut rec, V_ETAG_AT, v.head.etag_at);
-            put_u16(&mut rec, V_ETAG_LEN, v.head.etag_len);
-            rec[V_ENCODING] = v.encoding as u8;
-            rec[V_OVERRIDES] = server_header_overrides(&v.head.bytes);
-            put_u32(&mut rec, V_HPACK_LEN, v.head.hpack.len() as u32);
-            put_u32(&mut rec, V_HPACK_REPR_AT, v.head.hpack_repr_at);
-            put_u32(&mut rec, V_HPACK_LENGTH_AT, v.head.hpack_length_at);
-            put_u32(&mut rec, V_QPACK_LEN, v.head.qpack.len() as u32);
+            put_u64(&mut rec, V_BODY_OFF, body.off);
+            put_u64(&mut rec, V_BODY_LEN, body.len);
+            put_u32(&mut rec, V_HEAD_LEN, head.bytes.len() as u32);
+            put_u32(&mut rec, V_REPR_AT, head.repr_at);
+            put_u32(&mut rec, V_LENGTH_AT, head.length_at);
+            put_u32(&mut rec, V_ETAG_AT, head.etag_at);
+            put_u16(&mut rec, V_ETAG_LEN, head.etag_len);
+            rec[V_ENCODING] = encoding as u8;
+            rec[V_OVERRIDES] = server_header_overrides(&head.bytes);
+            put_u32(&mut rec, V_HPACK_LEN, head.hpack.len() as u32);
+            put_u32(&mut rec, V_HPACK_REPR_AT, head.hpack_repr_at);
+            put_u32(&mut rec, V_HPACK_LENGTH_AT, head.hpack_length_at);
+            put_u32(&mut rec, V_QPACK_LEN, head.qpack.len() as u32);
             put_u16(&mut rec, V_QPACK_REPR_AT, qpack_repr_at);
             put_u16(&mut rec, V_QPACK_LENGTH_AT, qpack_length_at);
+            if let Some(dictionary) = dictionary {
+                rec[V_DICTIONARY..V_DICTIONARY + 32].copy_from_slice(&dictionary);
+            }
             self.variants.push(rec);
             self.variant_blobs.push(VariantBlobs {
                 head: head_blob,
@@ -534,7 +584,13 @@ impl PackWriter {
                 qpack: qpack_blob,
             });
         }
-        Ok(VariantSet { first, encodings })
+        Ok(VariantSet {
+            first,
+            encodings,
+            deltas: delta_count,
+            cors_readable: !deltas.is_empty()
+                && deltas.iter().all(|d| allows_any_origin(&d.head.bytes)),
+        })
     }
 
     /// Adds a route. A key may appear once per kind; the not-found route
@@ -712,11 +768,15 @@ impl PackWriter {
             put_u16(&mut rec, R_STATUS, r.status);
             rec[R_ENCODINGS] = r.variants.encodings;
             rec[R_KIND] = r.kind as u8;
-            put_u32(
-                &mut rec,
-                R_FLAGS,
-                if r.validators { RF_VALIDATORS } else { 0 },
-            );
+            let mut flags = 0;
+            if r.validators {
+                flags |= RF_VALIDATORS;
+            }
+            if r.variants.cors_readable {
+                flags |= RF_CORS_READABLE;
+            }
+            put_u16(&mut rec, R_FLAGS, flags);
+            put_u16(&mut rec, R_DELTA_COUNT, r.variants.deltas);
             routes.extend_from_slice(&rec);
         }
         table[Section::Routes as usize] = self.write_section(&routes)?;
@@ -853,6 +913,18 @@ impl PackWriter {
         }
         Ok(bytes)
     }
+}
+
+/// True when an HTTP/1 header block lets any origin read the response
+/// (`Access-Control-Allow-Origin: *`).
+fn allows_any_origin(block: &[u8]) -> bool {
+    block.split(|&b| b == b'\n').any(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        line.iter().position(|&b| b == b':').is_some_and(|colon| {
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            name.eq_ignore_ascii_case(b"access-control-allow-origin") && value.trim_ascii() == b"*"
+        })
+    })
 }
 
 /// A body being written piece by piece (see `PackWriter::body_writer`).

@@ -21,7 +21,7 @@ use rustix::io::Errno;
 use rustix::net::SocketFlags;
 
 use super::net::Backend;
-use crate::pack::format::{ENCODINGS, Encoding};
+use crate::pack::format::{DELTA_ENCODINGS, ENCODINGS, Encoding};
 
 /// A count with a single writer. `add` is a relaxed load and store rather
 /// than a `fetch_add`: the writer is the only one, so no update is lost,
@@ -78,7 +78,7 @@ pub struct SiteCounters {
     /// Body bytes of the responses (what the access log counts).
     body_bytes: Counter,
     /// Responses with a body from the pack, by its content coding.
-    by_encoding: [Counter; 4],
+    by_encoding: [Counter; 6],
 }
 
 /// One response, as counted.
@@ -377,7 +377,7 @@ impl Metrics {
             "Responses with a body from the pack, by site and content coding.",
         );
         for s in &sites {
-            for e in ENCODINGS {
+            for e in ENCODINGS.into_iter().chain(DELTA_ENCODINGS) {
                 let n = sum(s, &|c| c.by_encoding[e as usize].get());
                 if n > 0 {
                     let _ = writeln!(

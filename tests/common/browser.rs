@@ -81,20 +81,32 @@ pub fn run_browser(
     base: &str,
     pages: &[String],
 ) -> Value {
+    let verify = if certificates == Certificates::Verified {
+        "1"
+    } else {
+        "0"
+    };
+    let mut args = vec![chromium.display().to_string(), base.to_owned()];
+    args.extend_from_slice(pages);
+    run_script(
+        node,
+        "load_site.mjs",
+        &args,
+        &[
+            ("CHROMIUM_ARGS", chromium_args.to_owned()),
+            ("VERIFY_CERTIFICATES", verify.to_owned()),
+        ],
+    )
+}
+
+/// Runs `script` of `tests/browser` with `args` and `env` and returns the
+/// JSON report it prints last; panics, with what it wrote to stderr, if it
+/// fails, reports an error or outlives the deadline.
+pub fn run_script(node: &Path, script: &str, args: &[String], env: &[(&str, String)]) -> Value {
     let mut child = Command::new(node)
-        .env("CHROMIUM_ARGS", chromium_args)
-        .env(
-            "VERIFY_CERTIFICATES",
-            if certificates == Certificates::Verified {
-                "1"
-            } else {
-                "0"
-            },
-        )
-        .arg("load_site.mjs")
-        .arg(chromium)
-        .arg(base)
-        .args(pages)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .arg(script)
+        .args(args)
         .current_dir(BROWSER_DIR)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

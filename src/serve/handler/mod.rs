@@ -73,6 +73,14 @@ pub struct Request<'r> {
     pub range: Option<&'r [u8]>,
     /// Applies `range` only if the resource is unchanged.
     pub if_range: Option<&'r [u8]>,
+    /// RFC 9842: the dictionary the client holds for this URL, by its
+    /// SHA-256 (a Structured Field byte sequence). A request carrying the
+    /// field twice has `Some(b"")`, which names no dictionary.
+    pub available_dictionary: Option<&'r [u8]>,
+    /// `Sec-Fetch-Site` and `Sec-Fetch-Mode`: whether a delta may answer a
+    /// cross-origin request the page could not read (RFC 9842 §7.2).
+    pub sec_fetch_site: Option<&'r [u8]>,
+    pub sec_fetch_mode: Option<&'r [u8]>,
 }
 
 impl<'r> Request<'r> {
@@ -90,7 +98,19 @@ impl<'r> Request<'r> {
             if_modified_since: None,
             range: None,
             if_range: None,
+            available_dictionary: None,
+            sec_fetch_site: None,
+            sec_fetch_mode: None,
         }
+    }
+
+    /// Records an `Available-Dictionary` line: a second one makes the
+    /// field name no dictionary (RFC 9842 sends exactly one).
+    pub fn set_available_dictionary(&mut self, value: &'r [u8]) {
+        self.available_dictionary = Some(match self.available_dictionary {
+            None => value,
+            Some(_) => b"",
+        });
     }
 }
 
@@ -685,7 +705,15 @@ fn serve_route<'a>(
 ) -> Option<Response<'a>> {
     let no_accept = FieldLines::default();
     let accept = req.map_or(&no_accept, |r| &r.accept_encoding);
-    let variant = negotiate::choose(&route, accept)?;
+    let mut variant = negotiate::choose(&route, accept)?;
+    // Only a request naming a dictionary looks further: one `Option` test
+    // for every other request.
+    if let Some(req) = req
+        && req.available_dictionary.is_some()
+        && let Some(delta) = negotiate::choose_delta(&route, req, &variant)
+    {
+        variant = delta;
+    }
     let shared = Shared {
         set: route.pack().shared_fields(),
         spans: variant.spans,

@@ -12,7 +12,7 @@
 //! §15.5.7). kiln disregards it, as nginx does: the resource is more use
 //! to the client than an error, and browsers never send such a field.
 
-use super::FieldLines;
+use super::{FieldLines, Request};
 use crate::pack::{Encoding, Route, Variant};
 
 /// A q-value in thousandths (`q=0.5` → 500); malformed values count as 0.
@@ -119,6 +119,65 @@ pub fn choose<'p>(route: &Route<'p>, accept: &FieldLines<'_>) -> Option<Variant<
         .or_else(|| route.variant(Encoding::Identity))
 }
 
+/// Whether the client accepts `dcb` and `dcz` (listed by name with a q
+/// above 0: `*` never selects a delta, which needs a dictionary).
+fn delta_tokens(accept: &FieldLines<'_>) -> (bool, bool) {
+    let (mut dcb, mut dcz) = (false, false);
+    for item in accept.elements() {
+        let (token, params) = match item.iter().position(|&c| c == b';') {
+            Some(semi) => (&item[..semi], &item[semi..]),
+            None => (item, &b""[..]),
+        };
+        let token = token.trim_ascii();
+        if token.eq_ignore_ascii_case(b"dcb") {
+            dcb = qvalue(params) > 0;
+        } else if token.eq_ignore_ascii_case(b"dcz") {
+            dcz = qvalue(params) > 0;
+        }
+    }
+    (dcb, dcz)
+}
+
+/// RFC 9842 §7.2: a delta answers a request whose page could not read the
+/// response (`Sec-Fetch-Mode: no-cors` from another origin) only when the
+/// response is readable from any origin anyway.
+fn readable_by_requester(route: &Route<'_>, req: &Request<'_>) -> bool {
+    let cross_origin = req.sec_fetch_site.is_some_and(|s| s != b"same-origin");
+    let no_cors = req.sec_fetch_mode.is_some_and(|m| m == b"no-cors");
+    !(cross_origin && no_cors) || route.deltas_readable_cross_origin()
+}
+
+/// The delta variant to send instead of `plain`, if the request names a
+/// dictionary the route has a delta against (`Available-Dictionary`), in
+/// a delta coding it accepts, and may read it: the smaller of `dcb` and
+/// `dcz`, if smaller than `plain`. A field that is not one well-formed
+/// byte sequence of 32 bytes names nothing. No allocation.
+pub fn choose_delta<'p>(
+    route: &Route<'p>,
+    req: &Request<'_>,
+    plain: &Variant<'p>,
+) -> Option<Variant<'p>> {
+    let value = req.available_dictionary?;
+    if route.delta_count() == 0 {
+        return None;
+    }
+    let (dcb, dcz) = delta_tokens(&req.accept_encoding);
+    if !(dcb || dcz) || !readable_by_requester(route, req) {
+        return None;
+    }
+    let hash = crate::dictionary::parse_available_dictionary(value)?;
+    route
+        .deltas()
+        .filter(|v| *v.dictionary == hash)
+        .filter(|v| match v.encoding {
+            Encoding::Dcb => dcb,
+            Encoding::Dcz => dcz,
+            _ => false,
+        })
+        .filter(|v| v.body.len() < plain.body.len())
+        .min_by_key(|v| (v.body.len(), v.encoding))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +206,22 @@ mod tests {
         assert_eq!(prefs(&["br;q=0.0001"]), [U, R, R, R]);
         assert_eq!(prefs(&["br", "gzip;q=0.5"]), [U, W(1000), R, W(500)]);
         assert_eq!(prefs(&["br;x=\"a,gzip\""]), [U, W(1000), R, R]);
+    }
+
+    #[test]
+    fn delta_codings_are_accepted_only_by_name() {
+        let tokens = |lines: &[&'static str]| {
+            let mut accept = FieldLines::default();
+            for line in lines {
+                accept.push(line.as_bytes()).unwrap();
+            }
+            delta_tokens(&accept)
+        };
+        assert_eq!(tokens(&["gzip, br, zstd, dcb, dcz"]), (true, true));
+        assert_eq!(tokens(&["br", "DCZ;q=0.5"]), (false, true));
+        assert_eq!(tokens(&["dcb;q=0, dcz"]), (false, true));
+        assert_eq!(tokens(&["*"]), (false, false));
+        assert_eq!(tokens(&[]), (false, false));
     }
 
     #[test]

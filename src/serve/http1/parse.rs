@@ -275,6 +275,9 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
             13 if is(b"if-none-match") => {
                 too_many_lines |= head.request.if_none_match.push(value).is_err();
             }
+            14 if is(b"sec-fetch-site") => head.request.sec_fetch_site = Some(value),
+            14 if is(b"sec-fetch-mode") => head.request.sec_fetch_mode = Some(value),
+            20 if is(b"available-dictionary") => head.request.set_available_dictionary(value),
             14 if is(b"content-length") => match (parse_length(value), length) {
                 (Some(n), None) => length = Some(n),
                 (Some(n), Some(prev)) if n == prev => {}

@@ -57,6 +57,11 @@ pub struct RequestFields {
     if_unmodified_since: Option<Span>,
     range: Option<Span>,
     if_range: Option<Span>,
+    available_dictionary: Option<Span>,
+    /// `available-dictionary` arrived more than once.
+    available_dictionaries: bool,
+    sec_fetch_site: Option<Span>,
+    sec_fetch_mode: Option<Span>,
     priority: Lines,
     referer: Option<Span>,
     user_agent: Option<Span>,
@@ -161,6 +166,12 @@ impl RequestFields {
             b"if-unmodified-since" => self.if_unmodified_since = Some(self.keep(value)),
             b"range" => self.range = Some(self.keep(value)),
             b"if-range" => self.if_range = Some(self.keep(value)),
+            b"available-dictionary" => {
+                self.available_dictionaries |= self.available_dictionary.is_some();
+                self.available_dictionary = Some(self.keep(value));
+            }
+            b"sec-fetch-site" => self.sec_fetch_site = Some(self.keep(value)),
+            b"sec-fetch-mode" => self.sec_fetch_mode = Some(self.keep(value)),
             b"referer" => self.referer = Some(self.keep(value)),
             b"user-agent" => self.user_agent = Some(self.keep(value)),
             _ => {}
@@ -254,6 +265,14 @@ impl RequestFields {
         req.if_unmodified_since = self.if_unmodified_since.map(|s| self.get(s));
         req.range = self.range.map(|s| self.get(s));
         req.if_range = self.if_range.map(|s| self.get(s));
+        if let Some(s) = self.available_dictionary {
+            req.set_available_dictionary(self.get(s));
+            if self.available_dictionaries {
+                req.set_available_dictionary(b"");
+            }
+        }
+        req.sec_fetch_site = self.sec_fetch_site.map(|s| self.get(s));
+        req.sec_fetch_mode = self.sec_fetch_mode.map(|s| self.get(s));
         req
     }
 }
