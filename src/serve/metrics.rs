@@ -49,6 +49,7 @@ impl Counter {
 pub enum Protocol {
     Http1 = 0,
     Http2 = 1,
+    Http3 = 2,
 }
 
 /// The scheme of the connection a response went out on, as the session
@@ -61,7 +62,11 @@ pub enum Scheme {
 
 const SCHEMES: [(Scheme, &str); 2] = [(Scheme::Http, "http"), (Scheme::Https, "https")];
 
-const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protocol::Http2, "h2")];
+const PROTOCOLS: [(Protocol, &str); 3] = [
+    (Protocol::Http1, "http/1.1"),
+    (Protocol::Http2, "h2"),
+    (Protocol::Http3, "h3"),
+];
 
 /// What one thread counted for one site. Aligned so that two threads'
 /// blocks never share a cache line.
@@ -70,7 +75,7 @@ const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protoc
 pub struct SiteCounters {
     /// Responses by protocol, scheme and status class
     /// (1xx … 5xx).
-    responses: [[[Counter; 5]; 2]; 2],
+    responses: [[[Counter; 5]; 2]; 3],
     /// 304 Not Modified.
     not_modified: Counter,
     /// 206 Partial Content.

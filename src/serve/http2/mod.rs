@@ -25,6 +25,6 @@
 pub mod conn;
 pub mod frame;
 pub mod priority;
-pub mod request;
+
 
 pub use conn::{Conn, Scratch};

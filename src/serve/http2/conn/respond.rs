@@ -20,7 +20,7 @@ use crate::serve::request_context::RequestContext;
 use crate::serve::server_headers::ServerHeaders;
 
 use super::super::frame;
-use super::super::request::RequestFields;
+use crate::serve::request_fields::RequestFields;
 use super::{Conn, Stream};
 
 /// `server: kiln`: static name index 54, literal without indexing.

@@ -1,0 +1,251 @@
+//! HTTP/3 (RFC 9114) over QUIC, checked with aioquic's QUIC layer driven
+//! by `tests/http3/h3client.py` (kiln shares no code with it): the cases
+//! h3spec checks, each with the error code the RFC requires, and the
+//! answers HTTP/1.1 gets (methods, 304/412, ranges, negotiation, 404,
+//! redirects, `_headers`) compared request by request. Skips itself,
+//! saying so, without Python's `aioquic` (`./test` installs it).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::Server;
+
+/// The example site, fired once per test.
+fn example_pack(dir: &std::path::Path) -> PathBuf {
+    let pack = dir.join("site.pack");
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["build", "examples/site", "-o"])
+        .arg(&pack)
+        .arg("-q")
+        .status()
+        .expect("kiln build");
+    assert!(status.success());
+    pack
+}
+
+/// The back ends that serve HTTP/3.
+const BACKENDS: [&str; 2] = ["epoll", "uring"];
+
+/// A server on the example site with a cleartext and a TLS listener (the
+/// TLS port's UDP twin serves HTTP/3) on `backend`.
+fn start(dir: &std::path::Path, backend: &str) -> Server {
+    let pack = example_pack(dir);
+    let server = Server::start(&[
+        pack.to_str().unwrap(),
+        "--listen-tls",
+        "127.0.0.1:0",
+        "--tls-self-signed",
+        "--io",
+        backend,
+    ]);
+    assert!(server.tls_port.is_some(), "{}", server.startup);
+    server
+}
+
+fn have_aioquic() -> bool {
+    let found = Command::new("python3")
+        .args(["-c", "import aioquic, pylsqpack"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("Python's aioquic is not installed (./test installs it with pip); skipped");
+    }
+    found
+}
+
+/// Runs the client: one JSON object per line of its output.
+fn h3client(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    let output = Command::new("python3")
+        .arg("tests/http3/h3client.py")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "h3client {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Each case and what RFC 9114 (or RFC 9204) requires of the server:
+/// a connection error, a stream error (the request stream reset), or an
+/// answer (the case's oddities ignored).
+const CASES: &[(&str, &str, u64)] = &[
+    ("unknown_frames_and_streams_ignored", "status", 200),
+    ("unknown_frame_on_request_stream", "status", 200),
+    ("data_before_headers", "connection_error", 0x105),
+    ("settings_on_request_stream", "connection_error", 0x105),
+    ("goaway_on_request_stream", "connection_error", 0x105),
+    ("http2_frame_0x2_on_control_stream", "connection_error", 0x105),
+    ("http2_frame_0x6_on_control_stream", "connection_error", 0x105),
+    ("http2_frame_0x8_on_control_stream", "connection_error", 0x105),
+    ("http2_frame_0x9_on_control_stream", "connection_error", 0x105),
+    ("http2_frame_0x2_on_request_stream", "connection_error", 0x105),
+    ("http2_frame_0x6_on_request_stream", "connection_error", 0x105),
+    ("http2_frame_0x8_on_request_stream", "connection_error", 0x105),
+    ("http2_frame_0x9_on_request_stream", "connection_error", 0x105),
+    ("http2_setting_0x2", "connection_error", 0x109),
+    ("http2_setting_0x3", "connection_error", 0x109),
+    ("http2_setting_0x4", "connection_error", 0x109),
+    ("http2_setting_0x5", "connection_error", 0x109),
+    ("repeated_setting", "connection_error", 0x109),
+    ("second_settings", "connection_error", 0x105),
+    ("second_control_stream", "connection_error", 0x103),
+    ("control_stream_closed", "connection_error", 0x104),
+    ("control_stream_without_settings", "connection_error", 0x10a),
+    ("data_on_control_stream", "connection_error", 0x105),
+    ("headers_on_control_stream", "connection_error", 0x105),
+    ("push_stream_from_client", "connection_error", 0x103),
+    ("second_qpack_encoder_stream", "connection_error", 0x103),
+    ("qpack_insert_into_a_table_of_capacity_0", "connection_error", 0x201),
+    ("qpack_dynamic_reference", "connection_error", 0x200),
+    ("no_method", "stream_error", 0x10e),
+    ("no_path", "stream_error", 0x10e),
+    ("empty_path", "stream_error", 0x10e),
+    ("repeated_pseudo_header", "stream_error", 0x10e),
+    ("response_pseudo_header", "stream_error", 0x10e),
+    ("pseudo_header_after_regular", "stream_error", 0x10e),
+    ("upper_case_name", "stream_error", 0x10e),
+    ("connection_specific_field", "stream_error", 0x10e),
+    ("transfer_encoding_field", "stream_error", 0x10e),
+    ("te_other_than_trailers", "stream_error", 0x10e),
+    ("content_length_mismatch", "stream_error", 0x10e),
+    ("trailers_with_pseudo_header", "stream_error", 0x10e),
+    ("data_after_trailers", "connection_error", 0x105),
+    ("request_stream_ended_early", "stream_error", 0x10d),
+];
+
+#[test]
+fn each_case_gets_the_error_code_the_rfc_names() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let names: Vec<&str> = CASES.iter().map(|(name, _, _)| *name).collect();
+        let mut args = vec!["cases"];
+        args.extend(&names);
+        let results = h3client(server.tls_port.unwrap(), &args);
+        assert_eq!(results.len(), CASES.len());
+        for ((name, kind, code), result) in CASES.iter().zip(&results) {
+            assert_eq!(
+                result.get(*kind).and_then(|v| v.as_u64()),
+                Some(*code),
+                "{backend}: {name}: got {result}\nserver: {}",
+                server.stderr_text()
+            );
+        }
+    }
+}
+
+/// The fields compared with HTTP/1.1's: a response's representation and
+/// what the site's rules add (`_headers`, redirects).
+const COMPARED: [&str; 9] = [
+    "content-type",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "etag",
+    "last-modified",
+    "location",
+    "x-frame-options",
+    "vary",
+];
+
+/// Requests of every kind the handler tells apart: `{etag}` is replaced
+/// with the page's ETag (as HTTP/1.1 got it).
+const REQUESTS: &[(&str, &str, &[&str])] = &[
+    ("GET", "/", &[]),
+    ("GET", "/", &["accept-encoding: br"]),
+    ("GET", "/", &["accept-encoding: gzip"]),
+    ("GET", "/", &["accept-encoding: zstd"]),
+    ("GET", "/", &["accept-encoding: identity"]),
+    ("HEAD", "/", &[]),
+    ("POST", "/", &[]),
+    ("OPTIONS", "/", &[]),
+    ("DELETE", "/style.css", &[]),
+    ("GET", "/", &["if-none-match: {etag}"]),
+    ("GET", "/", &["if-match: \"nope\""]),
+    ("GET", "/", &["if-modified-since: Sat, 01 Jan 2100 00:00:00 GMT"]),
+    ("GET", "/", &["range: bytes=0-9"]),
+    ("GET", "/", &["range: bytes=5-"]),
+    ("GET", "/", &["range: bytes=99999999-"]),
+    ("GET", "/", &["range: bytes=0-9", "if-range: {etag}"]),
+    ("GET", "/missing", &[]),
+    ("GET", "/about", &[]),
+    ("GET", "/old-about", &[]),
+    ("GET", "/blog/x?y=1", &[]),
+    ("GET", "/start", &[]),
+    ("GET", "/app/anything", &[]),
+    ("GET", "/.well-known/security.txt", &[]),
+    ("GET", "/docs/notes.txt", &[]),
+];
+
+/// Status, compared fields and body, as HTTP/1.1 and HTTP/3 both give.
+type Answer = (u64, Vec<String>, Vec<u8>);
+
+fn compared(fields: impl Iterator<Item = (String, String)>) -> Vec<String> {
+    let mut out: Vec<String> = fields
+        .filter(|(n, _)| COMPARED.contains(&n.as_str()))
+        .map(|(n, v)| format!("{n}: {v}"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_kind_of_request_gets_what_http1_gets() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let etag = server.get("/", "").header("etag").expect("an ETag");
+        for (method, path, headers) in REQUESTS {
+            let headers: Vec<String> = headers.iter().map(|h| h.replace("{etag}", &etag)).collect();
+            let lines: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+            let http1 = server.request(method, path, &lines);
+            let http1: Answer = (
+                u64::from(http1.status),
+                compared(http1.head.lines().skip(1).filter_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    Some((n.to_ascii_lowercase(), v.trim().to_string()))
+                })),
+                http1.body,
+            );
+            let mut args = vec!["get", path, "--method", method];
+            for h in &headers {
+                args.extend(["--header", h.as_str()]);
+            }
+            let result = &h3client(server.tls_port.unwrap(), &args)[0];
+            let fields = result["headers"].as_array().cloned().unwrap_or_default();
+            let http3: Answer = (
+                result["status"].as_u64().unwrap_or_default(),
+                compared(fields.iter().map(|f| {
+                    (
+                        f[0].as_str().unwrap_or_default().to_string(),
+                        f[1].as_str().unwrap_or_default().to_string(),
+                    )
+                })),
+                hex_decode(result["body"].as_str().unwrap_or_default()),
+            );
+            assert_eq!(http3, http1, "{backend}: {method} {path} {headers:?}: {result}");
+        }
+    }
+}
+
+/// The body as the client prints it, in hex.
+fn hex_decode(text: &str) -> Vec<u8> {
+    (0..text.len() / 2)
+        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap_or_default())
+        .collect()
+}
