@@ -9,6 +9,8 @@
 //!   compresses and prepares every response's headers, writes the pack.
 //! - [`hpack`]: HPACK (RFC 7541) — the HTTP/2 request header decoder and
 //!   the stateless response header encoder.
+//! - [`qpack`]: QPACK (RFC 9204) without a dynamic table — the HTTP/3
+//!   request field section decoder and the stateless response encoder.
 //! - [`inspect`]: `kiln inspect` — lists a pack's routes.
 //! - [`diff`]: `kiln diff` — what a new pack changes against an old one.
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
@@ -21,6 +23,7 @@ pub mod hpack;
 pub mod httpdate;
 pub mod inspect;
 pub mod pack;
+pub mod qpack;
 pub mod report;
 pub mod serve;
 pub mod sys;

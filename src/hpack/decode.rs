@@ -21,17 +21,33 @@ const MAX_SIZE_UPDATES: usize = 2;
 /// Reads an integer with an `prefix_bits`-bit prefix at `block[*pos]`
 /// (§5.1), advancing `pos`.
 fn read_integer(block: &[u8], pos: &mut usize, prefix_bits: u32) -> Result<usize, Error> {
-    let mask = (1usize << prefix_bits) - 1;
-    let first = usize::from(*block.get(*pos).ok_or(Error::Truncated)?) & mask;
+    read_prefix_integer(block, pos, prefix_bits, MAX_INTEGER_CONTINUATION_BYTES)
+        .map(|value| value as usize)
+}
+
+/// Reads an integer with a `prefix_bits`-bit prefix (1 to 8) at
+/// `block[*pos]`, advancing `pos`, with at most `max_continuation_bytes`
+/// (at most 9) bytes after the prefix: HPACK's integers (§5.1), which QPACK
+/// uses too (RFC 9204 §4.1.1) with a wider bound. Nine continuation bytes
+/// carry 63 bits, so the sum cannot overflow a `u64`.
+pub(crate) fn read_prefix_integer(
+    block: &[u8],
+    pos: &mut usize,
+    prefix_bits: u32,
+    max_continuation_bytes: usize,
+) -> Result<u64, Error> {
+    debug_assert!((1..=8).contains(&prefix_bits) && max_continuation_bytes <= 9);
+    let mask = (1u64 << prefix_bits) - 1;
+    let first = u64::from(*block.get(*pos).ok_or(Error::Truncated)?) & mask;
     *pos += 1;
     if first < mask {
         return Ok(first);
     }
     let mut value = mask;
-    for i in 0..MAX_INTEGER_CONTINUATION_BYTES {
+    for i in 0..max_continuation_bytes {
         let byte = *block.get(*pos).ok_or(Error::Truncated)?;
         *pos += 1;
-        value += usize::from(byte & 0x7f) << (7 * i);
+        value += u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
             return Ok(value);
         }
@@ -51,29 +67,38 @@ pub fn first_literal_len(block: &[u8]) -> Option<usize> {
     }
     let mut pos = 0;
     if read_integer(block, &mut pos, 4).ok()? == 0 {
-        read_literal(block, &mut pos).ok()?;
+        read_literal(block, &mut pos, 7, MAX_INTEGER_CONTINUATION_BYTES).ok()?;
     }
-    read_literal(block, &mut pos).ok()?;
+    read_literal(block, &mut pos, 7, MAX_INTEGER_CONTINUATION_BYTES).ok()?;
     Some(pos)
 }
 
 /// A string literal as it stands in the block (§5.2), not decoded yet.
 #[derive(Clone, Debug)]
-struct Literal {
+pub(crate) struct Literal {
     /// Whether the bytes are Huffman-coded.
     huffman: bool,
     /// Where the bytes are in the block.
     range: Range<usize>,
 }
 
-fn read_literal(block: &[u8], pos: &mut usize) -> Result<Literal, Error> {
-    let huffman = *block.get(*pos).ok_or(Error::Truncated)? & 0x80 != 0;
-    let len = read_integer(block, pos, 7)?;
-    if len > block.len() - *pos {
+/// Reads the string literal at `block[*pos]`, advancing `pos` past it: its
+/// length an integer with a `prefix_bits`-bit prefix (7 in HPACK; 7 or 3
+/// in QPACK, RFC 9204 §4.1.2) and at most `max_continuation_bytes` (see
+/// [`read_prefix_integer`]), the Huffman flag the bit above the prefix.
+pub(crate) fn read_literal(
+    block: &[u8],
+    pos: &mut usize,
+    prefix_bits: u32,
+    max_continuation_bytes: usize,
+) -> Result<Literal, Error> {
+    let huffman = *block.get(*pos).ok_or(Error::Truncated)? & 1 << prefix_bits != 0;
+    let len = read_prefix_integer(block, pos, prefix_bits, max_continuation_bytes)?;
+    if len > (block.len() - *pos) as u64 {
         return Err(Error::StringPastEnd);
     }
-    let range = *pos..*pos + len;
-    *pos += len;
+    let range = *pos..*pos + len as usize;
+    *pos = range.end;
     Ok(Literal { huffman, range })
 }
 
@@ -81,7 +106,7 @@ fn read_literal(block: &[u8], pos: &mut usize) -> Result<Literal, Error> {
 /// handed out, so that the borrows of the block, the scratch buffer and the
 /// table stay apart.
 #[derive(Clone, Debug)]
-enum Span {
+pub(crate) enum Span {
     /// Raw bytes in the block.
     Block(Range<usize>),
     /// Huffman-decoded bytes in the scratch buffer.
@@ -89,7 +114,7 @@ enum Span {
 }
 
 impl Span {
-    fn resolve<'a>(&self, block: &'a [u8], scratch: &'a [u8]) -> &'a [u8] {
+    pub(crate) fn resolve<'a>(&self, block: &'a [u8], scratch: &'a [u8]) -> &'a [u8] {
         match self {
             Span::Block(range) => &block[range.clone()],
             Span::Scratch(range) => &scratch[range.clone()],
@@ -112,7 +137,7 @@ enum Name {
 /// ones decoded into `scratch`, storing at most `cap` bytes there. Returns
 /// the span and its length, or `None` if it decoded to more than `cap`
 /// (the string is still checked to its end).
-fn materialize(
+pub(crate) fn materialize(
     block: &[u8],
     literal: &Literal,
     scratch: &mut Vec<u8>,
@@ -133,20 +158,46 @@ fn materialize(
 }
 
 /// Where a block's fields stand against the header list limit and the
-/// field callback.
-struct Delivery<E> {
+/// field callback; QPACK's field sections count the same (RFC 9114
+/// §4.2.2), and `C` is the codec's error type.
+pub(crate) struct Delivery<E, C> {
     /// What the header list may still take: name + value + 32 per field.
     budget: usize,
     /// The first stream-level failure (the limit, or the callback's error),
     /// returned once the block is read. Once set, no more fields are
     /// handed out.
-    failure: Option<DecodeError<E>>,
+    failure: Option<DecodeError<E, C>>,
 }
 
-impl<E> Delivery<E> {
+impl<E, C> Delivery<E, C> {
+    /// Nothing handed out yet, `limit` to go.
+    pub(crate) fn new(limit: usize) -> Self {
+        Delivery {
+            budget: limit,
+            failure: None,
+        }
+    }
+
+    /// How many bytes of a field's name and value are worth decoding: what
+    /// the header list may still take, none once a failure stopped it.
+    pub(crate) fn cap(&self) -> usize {
+        match self.failure {
+            None => self.budget.saturating_sub(ENTRY_OVERHEAD),
+            Some(_) => 0,
+        }
+    }
+
+    /// The outcome once the whole block was read without a codec error.
+    pub(crate) fn finish(self) -> Result<(), DecodeError<E, C>> {
+        match self.failure {
+            None => Ok(()),
+            Some(failure) => Err(failure),
+        }
+    }
+
     /// Hands a field to the callback if no failure came before and the
     /// header list can take it.
-    fn hand_out(
+    pub(crate) fn hand_out(
         &mut self,
         name: &[u8],
         value: &[u8],
@@ -167,7 +218,7 @@ impl<E> Delivery<E> {
     }
 
     /// Records a field too long to decode within the budget.
-    fn too_large(&mut self) {
+    pub(crate) fn too_large(&mut self) {
         if self.failure.is_none() {
             self.failure = Some(DecodeError::ListTooLarge);
         }
@@ -240,10 +291,7 @@ impl Decoder {
         mut on_field: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), DecodeError<E>> {
         scratch.clear();
-        let mut delivery = Delivery {
-            budget: limit,
-            failure: None,
-        };
+        let mut delivery = Delivery::new(limit);
         let mut size_updates = 0;
         let mut at_start = true;
         let mut pos = 0;
@@ -274,10 +322,7 @@ impl Decoder {
                 self.literal(block, &mut pos, scratch, &mut delivery, &mut on_field)?;
             }
         }
-        match delivery.failure {
-            None => Ok(()),
-            Some(failure) => Err(failure),
-        }
+        delivery.finish()
     }
 
     /// Decodes the literal field (§6.2) at `block[*pos]`: with incremental
@@ -288,24 +333,21 @@ impl Decoder {
         block: &[u8],
         pos: &mut usize,
         scratch: &mut Vec<u8>,
-        delivery: &mut Delivery<E>,
+        delivery: &mut Delivery<E, Error>,
         on_field: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), Error> {
         let indexing = block[*pos] & 0x40 != 0;
         let index = read_integer(block, pos, if indexing { 6 } else { 4 })?;
         let name_literal = match index {
-            0 => Some(read_literal(block, pos)?),
+            0 => Some(read_literal(block, pos, 7, MAX_INTEGER_CONTINUATION_BYTES)?),
             _ => None,
         };
-        let value_literal = read_literal(block, pos)?;
+        let value_literal = read_literal(block, pos, 7, MAX_INTEGER_CONTINUATION_BYTES)?;
         scratch.clear();
         // How much of the field to decode: what the header list may still
         // take while fields are handed out, and what the table can hold if
         // it must store the field.
-        let mut cap = match delivery.failure {
-            None => delivery.budget.saturating_sub(ENTRY_OVERHEAD),
-            Some(_) => 0,
-        };
+        let mut cap = delivery.cap();
         if indexing {
             cap = cap.max(self.table.max_size().saturating_sub(ENTRY_OVERHEAD));
         }

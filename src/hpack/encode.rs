@@ -30,14 +30,13 @@ const LITERAL_WITH_INDEXING: u8 = 0x40;
 const TABLE_SIZE_UPDATE: u8 = 0x20;
 /// The first index of the dynamic table (§2.3.3): the entry inserted last.
 pub const FIRST_DYNAMIC_INDEX: usize = 62;
-/// Flag of a Huffman-coded string literal (§5.2), 7-bit length prefix.
-const HUFFMAN: u8 = 0x80;
 /// Static index of `:status` (with value 200), the name of every status.
 const STATUS_NAME_INDEX: usize = 8;
 
 /// Appends `value` as an integer with a `prefix_bits`-bit prefix (§5.1),
-/// the first byte's high bits being `flags`.
-pub(super) fn encode_integer(value: usize, prefix_bits: u32, flags: u8, out: &mut Vec<u8>) {
+/// the first byte's high bits being `flags`. QPACK's integers are the same
+/// (RFC 9204 §4.1.1).
+pub(crate) fn encode_integer(value: usize, prefix_bits: u32, flags: u8, out: &mut Vec<u8>) {
     let mask = (1usize << prefix_bits) - 1;
     if value < mask {
         out.push(flags | value as u8);
@@ -52,7 +51,7 @@ pub(super) fn encode_integer(value: usize, prefix_bits: u32, flags: u8, out: &mu
     out.push(rest as u8);
 }
 
-fn integer_len(value: usize, prefix_bits: u32) -> usize {
+pub(crate) fn integer_len(value: usize, prefix_bits: u32) -> usize {
     let mask = (1usize << prefix_bits) - 1;
     if value < mask {
         return 1;
@@ -75,19 +74,38 @@ fn text(bytes: &[u8], lowercase: bool) -> impl Iterator<Item = u8> + '_ {
 
 /// Appends a string literal (§5.2), Huffman-coded if strictly shorter.
 fn encode_string(bytes: &[u8], lowercase: bool, out: &mut Vec<u8>) {
+    encode_string_prefixed(bytes, lowercase, 7, 0, out);
+}
+
+fn string_len(bytes: &[u8], lowercase: bool) -> usize {
+    string_len_prefixed(bytes, lowercase, 7)
+}
+
+/// Appends a string literal whose length has a `prefix_bits`-bit prefix,
+/// the Huffman flag the bit above it and `flags` the bits above that:
+/// HPACK's strings have a 7-bit prefix, QPACK's a 7-bit or, for a literal
+/// name, a 3-bit one (RFC 9204 §4.1.2). Huffman-coded if strictly shorter.
+pub(crate) fn encode_string_prefixed(
+    bytes: &[u8],
+    lowercase: bool,
+    prefix_bits: u32,
+    flags: u8,
+    out: &mut Vec<u8>,
+) {
     let huffman_len = huffman::encoded_len(text(bytes, lowercase));
     if huffman_len < bytes.len() {
-        encode_integer(huffman_len, 7, HUFFMAN, out);
+        encode_integer(huffman_len, prefix_bits, flags | 1 << prefix_bits, out);
         huffman::encode(text(bytes, lowercase), out);
     } else {
-        encode_integer(bytes.len(), 7, 0, out);
+        encode_integer(bytes.len(), prefix_bits, flags, out);
         out.extend(text(bytes, lowercase));
     }
 }
 
-fn string_len(bytes: &[u8], lowercase: bool) -> usize {
+/// How many bytes [`encode_string_prefixed`] appends.
+pub(crate) fn string_len_prefixed(bytes: &[u8], lowercase: bool, prefix_bits: u32) -> usize {
     let len = huffman::encoded_len(text(bytes, lowercase)).min(bytes.len());
-    integer_len(len, 7) + len
+    integer_len(len, prefix_bits) + len
 }
 
 /// How a field is represented.

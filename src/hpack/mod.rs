@@ -23,6 +23,9 @@
 //!   by index (`shared.rs`).
 //! - `huffman.rs` is the Huffman code, decoded four bits per table lookup
 //!   by a state machine built at compile time.
+//! - The prefix integers, string literals and field delivery (the list
+//!   limit, the callback's error) are shared with `crate::qpack`, whose
+//!   primitives are HPACK's (RFC 9204 §4.1) with other prefix widths.
 //!
 //! # Why not a crate
 //!
@@ -54,15 +57,19 @@ mod lines;
 mod shared;
 mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 
 pub use decode::{Decoder, first_literal_len};
+pub(crate) use decode::{
+    Delivery, Literal, Span as StringSpan, materialize, read_literal, read_prefix_integer,
+};
 pub use encode::{
     FIRST_DYNAMIC_INDEX, encode_field, encode_field_indexing, encode_indexed, encode_status,
     encode_table_size_update, encoded_field_len, encoded_status_len, static_index,
 };
+pub(crate) use encode::{encode_integer, encode_string_prefixed, integer_len, string_len_prefixed};
 pub use lines::{CONNECTION_SPECIFIC, encode_lines, fields, is_connection_specific};
 pub use shared::{
     MAX_SHARED_ENTRIES, SHARED_TABLE_BUDGET, SPAN_LEN, SharedState, SharedTable, SharedView, Span,
@@ -123,12 +130,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Why [`Decoder::decode`] did not hand out every field of a block.
+/// Why [`Decoder::decode`] did not hand out every field of a block; with
+/// `C` = [`crate::qpack::Error`], why `qpack::decode_field_section` did
+/// not hand out every field of a section.
 #[derive(Debug, PartialEq, Eq)]
-pub enum DecodeError<E> {
+pub enum DecodeError<E, C = Error> {
     /// The block breaks RFC 7541: connection-fatal (`COMPRESSION_ERROR`),
-    /// the dynamic table is no longer in step with the peer's.
-    Compression(Error),
+    /// the dynamic table is no longer in step with the peer's. (In QPACK:
+    /// the section breaks RFC 9204, `QPACK_DECOMPRESSION_FAILED`.)
+    Compression(C),
     /// The header list exceeds the limit. The rest of the block was read,
     /// the table is in step: only this request fails.
     ListTooLarge,
@@ -143,7 +153,7 @@ impl<E> From<Error> for DecodeError<E> {
     }
 }
 
-impl<E: fmt::Display> fmt::Display for DecodeError<E> {
+impl<E: fmt::Display, C: fmt::Display> fmt::Display for DecodeError<E, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::Compression(error) => error.fmt(f),
@@ -153,4 +163,7 @@ impl<E: fmt::Display> fmt::Display for DecodeError<E> {
     }
 }
 
-impl<E: fmt::Debug + fmt::Display> std::error::Error for DecodeError<E> {}
+impl<E: fmt::Debug + fmt::Display, C: fmt::Debug + fmt::Display> std::error::Error
+    for DecodeError<E, C>
+{
+}

@@ -7,7 +7,7 @@ use super::*;
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Bytes written as hex digits (whitespace ignored), as the RFC prints them.
-pub(super) fn hex(s: &str) -> Vec<u8> {
+pub(crate) fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
     digits
         .chunks(2)
