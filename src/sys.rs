@@ -133,10 +133,10 @@ pub mod seccomp {
         SYS_getpeername, SYS_getrandom, SYS_gettid, SYS_inotify_add_watch, SYS_io_uring_enter,
         SYS_io_uring_register, SYS_ioctl, SYS_lseek, SYS_lstat, SYS_madvise, SYS_memfd_create,
         SYS_mlock, SYS_mmap, SYS_mprotect, SYS_mremap, SYS_munmap, SYS_newfstatat, SYS_open,
-        SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_pwrite64, SYS_read, SYS_readlink, SYS_recvmmsg, SYS_sendmmsg,
-        SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_sched_getaffinity,
-        SYS_sched_yield, SYS_sendfile, SYS_set_robust_list, SYS_shutdown, SYS_sigaltstack,
-        SYS_stat, SYS_statx, SYS_write, SYS_writev,
+        SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_pwrite64, SYS_read, SYS_readlink,
+        SYS_recvmmsg, SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask,
+        SYS_sched_getaffinity, SYS_sched_yield, SYS_sendfile, SYS_sendmmsg, SYS_set_robust_list,
+        SYS_shutdown, SYS_sigaltstack, SYS_stat, SYS_statx, SYS_write, SYS_writev,
     };
 }
 
@@ -500,7 +500,10 @@ fn socket_addr_of(
             // SAFETY: the family and length say it is a sockaddr_in6.
             let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-            Some(std::net::SocketAddrV6::new(ip, u16::from_be(a.sin6_port), 0, a.sin6_scope_id).into())
+            Some(
+                std::net::SocketAddrV6::new(ip, u16::from_be(a.sin6_port), 0, a.sin6_scope_id)
+                    .into(),
+            )
         }
         _ => None,
     }

@@ -83,14 +83,46 @@ const CASES: &[(&str, &str, u64)] = &[
     ("data_before_headers", "connection_error", 0x105),
     ("settings_on_request_stream", "connection_error", 0x105),
     ("goaway_on_request_stream", "connection_error", 0x105),
-    ("http2_frame_0x2_on_control_stream", "connection_error", 0x105),
-    ("http2_frame_0x6_on_control_stream", "connection_error", 0x105),
-    ("http2_frame_0x8_on_control_stream", "connection_error", 0x105),
-    ("http2_frame_0x9_on_control_stream", "connection_error", 0x105),
-    ("http2_frame_0x2_on_request_stream", "connection_error", 0x105),
-    ("http2_frame_0x6_on_request_stream", "connection_error", 0x105),
-    ("http2_frame_0x8_on_request_stream", "connection_error", 0x105),
-    ("http2_frame_0x9_on_request_stream", "connection_error", 0x105),
+    (
+        "http2_frame_0x2_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x6_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x8_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x9_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x2_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x6_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x8_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x9_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
     ("http2_setting_0x2", "connection_error", 0x109),
     ("http2_setting_0x3", "connection_error", 0x109),
     ("http2_setting_0x4", "connection_error", 0x109),
@@ -104,7 +136,11 @@ const CASES: &[(&str, &str, u64)] = &[
     ("headers_on_control_stream", "connection_error", 0x105),
     ("push_stream_from_client", "connection_error", 0x103),
     ("second_qpack_encoder_stream", "connection_error", 0x103),
-    ("qpack_insert_into_a_table_of_capacity_0", "connection_error", 0x201),
+    (
+        "qpack_insert_into_a_table_of_capacity_0",
+        "connection_error",
+        0x201,
+    ),
     ("qpack_dynamic_reference", "connection_error", 0x200),
     ("no_method", "stream_error", 0x10e),
     ("no_path", "stream_error", 0x10e),
@@ -174,7 +210,11 @@ const REQUESTS: &[(&str, &str, &[&str])] = &[
     ("DELETE", "/style.css", &[]),
     ("GET", "/", &["if-none-match: {etag}"]),
     ("GET", "/", &["if-match: \"nope\""]),
-    ("GET", "/", &["if-modified-since: Sat, 01 Jan 2100 00:00:00 GMT"]),
+    (
+        "GET",
+        "/",
+        &["if-modified-since: Sat, 01 Jan 2100 00:00:00 GMT"],
+    ),
     ("GET", "/", &["range: bytes=0-9"]),
     ("GET", "/", &["range: bytes=5-"]),
     ("GET", "/", &["range: bytes=99999999-"]),
@@ -238,7 +278,10 @@ fn every_kind_of_request_gets_what_http1_gets() {
                 })),
                 hex_decode(result["body"].as_str().unwrap_or_default()),
             );
-            assert_eq!(http3, http1, "{backend}: {method} {path} {headers:?}: {result}");
+            assert_eq!(
+                http3, http1,
+                "{backend}: {method} {path} {headers:?}: {result}"
+            );
         }
     }
 }

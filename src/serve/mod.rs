@@ -217,7 +217,12 @@ pub struct ServeArgs {
     pub no_http3: bool,
     /// How long clients may remember that HTTP/3 is offered (the max-age
     /// of `Alt-Svc: h3=":PORT"`), in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 86_400, env = "KILN_ALT_SVC_MAX_AGE")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 86_400,
+        env = "KILN_ALT_SVC_MAX_AGE"
+    )]
     pub alt_svc_max_age: u64,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
@@ -412,21 +417,35 @@ fn quic_sockets(
     listeners: &[Listeners],
     threads: usize,
     loop_config: &LoopConfig,
-) -> anyhow::Result<Option<(Vec<Vec<UdpSocket>>, Arc<quic::QuicConfig>)>> {
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<Http3>> {
     let has_tls = listeners[0].iter().any(|(_, tag)| *tag == stack::TLS);
     if args.no_http3 || !has_tls {
         return Ok(None);
     }
     let sockets = bind_quic(listeners, threads)?;
-    let port = sockets[0].first().and_then(|s| s.local_addr().ok()).map(|a| a.port());
+    let port = sockets[0]
+        .first()
+        .and_then(|s| s.local_addr().ok())
+        .map(|a| a.port());
     let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age).into_bytes());
     let config = quic::QuicConfig {
         idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
         retry_above: 64,
         max_connections: loop_config.max_connections,
+        shared: Arc::clone(shared),
         alt_svc,
     };
-    Ok(Some((sockets, Arc::new(config))))
+    Ok(Some(Http3 {
+        sockets,
+        config: Arc::new(config),
+    }))
+}
+
+/// HTTP/3's UDP sockets, per thread, and what its endpoints share.
+struct Http3 {
+    sockets: Vec<Vec<UdpSocket>>,
+    config: Arc<quic::QuicConfig>,
 }
 
 /// One UDP socket per thread on each TLS address (HTTP/3), bound in
@@ -1001,8 +1020,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates, managed.as_deref())?;
     let backend = choose_io(args.io)?;
     metrics.set_io(backend);
-    let quic = quic_sockets(&args, &listeners, settings.threads, &settings.loop_config)?;
     let shared = Arc::new(Shared::default());
+    let quic = quic_sockets(
+        &args,
+        &listeners,
+        settings.threads,
+        &settings.loop_config,
+        &shared,
+    )?;
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     if let Some(managed) = &managed {
         current.publish_http01(Arc::new(managed.http01()));
@@ -1393,7 +1418,7 @@ struct Loops {
 #[allow(clippy::too_many_arguments)]
 fn build_loops(
     listeners: Vec<Listeners>,
-    quic: Option<(Vec<Vec<UdpSocket>>, Arc<quic::QuicConfig>)>,
+    quic: Option<Http3>,
     backend: Backend,
     shared: &Arc<Shared>,
     config: &Arc<LoopConfig>,
@@ -1404,7 +1429,7 @@ fn build_loops(
     let mut wakers = Vec::new();
     let mut loops = Vec::new();
     let (mut udp, quic_config) = match quic {
-        Some((sockets, config)) => (sockets, Some(config)),
+        Some(http3) => (http3.sockets, Some(http3.config)),
         None => (Vec::new(), None),
     };
     for (thread, l) in listeners.into_iter().enumerate() {

@@ -18,11 +18,11 @@ use super::handler::{Http01, Scratch, Sites, challenges};
 use super::http1;
 use super::http2;
 use super::http3;
-use super::quic;
 use super::metrics::{Metrics, Scheme};
 use super::net::clock::monotonic_us;
 use super::net::conn::Expiry;
 use super::net::{self, Backing, Output, Step, Wait};
+use super::quic;
 use super::request_context::RequestContext;
 use super::server_headers::ServerHeaders;
 use super::tls::{ACME_TLS_ALPN, TlsSession};
@@ -377,7 +377,10 @@ impl Protocols {
     }
 
     /// What a QUIC endpoint borrows for a turn, and the endpoint.
-    fn quic_parts(&mut self, socket: usize) -> Option<(&mut quic::Endpoint, quic::Context<'_, '_>)> {
+    fn quic_parts(
+        &mut self,
+        socket: usize,
+    ) -> Option<(&mut quic::Endpoint, quic::Context<'_, '_>)> {
         let endpoint = self.quic.get_mut(socket)?;
         endpoint.set_tls(self.tls.as_ref());
         let ctx = RequestContext {

@@ -26,5 +26,4 @@ pub mod conn;
 pub mod frame;
 pub mod priority;
 
-
 pub use conn::{Conn, Scratch};

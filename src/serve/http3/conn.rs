@@ -13,12 +13,12 @@ use super::frame::{self, Frame, FrameReader, ReadError};
 use crate::qpack;
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
-use crate::serve::server_headers::ServerHeaders;
 use crate::serve::handler::{self, Body, Extra, Method, Response};
 use crate::serve::metrics::Protocol;
 use crate::serve::net::Backing;
 use crate::serve::request_context::RequestContext;
 use crate::serve::request_fields::{FieldError, RequestFields};
+use crate::serve::server_headers::ServerHeaders;
 
 #[cfg(test)]
 mod tests;
@@ -48,7 +48,6 @@ pub struct Scratch {
     qpack: Vec<u8>,
     section: Vec<u8>,
     head: Vec<u8>,
-    name: Vec<u8>,
 }
 
 /// The largest request field section kept (name + value + 32 per field,
@@ -207,7 +206,10 @@ impl Conn {
     /// reserved setting so that peers keep ignoring unknown ones.
     pub fn start(&mut self, streams: &mut impl Streams) {
         let Some(id) = streams.open_uni() else {
-            self.fail(streams, conn_error(frame::H3_STREAM_CREATION_ERROR, "no stream"));
+            self.fail(
+                streams,
+                conn_error(frame::H3_STREAM_CREATION_ERROR, "no stream"),
+            );
             return;
         };
         self.control = Some(id);
@@ -288,7 +290,10 @@ impl Conn {
     /// The peer reset stream `id`.
     pub fn on_reset(&mut self, id: u64, streams: &mut impl Streams) {
         if let Some(uni) = self.unis.iter().find(|u| u.id == id)
-            && matches!(uni.kind, UniKind::Control | UniKind::Encoder | UniKind::Decoder)
+            && matches!(
+                uni.kind,
+                UniKind::Control | UniKind::Encoder | UniKind::Decoder
+            )
         {
             self.fail(
                 streams,
@@ -323,6 +328,7 @@ impl Conn {
     pub fn on_writable(&mut self, id: u64, streams: &mut impl Streams) {
         if let Some(i) = self.requests.iter().position(|r| r.id == id) {
             self.send(i, streams);
+            self.retire(i);
         }
     }
 
@@ -401,7 +407,10 @@ impl Conn {
                 match result {
                     Ok(()) => {}
                     Err(ReadError::TooLarge) => {
-                        return Err(conn_error(frame::H3_EXCESSIVE_LOAD, "control frame too large"));
+                        return Err(conn_error(
+                            frame::H3_EXCESSIVE_LOAD,
+                            "control frame too large",
+                        ));
                     }
                     Err(ReadError::Frame(e)) => return Err(e),
                 }
@@ -452,7 +461,10 @@ impl Conn {
                 payload,
             } => match frame::read_varint(payload) {
                 Some((_, n)) if n == payload.len() => Ok(()),
-                _ => Err(conn_error(frame::H3_FRAME_ERROR, "a malformed control frame")),
+                _ => Err(conn_error(
+                    frame::H3_FRAME_ERROR,
+                    "a malformed control frame",
+                )),
             },
             Frame::Whole {
                 frame_type: frame::SETTINGS,
@@ -481,8 +493,12 @@ impl Conn {
         let i = match self.requests.iter().position(|r| r.id == id) {
             Some(i) => i,
             None => {
-                if self.goaway || self.last_request.is_some_and(|last| id <= last) {
-                    // After GOAWAY (§5.2), or a stream already done with.
+                if self.last_request.is_some_and(|last| id <= last) {
+                    // The rest of a request answered and forgotten.
+                    return Ok(());
+                }
+                if self.goaway {
+                    // §5.2: after GOAWAY, a request not taken.
                     streams.stop(id, frame::H3_REQUEST_REJECTED);
                     streams.reset(id, frame::H3_REQUEST_REJECTED);
                     return Ok(());
@@ -638,7 +654,7 @@ impl Conn {
                 Ok(()) => None,
                 Err(_) => return Err(MALFORMED),
             },
-            Err(qpack::DecodeError::Compression) => {
+            Err(qpack::DecodeError::Compression(_)) => {
                 return Err(StreamFault::Conn(conn_error(
                     frame::QPACK_DECOMPRESSION_FAILED,
                     "a field section QPACK cannot decode",
@@ -681,8 +697,13 @@ impl Conn {
             Body::Static(bytes) => Bytes::from_static(bytes),
             Body::Pack { pack, off, len } => cx.bodies.slice(cx.backing, pack, off, len),
         };
-        let section = (&mut scratch.section, &mut scratch.name);
-        encode_response(&resp, section, cx.alt_svc, server_headers, date);
+        encode_response(
+            &resp,
+            &mut scratch.section,
+            cx.alt_svc,
+            server_headers,
+            date,
+        );
         let head = &mut scratch.head;
         head.clear();
         frame::write_frame_header(frame::HEADERS, scratch.section.len() as u64, head);
@@ -729,7 +750,6 @@ impl Conn {
                 streams.stop(request.id, frame::H3_NO_ERROR);
                 request.read_done = true;
             }
-            self.retire(i);
         }
     }
 }
@@ -786,7 +806,7 @@ fn check_trailers(section: &[u8], scratch: &mut Scratch) -> Result<(), StreamFau
     match decoded {
         Ok(()) | Err(qpack::DecodeError::ListTooLarge) => Ok(()),
         Err(qpack::DecodeError::Field(())) => Err(MALFORMED),
-        Err(qpack::DecodeError::Compression) => Err(StreamFault::Conn(conn_error(
+        Err(qpack::DecodeError::Compression(_)) => Err(StreamFault::Conn(conn_error(
             frame::QPACK_DECOMPRESSION_FAILED,
             "trailers QPACK cannot decode",
         ))),
@@ -798,7 +818,7 @@ fn check_trailers(section: &[u8], scratch: &mut Scratch) -> Result<(), StreamFau
 /// `alt-svc`.
 fn encode_response(
     resp: &Response<'_>,
-    (out, name): (&mut Vec<u8>, &mut Vec<u8>),
+    out: &mut Vec<u8>,
     alt_svc: Option<&[u8]>,
     server_headers: &ServerHeaders,
     date: &DateCache,
@@ -809,14 +829,18 @@ fn encode_response(
     qpack::encode_field(b"server", b"kiln", out);
     let server = server_headers.lines(server_headers.key(resp.overrides));
     for lines in [server, date.line(), resp.head] {
-        encode_lines(lines, name, out);
+        qpack::encode_lines(lines, out);
     }
     let mut digits = itoa::Buffer::new();
     let mut range = [0u8; 80];
     match resp.extra {
         Extra::Nothing => {}
         Extra::Length => {
-            qpack::encode_field(b"content-length", digits.format(resp.body.len()).as_bytes(), out);
+            qpack::encode_field(
+                b"content-length",
+                digits.format(resp.body.len()).as_bytes(),
+                out,
+            );
         }
         Extra::Range { start, end, total } => {
             let value = formatted(&mut range, format_args!("bytes {start}-{end}/{total}"));
@@ -848,17 +872,4 @@ fn formatted<'b>(buf: &'b mut [u8; 80], args: std::fmt::Arguments<'_>) -> &'b [u
     let _ = rest.write_fmt(args);
     let left = rest.len();
     &buf[..80 - left]
-}
-
-/// HTTP/1 header lines as QPACK fields: names lowercased,
-/// connection-specific fields left out (§4.2).
-fn encode_lines(lines: &[u8], name: &mut Vec<u8>, out: &mut Vec<u8>) {
-    for (field, value) in crate::hpack::fields(lines) {
-        if crate::hpack::is_connection_specific(field) {
-            continue;
-        }
-        name.clear();
-        name.extend(field.iter().map(u8::to_ascii_lowercase));
-        qpack::encode_field(name, value, out);
-    }
 }

@@ -198,7 +198,14 @@ mod tests {
 
     #[test]
     fn varints_round_trip_in_their_shortest_form() {
-        for (value, len) in [(0, 1), (63, 1), (64, 2), (16383, 2), (16384, 4), (1 << 30, 8)] {
+        for (value, len) in [
+            (0, 1),
+            (63, 1),
+            (64, 2),
+            (16383, 2),
+            (16384, 4),
+            (1 << 30, 8),
+        ] {
             let mut out = Vec::new();
             write_varint(value, &mut out);
             assert_eq!(out.len(), len);
@@ -206,7 +213,10 @@ mod tests {
             assert_eq!(read_varint(&out[..len - 1]), None.filter(|_| len > 1));
         }
         // RFC 9000 §A.1's examples.
-        assert_eq!(read_varint(&[0x9d, 0x7f, 0x3e, 0x7d]), Some((494_878_333, 4)));
+        assert_eq!(
+            read_varint(&[0x9d, 0x7f, 0x3e, 0x7d]),
+            Some((494_878_333, 4))
+        );
         assert_eq!(read_varint(&[0x7b, 0xbd]), Some((15_293, 2)));
     }
 
@@ -249,7 +259,11 @@ mod tests {
         ];
         assert_eq!(frames_of(&[&stream]), want);
         for cut in 0..stream.len() {
-            assert_eq!(frames_of(&[&stream[..cut], &stream[cut..]]), want, "cut {cut}");
+            assert_eq!(
+                frames_of(&[&stream[..cut], &stream[cut..]]),
+                want,
+                "cut {cut}"
+            );
         }
         let bytes: Vec<&[u8]> = stream.chunks(1).collect();
         assert_eq!(frames_of(&bytes), want);
@@ -260,6 +274,9 @@ mod tests {
         let mut stream = Vec::new();
         write_frame_header(HEADERS, MAX_WHOLE_FRAME + 1, &mut stream);
         let mut reader = FrameReader::default();
-        assert_eq!(reader.read::<()>(&stream, |_| Ok(())), Err(ReadError::TooLarge));
+        assert_eq!(
+            reader.read::<()>(&stream, |_| Ok(())),
+            Err(ReadError::TooLarge)
+        );
     }
 }

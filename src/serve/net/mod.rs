@@ -298,7 +298,11 @@ pub trait Stack {
     /// Once per loop turn, after the events: the datagram protocol's
     /// timers due on `socket` (and, while draining, its goodbyes); the
     /// time until its next timer.
-    fn datagram_turn(&mut self, socket: usize, out: &mut udp::Transmits) -> Option<std::time::Duration> {
+    fn datagram_turn(
+        &mut self,
+        socket: usize,
+        out: &mut udp::Transmits,
+    ) -> Option<std::time::Duration> {
         let _ = (socket, out);
         None
     }

@@ -33,7 +33,6 @@ const TOKEN_WAKE: u64 = 1 << 63;
 const TOKEN_LISTENER: u64 = 1 << 62;
 const TOKEN_UDP: u64 = 1 << 61;
 
-
 /// One connection slot.
 struct Conn<S> {
     /// The socket; -1 when the slot is free.
@@ -185,7 +184,8 @@ impl<S: Stack> Worker<S> {
             return;
         }
         if ev.token & TOKEN_UDP != 0 {
-            self.udp.read((ev.token & !TOKEN_UDP) as usize, &mut self.stack);
+            self.udp
+                .read((ev.token & !TOKEN_UDP) as usize, &mut self.stack);
             return;
         }
         if ev.token & TOKEN_LISTENER != 0 {

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -20,8 +21,8 @@ use quinn_proto::{
 };
 
 use super::http3;
-use super::net::Backing;
 use super::net::udp::{Received, Transmits};
+use super::net::{Backing, Shared};
 use super::request_context::RequestContext;
 
 /// The ALPN protocol of HTTP/3.
@@ -65,9 +66,10 @@ pub struct QuicConfig {
     /// Connections past this many unvalidated handshakes in flight on
     /// one endpoint get a Retry first (address validation under load).
     pub retry_above: usize,
-    /// Connections one endpoint keeps at most (beyond, new ones are
-    /// refused).
+    /// `--max-connections`, shared with TCP: a new connection is refused
+    /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
+    pub shared: Arc<Shared>,
     /// `alt-svc` value, for the responses over HTTP/3 too.
     pub alt_svc: Option<Vec<u8>>,
 }
@@ -204,7 +206,8 @@ impl Endpoint {
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                if self.draining || self.open >= self.config.max_connections {
+                let live = self.config.shared.live.load(Ordering::Relaxed);
+                if self.draining || live >= self.config.max_connections {
                     self.stats.refused += 1;
                     let t = self.endpoint.refuse(incoming, &mut self.response);
                     queue(out, &self.response, t);
@@ -224,7 +227,10 @@ impl Endpoint {
                     }
                     return;
                 }
-                match self.endpoint.accept(incoming, now, &mut self.response, None) {
+                match self
+                    .endpoint
+                    .accept(incoming, now, &mut self.response, None)
+                {
                     Ok((handle, quic)) => {
                         let slot = handle.0;
                         if self.conns.len() <= slot {
@@ -237,6 +243,7 @@ impl Endpoint {
                             timer: None,
                         }));
                         self.open += 1;
+                        self.config.shared.live.fetch_add(1, Ordering::Relaxed);
                         self.stats.connections += 1;
                         self.touched.push(slot);
                     }
@@ -290,7 +297,13 @@ impl Endpoint {
         self.touched = touched;
     }
 
-    fn drive_one(&mut self, slot: usize, now: Instant, out: &mut Transmits, cx: &mut Context<'_, '_>) {
+    fn drive_one(
+        &mut self,
+        slot: usize,
+        now: Instant,
+        out: &mut Transmits,
+        cx: &mut Context<'_, '_>,
+    ) {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
@@ -303,7 +316,9 @@ impl Endpoint {
             let Some(event) = conn.quic.poll() else {
                 break;
             };
-            let Conn { quic, h3, started, .. } = &mut **conn;
+            let Conn {
+                quic, h3, started, ..
+            } = &mut **conn;
             let mut streams = QuicStreams { quic, now };
             match event {
                 Event::Connected => {
@@ -338,8 +353,11 @@ impl Endpoint {
             };
             conn.h3.go_away(&mut streams);
             if conn.h3.is_idle() && !conn.quic.is_closed() {
-                conn.quic
-                    .close(now, VarInt::from_u32(http3::frame::H3_NO_ERROR as u32), Bytes::new());
+                conn.quic.close(
+                    now,
+                    VarInt::from_u32(http3::frame::H3_NO_ERROR as u32),
+                    Bytes::new(),
+                );
             }
         } else if self.draining && !conn.quic.is_closed() {
             conn.quic.close(now, VarInt::from_u32(0), Bytes::new());
@@ -365,6 +383,7 @@ impl Endpoint {
             }
             self.conns[slot] = None;
             self.open -= 1;
+            self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -192,16 +192,27 @@ fn control_stream_errors_close_with_their_codes() {
     let mut setting = Vec::new();
     write_varint(0x04, &mut setting);
     write_varint(1, &mut setting);
-    let cases: Vec<(&str, Box<dyn Fn(&mut Peer)>, u64)> = vec![
+    type Case = (&'static str, Box<dyn Fn(&mut Peer)>, u64);
+    let cases: Vec<Case> = vec![
         (
             "no SETTINGS first",
-            Box::new(|p| p.send(2, &[&[0u8][..], &frame_bytes(frame::GOAWAY, &[0])].concat(), false)),
+            Box::new(|p| {
+                p.send(
+                    2,
+                    &[&[0u8][..], &frame_bytes(frame::GOAWAY, &[0])].concat(),
+                    false,
+                )
+            }),
             frame::H3_MISSING_SETTINGS,
         ),
         (
             "an HTTP/2 setting",
             Box::new(move |p| {
-                p.send(2, &[&[0u8][..], &frame_bytes(frame::SETTINGS, &setting)].concat(), false)
+                p.send(
+                    2,
+                    &[&[0u8][..], &frame_bytes(frame::SETTINGS, &setting)].concat(),
+                    false,
+                )
             }),
             frame::H3_SETTINGS_ERROR,
         ),

@@ -367,7 +367,11 @@ impl<S: Stack> UringWorker<S> {
             self.close_listeners();
             let now = self.now;
             conn::sweep(&mut self, now);
-            let cap = if self.udp_unread.contains(&true) { 0 } else { SWEEP_MS };
+            let cap = if self.udp_unread.contains(&true) {
+                0
+            } else {
+                SWEEP_MS
+            };
             wait_ms = self.udp.timers(&mut self.stack, cap);
             if let Some(deadline) = self.drain_deadline
                 && ((self.open == 0 && self.stack.datagram_open() == 0) || self.now >= deadline)
