@@ -292,3 +292,45 @@ fn hex_decode(text: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap_or_default())
         .collect()
 }
+
+/// The response head curl gets from `url`, lowercased.
+fn curl_head(url: &str) -> String {
+    let output = Command::new("curl")
+        .args(["-s", "-k", "-D", "-", "-o", "/dev/null", url])
+        .output()
+        .expect("curl");
+    assert!(output.status.success(), "curl {url}");
+    String::from_utf8_lossy(&output.stdout).to_lowercase()
+}
+
+#[test]
+fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = example_pack(dir.path());
+    for (http3, backend) in [(true, "epoll"), (true, "uring"), (false, "epoll")] {
+        let mut args = vec![
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--alt-svc-max-age",
+            "600",
+            "--io",
+            backend,
+        ];
+        if !http3 {
+            args.push("--no-http3");
+        }
+        let server = Server::start(&args);
+        let tls_port = server.tls_port.unwrap();
+        let over_tls = curl_head(&format!("https://127.0.0.1:{tls_port}/"));
+        let want = format!("alt-svc: h3=\":{tls_port}\"; ma=600");
+        assert_eq!(over_tls.contains(&want), http3, "{backend} {http3}: {over_tls}");
+        let cleartext = curl_head(&format!("http://127.0.0.1:{}/", server.port));
+        assert!(!cleartext.contains("alt-svc"), "{cleartext}");
+        if !http3 && have_aioquic() {
+            let result = &h3client(tls_port, &["cases", "second_settings"])[0];
+            assert!(result.get("failed").is_some(), "no HTTP/3 expected: {result}");
+        }
+    }
+}

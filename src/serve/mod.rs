@@ -428,17 +428,17 @@ fn quic_sockets(
         .first()
         .and_then(|s| s.local_addr().ok())
         .map(|a| a.port());
-    let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age).into_bytes());
+    let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age));
     let config = quic::QuicConfig {
         idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
         retry_above: 64,
         max_connections: loop_config.max_connections,
         shared: Arc::clone(shared),
-        alt_svc,
     };
     Ok(Some(Http3 {
         sockets,
         config: Arc::new(config),
+        alt_svc,
     }))
 }
 
@@ -446,6 +446,8 @@ fn quic_sockets(
 struct Http3 {
     sockets: Vec<Vec<UdpSocket>>,
     config: Arc<quic::QuicConfig>,
+    /// `Alt-Svc`'s value (`h3=":PORT"; ma=N`), sent on TLS responses.
+    alt_svc: Option<String>,
 }
 
 /// One UDP socket per thread on each TLS address (HTTP/3), bound in
@@ -1009,17 +1011,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (listeners, metrics_listeners) =
         bind_listeners(&args, &settings.listens, settings.threads, activated)?;
     let acme_challenges = acme_challenges(managed.as_deref(), &listeners)?;
-    let stack_config = stack_config(
-        &args,
-        &listeners,
-        certificates.tls_listener,
-        access_log,
-        &metrics,
-    );
-    let urls = serving_urls(&listeners)?;
-    let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates, managed.as_deref())?;
-    let backend = choose_io(args.io)?;
-    metrics.set_io(backend);
+    // HTTP/3's sockets before the stack's configuration: `Alt-Svc` is
+    // prepared once, and only when the UDP listener is up.
     let shared = Arc::new(Shared::default());
     let quic = quic_sockets(
         &args,
@@ -1028,6 +1021,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &settings.loop_config,
         &shared,
     )?;
+    let stack_config = stack_config(
+        &args,
+        &listeners,
+        certificates.tls_listener,
+        access_log,
+        &metrics,
+        quic.as_ref().and_then(|h| h.alt_svc.as_deref()),
+    );
+    let urls = serving_urls(&listeners)?;
+    let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates, managed.as_deref())?;
+    let backend = choose_io(args.io)?;
+    metrics.set_io(backend);
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     if let Some(managed) = &managed {
         current.publish_http01(Arc::new(managed.http01()));
@@ -1271,6 +1276,7 @@ fn stack_config(
     has_tls_listener: bool,
     access_log: Option<Arc<access_log::Sink>>,
     metrics: &Arc<Metrics>,
+    alt_svc: Option<&str>,
 ) -> Arc<StackConfig> {
     let https_port = listeners[0]
         .iter()
@@ -1291,7 +1297,8 @@ fn stack_config(
         server_headers_tls: ServerHeaders::with_hsts(
             security,
             Some(hsts.as_str()).filter(|_| args.hsts),
-        ),
+        )
+        .with_line("Alt-Svc", alt_svc),
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),

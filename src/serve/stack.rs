@@ -213,8 +213,6 @@ pub struct Protocols {
     /// HTTP/3's buffers and the packs' bytes as QUIC takes them.
     h3: http3::Scratch,
     bodies: http3::Bodies,
-    /// What HTTP/3 answers carry as `alt-svc`.
-    alt_svc: Option<Arc<[u8]>>,
 }
 
 /// One connection's protocol state.
@@ -359,7 +357,6 @@ impl Protocols {
             quic: Vec::new(),
             h3: http3::Scratch::default(),
             bodies: http3::Bodies::default(),
-            alt_svc: None,
         }
     }
 
@@ -372,7 +369,6 @@ impl Protocols {
                 endpoint
             })
             .collect();
-        self.alt_svc = config.alt_svc.as_deref().map(Arc::from);
         self
     }
 
@@ -403,7 +399,6 @@ impl Protocols {
             scratch: &mut self.h3,
             bodies: &mut self.bodies,
             backing: &self.backing,
-            alt_svc: self.alt_svc.as_deref(),
             draining: self.draining,
         };
         Some((endpoint, cx))

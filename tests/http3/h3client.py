@@ -140,6 +140,8 @@ async def session(port, fn):
     config = QuicConfiguration(is_client=True, alpn_protocols=["h3"])
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
+    # A server that does not answer is given up on after this long.
+    config.idle_timeout = 5.0
     async with connect(
         "127.0.0.1", port, configuration=config, create_protocol=Client,
         wait_connected=True,

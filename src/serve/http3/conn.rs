@@ -700,7 +700,6 @@ impl Conn {
         encode_response(
             &resp,
             &mut scratch.section,
-            cx.alt_svc,
             server_headers,
             date,
         );
@@ -760,8 +759,6 @@ pub struct Answering<'a, 'w> {
     pub scratch: &'a mut Scratch,
     pub bodies: &'a mut Bodies,
     pub backing: &'a Arc<dyn Backing>,
-    /// The `alt-svc` field value, when it is sent.
-    pub alt_svc: Option<&'a [u8]>,
 }
 
 /// The peer's SETTINGS (§7.2.4): HTTP/2's settings and repeats are
@@ -814,12 +811,11 @@ fn check_trailers(section: &[u8], scratch: &mut Scratch) -> Result<(), StreamFau
 }
 
 /// The response's field section: `:status`, `server`, the server's own
-/// fields, `date`, the prepared fields, those of this response, and
-/// `alt-svc`.
+/// fields (`alt-svc` among them), `date`, the prepared fields, and those
+/// of this response.
 fn encode_response(
     resp: &Response<'_>,
     out: &mut Vec<u8>,
-    alt_svc: Option<&[u8]>,
     server_headers: &ServerHeaders,
     date: &DateCache,
 ) {
@@ -857,9 +853,6 @@ fn encode_response(
             qpack::encode_field(b"location", location, out);
             qpack::encode_field(b"content-length", b"0", out);
         }
-    }
-    if let Some(alt_svc) = alt_svc {
-        qpack::encode_field(b"alt-svc", alt_svc, out);
     }
 }
 

@@ -70,8 +70,6 @@ pub struct QuicConfig {
     /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
     pub shared: Arc<Shared>,
-    /// `alt-svc` value, for the responses over HTTP/3 too.
-    pub alt_svc: Option<Vec<u8>>,
 }
 
 /// The QUIC-side TLS configuration made from the TCP one: the same
@@ -501,7 +499,6 @@ pub struct Context<'a, 'w> {
     pub scratch: &'a mut http3::Scratch,
     pub bodies: &'a mut http3::Bodies,
     pub backing: &'a Arc<dyn Backing>,
-    pub alt_svc: Option<&'a [u8]>,
     pub draining: bool,
 }
 
@@ -512,7 +509,6 @@ impl<'w> Context<'_, 'w> {
             scratch: self.scratch,
             bodies: self.bodies,
             backing: self.backing,
-            alt_svc: self.alt_svc,
         }
     }
 }

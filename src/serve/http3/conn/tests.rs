@@ -115,7 +115,6 @@ impl Peer {
             scratch: &mut self.scratch,
             bodies: &mut self.bodies,
             backing: &backing,
-            alt_svc: Some(b"h3=\":443\""),
         };
         self.conn
             .on_data(id, bytes, fin, &mut self.quic, &mut answering);
@@ -303,7 +302,7 @@ fn a_request_is_answered_with_headers_and_data_as_flow_control_allows() {
     })
     .unwrap();
     assert_eq!(fields[0], (b":status".to_vec(), b"200".to_vec()));
-    assert!(fields.contains(&(b"alt-svc".to_vec(), b"h3=\":443\"".to_vec())));
+    assert!(fields.contains(&(b"server".to_vec(), b"kiln".to_vec())));
     assert_eq!(sent[1].0, frame::DATA);
     assert!(peer.conn.is_idle());
 }
