@@ -39,9 +39,19 @@ fn start(dir: &std::path::Path, backend: &str) -> Server {
         "--tls-self-signed",
         "--io",
         backend,
+        "--metrics",
+        "127.0.0.1:0",
     ]);
     assert!(server.tls_port.is_some(), "{}", server.startup);
     server
+}
+
+/// The value of the sample `name` (with its labels) in `/metrics`.
+fn sample(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
 }
 
 fn have_aioquic() -> bool {
@@ -283,6 +293,13 @@ fn every_kind_of_request_gets_what_http1_gets() {
                 "{backend}: {method} {path} {headers:?}: {result}"
             );
         }
+        // One connection per request, each counted; requests by protocol.
+        let metrics = server.metrics();
+        let n = REQUESTS.len() as u64;
+        assert_eq!(sample(&metrics, "kiln_quic_connections_total"), n);
+        assert_eq!(sample(&metrics, "kiln_quic_handshakes_total"), n);
+        let ok = "kiln_requests_total{site=\"_default\",protocol=\"h3\",scheme=\"https\",status=\"2xx\"}";
+        assert!(sample(&metrics, ok) > 0, "{metrics}");
     }
 }
 
@@ -325,12 +342,19 @@ fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
         let tls_port = server.tls_port.unwrap();
         let over_tls = curl_head(&format!("https://127.0.0.1:{tls_port}/"));
         let want = format!("alt-svc: h3=\":{tls_port}\"; ma=600");
-        assert_eq!(over_tls.contains(&want), http3, "{backend} {http3}: {over_tls}");
+        assert_eq!(
+            over_tls.contains(&want),
+            http3,
+            "{backend} {http3}: {over_tls}"
+        );
         let cleartext = curl_head(&format!("http://127.0.0.1:{}/", server.port));
         assert!(!cleartext.contains("alt-svc"), "{cleartext}");
         if !http3 && have_aioquic() {
             let result = &h3client(tls_port, &["cases", "second_settings"])[0];
-            assert!(result.get("failed").is_some(), "no HTTP/3 expected: {result}");
+            assert!(
+                result.get("failed").is_some(),
+                "no HTTP/3 expected: {result}"
+            );
         }
     }
 }

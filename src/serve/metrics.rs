@@ -172,6 +172,15 @@ pub struct LoopCounters {
     timeouts: [Counter; 3],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
+    /// QUIC (HTTP/3): connections accepted and ended, handshakes done,
+    /// Retry packets sent, connections refused at the budget, packets
+    /// the connections that ended had lost.
+    pub quic_accepted: Counter,
+    pub quic_closed: Counter,
+    pub quic_handshakes: Counter,
+    pub quic_retries: Counter,
+    pub quic_refused: Counter,
+    pub quic_lost_packets: Counter,
 }
 
 impl LoopCounters {
@@ -430,6 +439,50 @@ impl Metrics {
                 "kiln_timeouts_total{{kind=\"{name}\"}} {}",
                 loops(&|l| l.timeouts[kind as usize].get())
             );
+        }
+        let quic_accepted = loops(&|l| l.quic_accepted.get());
+        let quic_closed = loops(&|l| l.quic_closed.get());
+        let quic: [(&str, &str, &str, u64); 6] = [
+            (
+                "kiln_quic_connections_total",
+                "counter",
+                "QUIC connections accepted (HTTP/3).",
+                quic_accepted,
+            ),
+            (
+                "kiln_quic_connections_open",
+                "gauge",
+                "QUIC connections open now.",
+                quic_accepted.saturating_sub(quic_closed),
+            ),
+            (
+                "kiln_quic_handshakes_total",
+                "counter",
+                "QUIC handshakes completed.",
+                loops(&|l| l.quic_handshakes.get()),
+            ),
+            (
+                "kiln_quic_retries_total",
+                "counter",
+                "QUIC Retry packets sent (address validation under load).",
+                loops(&|l| l.quic_retries.get()),
+            ),
+            (
+                "kiln_quic_refused_total",
+                "counter",
+                "QUIC connections refused at --max-connections or while draining.",
+                loops(&|l| l.quic_refused.get()),
+            ),
+            (
+                "kiln_quic_lost_packets_total",
+                "counter",
+                "Packets QUIC connections lost (counted when each ends).",
+                loops(&|l| l.quic_lost_packets.get()),
+            ),
+        ];
+        for (name, kind, help, value) in quic {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
         }
         header(
             &mut out,

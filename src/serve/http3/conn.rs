@@ -697,12 +697,7 @@ impl Conn {
             Body::Static(bytes) => Bytes::from_static(bytes),
             Body::Pack { pack, off, len } => cx.bodies.slice(cx.backing, pack, off, len),
         };
-        encode_response(
-            &resp,
-            &mut scratch.section,
-            server_headers,
-            date,
-        );
+        encode_response(&resp, &mut scratch.section, server_headers, date);
         let head = &mut scratch.head;
         head.clear();
         frame::write_frame_header(frame::HEADERS, scratch.section.len() as u64, head);

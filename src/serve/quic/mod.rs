@@ -21,6 +21,7 @@ use quinn_proto::{
 };
 
 use super::http3;
+use super::metrics::LoopCounters;
 use super::net::udp::{Received, Transmits};
 use super::net::{Backing, Shared};
 use super::request_context::RequestContext;
@@ -117,20 +118,8 @@ pub struct Endpoint {
     read: Vec<u8>,
     /// Endpoint responses (version negotiation, Retry, resets) written here.
     response: Vec<u8>,
-    /// Counted: connections, handshakes, Retry packets, losses.
-    pub stats: QuicStats,
     /// Shutdown began: GOAWAY sent, idle connections closed.
     draining: bool,
-}
-
-/// What an endpoint counts (read by the metrics).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct QuicStats {
-    pub connections: u64,
-    pub handshakes: u64,
-    pub retries: u64,
-    pub refused: u64,
-    pub lost_packets: u64,
 }
 
 impl Endpoint {
@@ -154,7 +143,6 @@ impl Endpoint {
             touched: Vec::new(),
             read: Vec::with_capacity(16 * 1024),
             response: Vec::new(),
-            stats: QuicStats::default(),
             draining: false,
         }
     }
@@ -187,11 +175,19 @@ impl Endpoint {
         cx: &mut Context<'_, '_>,
     ) {
         let now = Instant::now();
-        received.for_each(|peer, datagram| self.datagram(now, peer, datagram, out));
+        let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
+        received.for_each(|peer, datagram| self.datagram(now, peer, datagram, out, counters));
         self.drive(now, out, cx);
     }
 
-    fn datagram(&mut self, now: Instant, peer: SocketAddr, data: BytesMut, out: &mut Transmits) {
+    fn datagram(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        data: BytesMut,
+        out: &mut Transmits,
+        counters: &LoopCounters,
+    ) {
         self.response.clear();
         let event = self
             .endpoint
@@ -206,7 +202,7 @@ impl Endpoint {
             Some(DatagramEvent::NewConnection(incoming)) => {
                 let live = self.config.shared.live.load(Ordering::Relaxed);
                 if self.draining || live >= self.config.max_connections {
-                    self.stats.refused += 1;
+                    counters.quic_refused.add(1);
                     let t = self.endpoint.refuse(incoming, &mut self.response);
                     queue(out, &self.response, t);
                     return;
@@ -218,7 +214,7 @@ impl Endpoint {
                 {
                     match self.endpoint.retry(incoming, &mut self.response) {
                         Ok(t) => {
-                            self.stats.retries += 1;
+                            counters.quic_retries.add(1);
                             queue(out, &self.response, t);
                         }
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
@@ -242,7 +238,7 @@ impl Endpoint {
                         }));
                         self.open += 1;
                         self.config.shared.live.fetch_add(1, Ordering::Relaxed);
-                        self.stats.connections += 1;
+                        counters.quic_accepted.add(1);
                         self.touched.push(slot);
                     }
                     Err(e) => {
@@ -321,7 +317,7 @@ impl Endpoint {
             match event {
                 Event::Connected => {
                     *started = true;
-                    self.stats.handshakes += 1;
+                    cx.ctx.metrics.of_loop(cx.ctx.thread).quic_handshakes.add(1);
                     h3.start(&mut streams);
                     accept_streams(quic, h3, &mut self.read, now, cx);
                 }
@@ -375,7 +371,11 @@ impl Endpoint {
         }
         conn.timer = conn.quic.poll_timeout();
         if conn.quic.is_drained() {
-            self.stats.lost_packets += conn.quic.stats().path.lost_packets;
+            let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
+            counters
+                .quic_lost_packets
+                .add(conn.quic.stats().path.lost_packets);
+            counters.quic_closed.add(1);
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 let _ = self.endpoint.handle_event(ConnectionHandle(slot), event);
             }
