@@ -289,6 +289,9 @@ impl Conn {
 
     /// The peer reset stream `id`.
     pub fn on_reset(&mut self, id: u64, streams: &mut impl Streams) {
+        if self.closed {
+            return;
+        }
         if let Some(uni) = self.unis.iter().find(|u| u.id == id)
             && matches!(
                 uni.kind,
@@ -311,6 +314,9 @@ impl Conn {
 
     /// The peer asked us to stop sending on `id`: the response is reset.
     pub fn on_stopped(&mut self, id: u64, code: u64, streams: &mut impl Streams) {
+        if self.closed {
+            return;
+        }
         if Some(id) == self.control {
             self.fail(
                 streams,
@@ -326,6 +332,9 @@ impl Conn {
 
     /// Stream `id` may take more of its response.
     pub fn on_writable(&mut self, id: u64, streams: &mut impl Streams) {
+        if self.closed {
+            return;
+        }
         if let Some(i) = self.requests.iter().position(|r| r.id == id) {
             self.send(i, streams);
             self.retire(i);
