@@ -358,3 +358,38 @@ fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
         }
     }
 }
+
+/// SIGTERM with an HTTP/3 connection open: GOAWAY on the server's control
+/// stream, then the connection closed with H3_NO_ERROR, and the server
+/// exits.
+#[test]
+fn shutdown_sends_goaway_then_closes_without_error() {
+    if !have_aioquic() {
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let mut server = start(dir.path(), backend);
+        let mut client = Command::new("python3")
+            .arg("tests/http3/h3client.py")
+            .arg(server.tls_port.unwrap().to_string())
+            .arg("hold")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        let ready: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(ready["status"], 200, "{ready}");
+        server.signal(libc::SIGTERM);
+        let end: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert!(client.wait().unwrap().success());
+        let frames = end["control_frames"].as_array().unwrap();
+        assert_eq!(frames.first().and_then(|f| f.as_u64()), Some(0x04), "{end}");
+        assert!(frames.iter().any(|f| f == 0x07), "no GOAWAY: {end}");
+        assert_eq!(end["connection_error"], 0x100, "{end}");
+        let status = server.wait_exit(std::time::Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{backend}: {status:?}");
+    }
+}

@@ -7,6 +7,10 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       error code, or the response status)
   h3client.py PORT get PATH [--method M] [--header 'name: value']...
                                       one JSON line: status, fields, body
+  h3client.py PORT hold               a GET answered, then `{"ready": true}`;
+                                      then, once the server ends the
+                                      connection (or after 10 s), the frames
+                                      of its control stream and the code
 """
 
 import argparse
@@ -309,6 +313,31 @@ async def fetch(port, path, method, headers):
     return await session(port, go)
 
 
+def control_frames(raw):
+    """The frame types on a server's control stream (after its type)."""
+    types, i = [], 1
+    while i < len(raw):
+        t, i = read_varint(raw, i)
+        n, i = read_varint(raw, i)
+        types.append(t)
+        i += n
+    return types
+
+
+async def hold(port):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended)
+        print(json.dumps({"ready": True, "status": c.response(sid)[0]}), flush=True)
+        await c.until(lambda: c.terminated is not None, timeout=10.0)
+        return {
+            "control_frames": control_frames(bytes(c.data.get(3, b""))),
+            "connection_error": c.terminated,
+        }
+    return await session(port, go)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -319,8 +348,11 @@ def main():
     pg.add_argument("path")
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
+    sub.add_parser("hold")
     a = p.parse_args()
-    if a.cmd == "cases":
+    if a.cmd == "hold":
+        print(json.dumps(asyncio.run(hold(a.port))))
+    elif a.cmd == "cases":
         for name in a.names:
             result = asyncio.run(run_case(a.port, name))
             print(json.dumps({"case": name, **result}), flush=True)

@@ -239,6 +239,11 @@ impl Conn {
         self.requests.is_empty()
     }
 
+    /// GOAWAY was sent (or the connection closed).
+    pub fn sent_goaway(&self) -> bool {
+        self.goaway || self.closed
+    }
+
     /// Shutdown or reload: GOAWAY naming the first request not taken
     /// (§5.2), once; requests taken are still answered.
     pub fn go_away(&mut self, streams: &mut impl Streams) {

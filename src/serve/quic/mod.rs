@@ -257,8 +257,10 @@ impl Endpoint {
     /// until the next timer.
     pub fn turn(&mut self, out: &mut Transmits, cx: &mut Context<'_, '_>) -> Option<Duration> {
         let now = Instant::now();
-        if cx.draining && !self.draining {
-            self.draining = true;
+        // While draining, every connection is looked at each turn: the
+        // one after its GOAWAY went out may close it.
+        self.draining |= cx.draining;
+        if self.draining {
             self.touched.extend(0..self.conns.len());
         }
         for (slot, conn) in self.conns.iter_mut().enumerate() {
@@ -345,8 +347,12 @@ impl Endpoint {
                 quic: &mut conn.quic,
                 now,
             };
+            // GOAWAY first; the close comes at a later turn, once the
+            // GOAWAY was handed to the socket (a close drops what is
+            // still queued on streams).
+            let goaway_sent = conn.h3.sent_goaway();
             conn.h3.go_away(&mut streams);
-            if conn.h3.is_idle() && !conn.quic.is_closed() {
+            if goaway_sent && conn.h3.is_idle() && !conn.quic.is_closed() {
                 conn.quic.close(
                     now,
                     VarInt::from_u32(http3::frame::H3_NO_ERROR as u32),
