@@ -93,6 +93,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
                     "bytes": v.body.len(),
                     "hpack_bytes": v.hpack.len(),
                     "hpack_indexed_bytes": crate::hpack::indexed_len(v.hpack.len(), v.spans),
+                    "qpack_bytes": v.qpack_block().len(),
                 })
             })
             .collect();
@@ -133,6 +134,7 @@ pub fn to_json(pack: &Pack, with_headers: bool) -> Value {
     let header_blocks = json!({
         "http1": {"blocks": blocks[0].0, "bytes": blocks[0].1},
         "hpack": {"blocks": blocks[1].0, "bytes": blocks[1].1},
+        "qpack": {"blocks": blocks[2].0, "bytes": blocks[2].1},
         "hpack_shared": pack.shared_fields().map_or(
             json!({"fields": 0, "table_room": 0}),
             |set| json!({"fields": set.len(), "table_room": set.room}),
@@ -195,14 +197,14 @@ fn provenance_totals(pack: &Pack) -> [(u64, u64); 4] {
     totals
 }
 
-/// Distinct header blocks and their bytes, HTTP/1 then HPACK (a block
-/// shared by several variants counts once).
-fn header_block_totals(pack: &Pack) -> [(u64, u64); 2] {
+/// Distinct header blocks and their bytes, HTTP/1, HPACK then QPACK (a
+/// block shared by several variants counts once).
+fn header_block_totals(pack: &Pack) -> [(u64, u64); 3] {
     let mut seen = std::collections::HashSet::new();
-    let mut totals = [(0u64, 0u64); 2];
+    let mut totals = [(0u64, 0u64); 3];
     for route in pack.routes() {
         for v in route.variants() {
-            for (i, block) in [v.head, v.hpack].into_iter().enumerate() {
+            for (i, block) in [v.head, v.hpack, v.qpack_block()].into_iter().enumerate() {
                 if seen.insert((i, block.as_ptr())) {
                     totals[i].0 += 1;
                     totals[i].1 += block.len() as u64;
@@ -225,7 +227,7 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
         .clamp(3, 60);
     writeln!(
         out,
-        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes[/with the shared fields indexed])",
+        "{:<width$}  {:<9}  {:>6}  variants (body bytes, h2: HPACK block bytes[/with the shared fields indexed], h3: QPACK field line bytes)",
         "key", "kind", "status"
     )?;
     for (route, key) in pack.routes().zip(&keys) {
@@ -238,10 +240,11 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
                     spans => format!("/{}", crate::hpack::indexed_len(v.hpack.len(), spans)),
                 };
                 format!(
-                    "{} {} h2:{}{indexed}",
+                    "{} {} h2:{}{indexed} h3:{}",
                     short(v.encoding),
                     v.body.len(),
-                    v.hpack.len()
+                    v.hpack.len(),
+                    v.qpack_block().len()
                 )
             })
             .collect();
@@ -289,11 +292,11 @@ fn table(pack: &Pack, with_headers: bool) -> Result<String, std::fmt::Error> {
     for (e, (count, bytes)) in ENCODINGS.iter().zip(body_totals(pack)) {
         writeln!(out, "{:<9} {count} bodies, {bytes} bytes", e.token())?;
     }
-    let [http1, hpack] = header_block_totals(pack);
+    let [http1, hpack, qpack] = header_block_totals(pack);
     writeln!(
         out,
-        "heads     {} HTTP/1 blocks, {} bytes; {} HPACK blocks, {} bytes",
-        http1.0, http1.1, hpack.0, hpack.1
+        "heads     {} HTTP/1 blocks, {} bytes; {} HPACK blocks, {} bytes; {} QPACK blocks, {} bytes",
+        http1.0, http1.1, hpack.0, hpack.1, qpack.0, qpack.1
     )?;
     if let Some(set) = pack.shared_fields() {
         writeln!(

@@ -101,12 +101,14 @@ fn build_prints_a_summary_and_the_pack_verifies() {
         "{table}"
     );
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("/ ") && l.contains(" br ") && l.contains("id 420 h2:")),
+        table.lines().any(|l| l.starts_with("/ ")
+            && l.contains(" br ")
+            && l.contains("id 420 h2:")
+            && l.contains(" h3:")),
         "{table}"
     );
     assert!(table.contains("HPACK blocks, "), "{table}");
+    assert!(table.contains("QPACK blocks, "), "{table}");
     assert!(table.contains("rule  /a/* -> /b/:splat  302"), "{table}");
     assert!(table.contains("not-found"), "{table}");
 
@@ -124,8 +126,11 @@ fn build_prints_a_summary_and_the_pack_verifies() {
     assert_eq!(root["variants"][0]["bytes"], 420);
     let hpack_bytes = root["variants"][0]["hpack_bytes"].as_u64().unwrap();
     assert!((50..200).contains(&hpack_bytes), "{hpack_bytes}");
+    let qpack_bytes = root["variants"][0]["qpack_bytes"].as_u64().unwrap();
+    assert!((50..200).contains(&qpack_bytes), "{qpack_bytes}");
     let blocks = &v["summary"]["header_blocks"];
     assert!(blocks["hpack"]["bytes"].as_u64() < blocks["http1"]["bytes"].as_u64());
+    assert!(blocks["qpack"]["bytes"].as_u64() < blocks["http1"]["bytes"].as_u64());
     assert!(root["headers"].as_str().unwrap().contains("ETag: "));
     assert_eq!(v["summary"]["rules"], 1);
     let old = routes.iter().find(|r| r["key"] == "/old").unwrap();

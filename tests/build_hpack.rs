@@ -3,7 +3,9 @@
 //! has no dynamic table, to the fields of its HTTP/1 lines (names
 //! lowercased, same order), cut at the same fields; and every response the
 //! handler gives (200, 304, 206, 416, 404, redirects, built-ins) carries
-//! the HPACK form of its `head`.
+//! the HPACK form of its `head`. The same for the HTTP/3 field lines: every
+//! variant's QPACK lines decode, as field sections of their own, to the
+//! same fields, cut at the same fields.
 
 use std::path::Path;
 
@@ -28,7 +30,25 @@ fn decoded(block: &[u8]) -> Vec<String> {
     fields
 }
 
-/// The fields HTTP/2 must carry for HTTP/1 `lines`: names lowercased,
+/// The fields of QPACK field lines (without the section prefix, as the
+/// pack stores them) as `name: value` strings.
+fn qpack_decoded(lines: &[u8]) -> Vec<String> {
+    let mut section = kiln::qpack::FIELD_SECTION_PREFIX.to_vec();
+    section.extend_from_slice(lines);
+    let mut fields = Vec::new();
+    kiln::qpack::decode_field_section(&section, &mut Vec::new(), usize::MAX, |name, value| {
+        fields.push(format!(
+            "{}: {}",
+            String::from_utf8(name.to_vec()).unwrap(),
+            String::from_utf8(value.to_vec()).unwrap()
+        ));
+        Ok::<(), ()>(())
+    })
+    .unwrap_or_else(|e| panic!("{e:?}: {lines:02x?}"));
+    fields
+}
+
+/// The fields HTTP/2 and HTTP/3 must carry for HTTP/1 `lines`: names lowercased,
 /// connection-specific fields left out.
 fn expected(lines: &[u8]) -> Vec<String> {
     let text = std::str::from_utf8(lines).unwrap();
@@ -107,6 +127,40 @@ fn every_variant_hpack_block_is_its_lines() {
                 "{what}"
             );
             assert!(v.hpack.len() < v.head.len(), "{what}: HPACK is smaller");
+        }
+    }
+    assert!(variants > 20, "{variants}");
+}
+
+#[test]
+fn every_variant_qpack_lines_are_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = example_pack(dir.path());
+    let mut variants = 0;
+    for route in pack.routes() {
+        let key = String::from_utf8_lossy(route.key().unwrap()).into_owned();
+        for v in route.variants() {
+            let what = format!("{key} {}", v.encoding.token());
+            variants += 1;
+            let qpack = v.qpack_block();
+            assert_eq!(qpack_decoded(qpack), expected(v.head), "{what}");
+            let (repr_at, length_at) = (v.qpack_repr_at(), v.qpack_length_at());
+            for ((lines, block), part) in [
+                (&v.head[..v.repr_at], &qpack[..repr_at]),
+                (&v.head[v.repr_at..v.length_at], &qpack[repr_at..length_at]),
+                (&v.head[v.length_at..], &qpack[length_at..]),
+            ]
+            .into_iter()
+            .zip(["validators", "representation", "content-length"])
+            {
+                assert_eq!(qpack_decoded(block), expected(lines), "{what} {part}");
+            }
+            assert_eq!(
+                qpack_decoded(&qpack[length_at..]),
+                [format!("content-length: {}", v.body.len())],
+                "{what}"
+            );
+            assert!(qpack.len() < v.head.len(), "{what}: QPACK is smaller");
         }
     }
     assert!(variants > 20, "{variants}");

@@ -7,7 +7,7 @@
 /// First eight bytes of every pack.
 pub const MAGIC: [u8; 8] = *b"KILNPACK";
 /// Bumped on any incompatible change of this file.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Size of the fixed header at offset 0.
 pub const HEADER_LEN: usize = 288;
 /// The header checksum covers bytes `0..HEADER_CHECKSUM_AT`.
@@ -101,9 +101,9 @@ pub const R_FLAGS: usize = 28; // u32
 /// Route flag: conditional requests and ranges apply (a stored 200 resource).
 pub const RF_VALIDATORS: u32 = 1;
 
-// Variant record: 80 bytes, every field at a multiple of its size; HTTP/1
+// Variant record: 128 bytes, every field at a multiple of its size; HTTP/1
 // reads the first 64 only.
-pub const VARIANT_LEN: usize = 80;
+pub const VARIANT_LEN: usize = 128;
 pub const V_BODY_OFF: usize = 0; // u64
 pub const V_BODY_LEN: usize = 8; // u64
 pub const V_HEAD_OFF: usize = 16; // u64
@@ -123,6 +123,16 @@ pub const V_HPACK_LENGTH_AT: usize = 60; // u32
 /// 76..80 reserved, zero.
 pub const V_SPANS_OFF: usize = 64; // u64
 pub const V_SPANS_COUNT: usize = 72; // u32
+/// The same fields as a QPACK field section's lines for HTTP/3, without
+/// the section prefix (RFC 9204 §4.5): absolute offset (u64) and length
+/// (u32), then `repr_at` and `length_at` in it (u16 each: 64 KiB before
+/// `content-length` is far past what any peer's field section limit
+/// takes).
+pub const V_QPACK_OFF: usize = 80; // u64
+pub const V_QPACK_LEN: usize = 88; // u32
+pub const V_QPACK_REPR_AT: usize = 92; // u16
+pub const V_QPACK_LENGTH_AT: usize = 94; // u16
+// 96..128 reserved, zero.
 
 /// Headers the server adds to every response on its own (security headers,
 /// HSTS), lower-case. A variant's `overrides` bit `i` says its block already

@@ -100,6 +100,33 @@ pub struct Variant<'p> {
     pub body_off: u64,
     /// Bit set over `format::SERVER_HEADERS` that `head` already sets.
     pub overrides: u8,
+    /// See [`Variant::qpack_block`].
+    qpack: &'p [u8],
+    /// See [`Variant::qpack_repr_at`].
+    qpack_repr_at: u16,
+    /// See [`Variant::qpack_length_at`].
+    qpack_length_at: u16,
+}
+
+impl<'p> Variant<'p> {
+    /// The same fields as `head` as QPACK field lines for HTTP/3 (RFC
+    /// 9204), static references and literals only, without the section
+    /// prefix: a HEADERS frame is `qpack::FIELD_SECTION_PREFIX`, `:status`,
+    /// the date and the server's fields, then these (see `HeadBlock`).
+    pub fn qpack_block(&self) -> &'p [u8] {
+        self.qpack
+    }
+
+    /// `repr_at` in [`Variant::qpack_block`]: a 304 sends what is before.
+    pub fn qpack_repr_at(&self) -> usize {
+        usize::from(self.qpack_repr_at)
+    }
+
+    /// `length_at` in [`Variant::qpack_block`]: a 206 sends what is
+    /// before.
+    pub fn qpack_length_at(&self) -> usize {
+        usize::from(self.qpack_length_at)
+    }
 }
 
 /// How an encoded body was made (a provenance record): which source content,
@@ -429,6 +456,12 @@ impl Pack {
         if hpack_repr_at > hpack_length_at || hpack_length_at > hpack.len() {
             return None;
         }
+        let qpack = self.slice(get_u64(r, V_QPACK_OFF), get_u32(r, V_QPACK_LEN) as u64)?;
+        let qpack_repr_at = get_u16(r, V_QPACK_REPR_AT);
+        let qpack_length_at = get_u16(r, V_QPACK_LENGTH_AT);
+        if qpack_repr_at > qpack_length_at || usize::from(qpack_length_at) > qpack.len() {
+            return None;
+        }
         let spans = match get_u32(r, V_SPANS_COUNT) as u64 {
             0 => &[][..],
             count => self.slice(
@@ -450,6 +483,9 @@ impl Pack {
             body: self.slice(body_off, get_u64(r, V_BODY_LEN))?,
             body_off,
             overrides: r[V_OVERRIDES],
+            qpack,
+            qpack_repr_at,
+            qpack_length_at,
         })
     }
 

@@ -17,6 +17,20 @@ fn decoded(block: &[u8]) -> Vec<(&'static str, &'static str)> {
     out
 }
 
+/// The fields of QPACK field lines (a stored block, without its prefix).
+fn qpack_decoded(lines: &[u8]) -> Vec<(&'static str, &'static str)> {
+    let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
+    section.extend_from_slice(lines);
+    let mut out = Vec::new();
+    crate::qpack::decode_field_section(&section, &mut Vec::new(), usize::MAX, |n, v| {
+        let leak = |b: &[u8]| &*String::from_utf8(b.to_vec()).unwrap().leak();
+        out.push((leak(n), leak(v)));
+        Ok::<(), ()>(())
+    })
+    .unwrap();
+    out
+}
+
 /// The HPACK block `head` must produce for the identity variant of `/`.
 fn h_id_hpack(len: u64) -> Vec<u8> {
     let mut block = Vec::new();
@@ -163,9 +177,26 @@ fn round_trip() {
         decoded(&id.hpack[id.hpack_length_at..]),
         [("content-length", "14")]
     );
+    let qpack = id.qpack_block();
+    assert_eq!(
+        qpack_decoded(&qpack[..id.qpack_repr_at()]),
+        [("etag", "\"id\""), ("cache-control", "public, max-age=60")]
+    );
+    assert_eq!(
+        qpack_decoded(&qpack[id.qpack_repr_at()..id.qpack_length_at()]),
+        [("content-type", "text/html; charset=utf-8")]
+    );
+    assert_eq!(
+        qpack_decoded(&qpack[id.qpack_length_at()..]),
+        [("content-length", "14")]
+    );
     let gz = root.variant(Encoding::Gzip).unwrap();
     assert_eq!(
         decoded(&gz.hpack[..gz.hpack_repr_at])[0],
+        ("etag", "\"gz\"")
+    );
+    assert_eq!(
+        qpack_decoded(&gz.qpack_block()[..gz.qpack_repr_at()])[0],
         ("etag", "\"gz\"")
     );
     assert_eq!(root.variant(Encoding::Gzip).unwrap().body, b"gzipped-bytes");
@@ -324,6 +355,31 @@ fn verify_catches_a_provenance_record_unlike_its_body() {
 }
 
 #[test]
+fn qpack_positions_past_u16_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
+    let body = w.add_body(b"x").unwrap();
+    // '~' has a 13-bit Huffman code: the value stays raw, 70000 bytes.
+    let long = "~".repeat(70_000);
+    let mut b = HeadBlockBuilder::new();
+    b.line("X-Long", &long);
+    let h = b.finish(body.len);
+    assert!(h.qpack_length_at > u32::from(u16::MAX));
+    let err = w
+        .add_variant_set(&[VariantIn {
+            encoding: Encoding::Identity,
+            head: &h,
+            body,
+        }])
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("more than the 65535 a pack records"),
+        "{err}"
+    );
+}
+
+#[test]
 fn duplicate_route_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
@@ -418,26 +474,26 @@ fn a_pack_of_another_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = sample(dir.path());
     let mut old = std::fs::read(&path).unwrap();
-    assert_eq!(get_u32(&old, H_VERSION), 4);
-    // A version 3 header, as kiln before shared HPACK fields wrote it.
-    put_u32(&mut old, H_VERSION, 3);
+    assert_eq!(get_u32(&old, H_VERSION), 5);
+    // A version 4 header, as kiln before 128-byte variant records wrote it.
+    put_u32(&mut old, H_VERSION, 4);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
     let err = Pack::open(&path).unwrap_err().0;
     assert_eq!(
         err,
-        "built by another kiln version (pack format 3, this kiln reads format 4); \
+        "built by another kiln version (pack format 4, this kiln reads format 5); \
          rebuild it with `kiln build`"
     );
-    put_u32(&mut old, H_VERSION, 5);
+    put_u32(&mut old, H_VERSION, 6);
     reseal(&mut old);
     std::fs::write(&path, &old).unwrap();
-    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 5"));
+    assert!(Pack::open(&path).unwrap_err().0.contains("pack format 6"));
 }
 
-/// A sample pack whose `/` identity variant has `hpack` changed by `spoil`
-/// before it is written; the verify error.
-fn verify_with_spoiled_hpack(spoil: impl FnOnce(&mut HeadBlock)) -> String {
+/// A sample pack whose `/` identity variant has its head block changed by
+/// `spoil` before it is written; the verify error.
+fn verify_with_spoiled_head(spoil: impl FnOnce(&mut HeadBlock)) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p");
     let mut w = PackWriter::create(&path).unwrap();
@@ -473,7 +529,7 @@ fn verify_catches_an_hpack_block_unlike_the_lines() {
         b
     };
     // A value that differs.
-    let err = verify_with_spoiled_hpack(|h| {
+    let err = verify_with_spoiled_head(|h| {
         let etag = field("etag", "\"id\"");
         h.hpack.splice(..etag.len(), field("etag", "\"xx\""));
     });
@@ -483,16 +539,16 @@ fn verify_catches_an_hpack_block_unlike_the_lines() {
          the line ETag"
     );
     // The last field missing.
-    let err = verify_with_spoiled_hpack(|h| h.hpack.truncate(h.hpack_length_at as usize));
+    let err = verify_with_spoiled_head(|h| h.hpack.truncate(h.hpack_length_at as usize));
     assert!(
         err.ends_with("content-length part: line Content-Length missing from the HPACK block"),
         "{err}"
     );
     // A field more.
-    let err = verify_with_spoiled_hpack(|h| h.hpack.extend(field("x-more", "1")));
+    let err = verify_with_spoiled_head(|h| h.hpack.extend(field("x-more", "1")));
     assert!(err.ends_with("HPACK field x-more has no line"), "{err}");
     // A name not lowercased: the decoder hands it out as it is stored.
-    let err = verify_with_spoiled_hpack(|h| {
+    let err = verify_with_spoiled_head(|h| {
         let at = h.hpack_repr_at as usize;
         let ct = field("content-type", "text/html");
         let mut upper = vec![0x00, 12];
@@ -506,7 +562,7 @@ fn verify_catches_an_hpack_block_unlike_the_lines() {
         "{err}"
     );
     // A cut point one field off: the representation starts too early.
-    let err = verify_with_spoiled_hpack(|h| {
+    let err = verify_with_spoiled_head(|h| {
         h.hpack_repr_at = field("etag", "\"id\"").len() as u32;
     });
     assert!(
@@ -514,14 +570,14 @@ fn verify_catches_an_hpack_block_unlike_the_lines() {
         "{err}"
     );
     // A cut point inside a field.
-    let err = verify_with_spoiled_hpack(|h| h.hpack_length_at -= 1);
+    let err = verify_with_spoiled_head(|h| h.hpack_length_at -= 1);
     assert!(err.contains("representation part: HPACK:"), "{err}");
     // A reference to the dynamic table, which means something else on
     // every connection.
-    let err = verify_with_spoiled_hpack(|h| h.hpack.splice(..0, [0xbe]).for_each(drop));
+    let err = verify_with_spoiled_head(|h| h.hpack.splice(..0, [0xbe]).for_each(drop));
     assert!(err.contains("HPACK: index past the tables"), "{err}");
     // A dynamic table size update.
-    let err = verify_with_spoiled_hpack(|h| h.hpack.splice(..0, [0x3f, 0xe1, 0x1f]).for_each(drop));
+    let err = verify_with_spoiled_head(|h| h.hpack.splice(..0, [0x3f, 0xe1, 0x1f]).for_each(drop));
     assert!(
         err.contains("validators part: HPACK: table size update"),
         "{err}"
@@ -529,7 +585,59 @@ fn verify_catches_an_hpack_block_unlike_the_lines() {
 }
 
 #[test]
-fn verify_catches_a_corrupted_hpack_block_behind_valid_checksums() {
+fn verify_catches_qpack_lines_unlike_the_lines() {
+    let field = |name: &str, value: &str| {
+        let mut b = Vec::new();
+        crate::qpack::encode_field(name.as_bytes(), value.as_bytes(), &mut b);
+        b
+    };
+    // A value that differs.
+    let err = verify_with_spoiled_head(|h| {
+        let etag = field("etag", "\"id\"");
+        h.qpack.splice(..etag.len(), field("etag", "\"xx\""));
+    });
+    assert_eq!(
+        err,
+        "route 0 (/page), identity variant: validators part: QPACK field etag does not match \
+         the line ETag"
+    );
+    // The last field missing; a field more.
+    let err = verify_with_spoiled_head(|h| h.qpack.truncate(h.qpack_length_at as usize));
+    assert!(
+        err.ends_with(
+            "content-length part: line Content-Length missing from the QPACK field lines"
+        ),
+        "{err}"
+    );
+    let err = verify_with_spoiled_head(|h| h.qpack.extend(field("x-more", "1")));
+    assert!(err.ends_with("QPACK field x-more has no line"), "{err}");
+    // Cut points one field off, and inside a field.
+    let err = verify_with_spoiled_head(|h| {
+        h.qpack_repr_at = field("etag", "\"id\"").len() as u32;
+    });
+    assert!(
+        err.contains("validators part: line Cache-Control missing"),
+        "{err}"
+    );
+    let err = verify_with_spoiled_head(|h| h.qpack_length_at -= 1);
+    assert!(err.contains("representation part: QPACK:"), "{err}");
+    // A dynamic table reference, which no connection can resolve.
+    let err = verify_with_spoiled_head(|h| h.qpack.splice(..0, [0x80]).for_each(drop));
+    assert!(
+        err.contains("validators part: QPACK: dynamic table reference"),
+        "{err}"
+    );
+}
+
+/// Every byte of the `/` identity variant's block that `block` picks,
+/// changed behind valid checksums: never silently accepted.
+#[test]
+fn verify_catches_a_corrupted_block_behind_valid_checksums() {
+    verify_catches_each_changed_byte(|v| v.hpack);
+    verify_catches_each_changed_byte(|v| v.qpack_block());
+}
+
+fn verify_catches_each_changed_byte(block: impl for<'p> Fn(&Variant<'p>) -> &'p [u8]) {
     let dir = tempfile::tempdir().unwrap();
     let path = sample(dir.path());
     let good = std::fs::read(&path).unwrap();
@@ -539,8 +647,9 @@ fn verify_catches_a_corrupted_hpack_block_behind_valid_checksums() {
         .unwrap()
         .variant(Encoding::Identity)
         .unwrap();
-    let at = id.hpack.as_ptr() as usize - pack.bytes().as_ptr() as usize;
-    let len = id.hpack.len();
+    let at = block(&id).as_ptr() as usize - pack.bytes().as_ptr() as usize;
+    let len = block(&id).len();
+    assert!(len > 0);
     drop(pack);
     // Every byte of the block, changed: never silently accepted.
     for i in at..at + len {

@@ -1,13 +1,13 @@
 //! `kiln verify`: checks every checksum and every offset of a pack, that
-//! each variant's HPACK block carries the fields of its HTTP/1 block (also
-//! as a connection sends it with the shared fields inserted, then
-//! indexed), that
+//! each variant's HPACK block and QPACK field lines carry the fields of its
+//! HTTP/1 block (the HPACK block also as a connection sends it with the
+//! shared fields inserted, then indexed), that
 //! the provenance records are in order and name bodies with their hashes,
 //! and stops at the first problem.
 
 use super::format::*;
 use super::reader::{Pack, PackError};
-use crate::hpack;
+use crate::{hpack, qpack};
 
 fn within(range: &std::ops::Range<usize>, off: u64, len: u64) -> bool {
     off.checked_add(len)
@@ -54,6 +54,12 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
             get_u32(v, V_HPACK_LEN) as u64,
         ) {
             Some("HPACK block outside the blobs section")
+        } else if !within(
+            &blobs,
+            get_u64(v, V_QPACK_OFF),
+            get_u32(v, V_QPACK_LEN) as u64,
+        ) {
+            Some("QPACK field lines outside the blobs section")
         } else if span_count > 0
             && !within(
                 &blobs,
@@ -71,10 +77,15 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
             let hpack_len = get_u32(v, V_HPACK_LEN);
             let (hpack_repr, hpack_length) =
                 (get_u32(v, V_HPACK_REPR_AT), get_u32(v, V_HPACK_LENGTH_AT));
+            let qpack_len = get_u32(v, V_QPACK_LEN);
+            let (qpack_repr, qpack_length) =
+                (get_u16(v, V_QPACK_REPR_AT), get_u16(v, V_QPACK_LENGTH_AT));
             if repr > length || length > head_len || etag_end > head_len {
                 Some("header block offsets out of order")
             } else if hpack_repr > hpack_length || hpack_length > hpack_len {
                 Some("HPACK block offsets out of order")
+            } else if qpack_repr > qpack_length || u32::from(qpack_length) > qpack_len {
+                Some("QPACK field lines offsets out of order")
             } else {
                 None
             }
@@ -196,19 +207,22 @@ fn verify_provenance(pack: &Pack, bytes: &[u8]) -> Result<(), PackError> {
     Ok(())
 }
 
-/// Checks that the HPACK block of the variant record `v` (its offsets
-/// already checked) carries exactly the fields of its HTTP/1 block, in
-/// order, names lowercased, connection-specific fields left out, and that
-/// both blocks are cut at the same fields: each of the three parts (before
-/// `repr_at`, up to `length_at`, the rest) is decoded on its own and
-/// compared with the same part of the lines. A part cut inside a field
-/// fails to decode or to match.
+/// Checks that the HPACK block and the QPACK field lines of the variant
+/// record `v` (its offsets already checked) carry exactly the fields of its
+/// HTTP/1 block, in order, names lowercased, connection-specific fields
+/// left out, and that all three are cut at the same fields: each of the
+/// three parts (before `repr_at`, up to `length_at`, the rest) is decoded
+/// on its own and compared with the same part of the lines. A part cut
+/// inside a field fails to decode or to match.
 ///
-/// Each part is decoded by a fresh decoder whose dynamic table holds
+/// Each HPACK part is decoded by a fresh decoder whose dynamic table holds
 /// nothing (`SETTINGS_HEADER_TABLE_SIZE` 0), so a block that refers to the
 /// dynamic table or resizes it fails: what it means would depend on the
 /// connection. (A block could still insert an entry that nothing refers
 /// to; a client would only store it. kiln's encoder inserts nothing.)
+/// Each QPACK part is decoded as a field section of its own, after
+/// `qpack::FIELD_SECTION_PREFIX`, by kiln's decoder, which has no dynamic
+/// table at all.
 fn same_fields(v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
     let at = |off: usize, len: u32| {
         let start = get_u64(v, off) as usize;
@@ -216,6 +230,7 @@ fn same_fields(v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), Stri
     };
     let head = at(V_HEAD_OFF, get_u32(v, V_HEAD_LEN));
     let block = at(V_HPACK_OFF, get_u32(v, V_HPACK_LEN));
+    let qpack_lines = at(V_QPACK_OFF, get_u32(v, V_QPACK_LEN));
     let cut = |b: &[u8], repr: usize, length: usize| [0..repr, repr..length, length..b.len()];
     let lines = cut(
         head,
@@ -227,12 +242,26 @@ fn same_fields(v: &[u8], bytes: &[u8], scratch: &mut Vec<u8>) -> Result<(), Stri
         get_u32(v, V_HPACK_REPR_AT) as usize,
         get_u32(v, V_HPACK_LENGTH_AT) as usize,
     );
-    for (part, (lines, encoded)) in ["validators", "representation", "content-length"]
-        .iter()
-        .zip(lines.into_iter().zip(parts))
+    let qpack_parts = cut(
+        qpack_lines,
+        get_u16(v, V_QPACK_REPR_AT) as usize,
+        get_u16(v, V_QPACK_LENGTH_AT) as usize,
+    );
+    let mut section = Vec::new();
+    for (part, (lines, (encoded, qpack_encoded))) in
+        ["validators", "representation", "content-length"]
+            .iter()
+            .zip(lines.into_iter().zip(parts.into_iter().zip(qpack_parts)))
     {
+        let lines = &head[lines];
         let decoder = &mut hpack::Decoder::new(0);
-        if let Some(p) = decodes_to(decoder, &block[encoded], &head[lines], scratch) {
+        let problem = decodes_to(decoder, &block[encoded], lines, scratch).or_else(|| {
+            section.clear();
+            section.extend_from_slice(&qpack::FIELD_SECTION_PREFIX);
+            section.extend_from_slice(&qpack_lines[qpack_encoded]);
+            qpack_decodes_to(&section, lines, scratch)
+        });
+        if let Some(p) = problem {
             return Err(format!("{part} part: {p}"));
         }
     }
@@ -248,34 +277,69 @@ fn decodes_to(
     lines: &[u8],
     scratch: &mut Vec<u8>,
 ) -> Option<String> {
-    let mut expected =
-        hpack::fields(lines).filter(|(name, _)| !hpack::is_connection_specific(name));
+    let mut expected = expected_fields(lines);
     let decoded = decoder.decode(block, scratch, usize::MAX, |name, value| {
-        match expected.next() {
-            Some((n, v))
-                if v == value
-                    && n.len() == name.len()
-                    && n.iter()
-                        .zip(name)
-                        .all(|(n, m)| n.to_ascii_lowercase() == *m) =>
-            {
-                Ok(())
-            }
-            Some((n, _)) => Err(format!(
-                "HPACK field {} does not match the line {}",
-                String::from_utf8_lossy(name),
-                String::from_utf8_lossy(n)
-            )),
-            None => Err(format!(
-                "HPACK field {} has no line",
-                String::from_utf8_lossy(name)
-            )),
-        }
+        next_matches(&mut expected, "HPACK", name, value)
     });
+    outcome(decoded, expected, "HPACK block")
+}
+
+/// [`decodes_to`] for a QPACK field section.
+fn qpack_decodes_to(section: &[u8], lines: &[u8], scratch: &mut Vec<u8>) -> Option<String> {
+    let mut expected = expected_fields(lines);
+    let decoded = qpack::decode_field_section(section, scratch, usize::MAX, |name, value| {
+        next_matches(&mut expected, "QPACK", name, value)
+    });
+    outcome(decoded, expected, "QPACK field lines")
+}
+
+/// The fields of `lines` a prepared block must carry: in order,
+/// connection-specific fields left out.
+fn expected_fields(lines: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    hpack::fields(lines).filter(|(name, _)| !hpack::is_connection_specific(name))
+}
+
+/// Whether the field `name: value` a `codec` block decoded to is the next
+/// of `expected`, its name lowercased.
+fn next_matches<'a>(
+    expected: &mut impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    codec: &str,
+    name: &[u8],
+    value: &[u8],
+) -> Result<(), String> {
+    match expected.next() {
+        Some((n, v))
+            if v == value
+                && n.len() == name.len()
+                && n.iter()
+                    .zip(name)
+                    .all(|(n, m)| n.to_ascii_lowercase() == *m) =>
+        {
+            Ok(())
+        }
+        Some((n, _)) => Err(format!(
+            "{codec} field {} does not match the line {}",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(n)
+        )),
+        None => Err(format!(
+            "{codec} field {} has no line",
+            String::from_utf8_lossy(name)
+        )),
+    }
+}
+
+/// What is wrong, if anything, once `what` was decoded against `expected`
+/// with [`next_matches`]: its error, or a line it lacks.
+fn outcome<'a, C: std::fmt::Display>(
+    decoded: Result<(), hpack::DecodeError<String, C>>,
+    mut expected: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    what: &str,
+) -> Option<String> {
     match decoded {
         Ok(()) => expected.next().map(|(n, _)| {
             format!(
-                "line {} missing from the HPACK block",
+                "line {} missing from the {what}",
                 String::from_utf8_lossy(n)
             )
         }),

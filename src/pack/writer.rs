@@ -23,11 +23,12 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::format::*;
 use super::temp::PackTemp;
-use crate::hpack;
+use crate::{hpack, qpack};
 
 /// A prepared response header block, as the server sends it after its own
 /// status line, `Date` and `Connection` lines, in two encodings of the same
-/// fields: HTTP/1 lines and an HPACK block for HTTP/2.
+/// fields: HTTP/1 lines, an HPACK block for HTTP/2 and a QPACK section's
+/// field lines for HTTP/3.
 ///
 /// Lines are `Name: value\r\n`. Validators and caching lines come first,
 /// representation lines (`Content-Type`, `Content-Encoding`, ...) from
@@ -37,7 +38,9 @@ use crate::hpack;
 /// fields in the same order, cut at the same fields (`hpack_repr_at`,
 /// `hpack_length_at`), except the connection-specific ones
 /// (`hpack::CONNECTION_SPECIFIC`), which HTTP/2 forbids: `_headers` may set
-/// `Proxy-Connection`, which HTTP/1 then sends and HTTP/2 does not.
+/// `Proxy-Connection`, which HTTP/1 then sends and HTTP/2 does not. The
+/// QPACK lines are the same fields again, as HTTP/3 forbids the same ones
+/// (cut at `qpack_repr_at`, `qpack_length_at`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeadBlock {
     /// The HTTP/1 lines, sent as they are after the server's own lines.
@@ -58,9 +61,17 @@ pub struct HeadBlock {
     pub hpack_repr_at: u32,
     /// `length_at` in `hpack`: where the `content-length` field starts.
     pub hpack_length_at: u32,
+    /// The same fields as QPACK field lines (RFC 9204) without the dynamic
+    /// table, and without the section prefix, which goes before the
+    /// server's `:status`: any HTTP/3 connection sends them as they are.
+    pub qpack: Vec<u8>,
+    /// `repr_at` in `qpack`.
+    pub qpack_repr_at: u32,
+    /// `length_at` in `qpack`.
+    pub qpack_length_at: u32,
 }
 
-/// Composes a `HeadBlock` in the required order, both encodings at once.
+/// Composes a `HeadBlock` in the required order, every encoding at once.
 #[derive(Default)]
 pub struct HeadBlockBuilder {
     /// The block so far.
@@ -89,6 +100,7 @@ impl HeadBlockBuilder {
         b.extend_from_slice(b"\r\n");
         if !hpack::is_connection_specific(name.as_bytes()) {
             hpack::encode_field(name.as_bytes(), value.as_bytes(), &mut self.block.hpack);
+            qpack::encode_field(name.as_bytes(), value.as_bytes(), &mut self.block.qpack);
         }
         self
     }
@@ -98,6 +110,7 @@ impl HeadBlockBuilder {
     pub fn begin_representation(&mut self) -> &mut Self {
         self.block.repr_at = self.block.bytes.len() as u32;
         self.block.hpack_repr_at = self.block.hpack.len() as u32;
+        self.block.qpack_repr_at = self.block.qpack.len() as u32;
         self.in_representation = true;
         self
     }
@@ -109,6 +122,7 @@ impl HeadBlockBuilder {
         }
         self.block.length_at = self.block.bytes.len() as u32;
         self.block.hpack_length_at = self.block.hpack.len() as u32;
+        self.block.qpack_length_at = self.block.qpack.len() as u32;
         let value = content_length.to_string();
         self.line("Content-Length", &value);
         self.block
@@ -117,6 +131,16 @@ impl HeadBlockBuilder {
 
 /// A blob-relative offset and a length (or a count of records).
 type BlobRange = (u64, u32);
+
+/// Blob-relative offsets of a variant's three encodings of its fields.
+struct VariantBlobs {
+    /// The HTTP/1 lines.
+    head: u64,
+    /// The HPACK block.
+    hpack: u64,
+    /// The QPACK field lines.
+    qpack: u64,
+}
 
 /// Where a body landed in the pack, and its content hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,9 +286,9 @@ pub struct PackWriter {
     blob_index: HashMap<u64, (u64, u32)>,
     /// Variant records, their blob offsets still to be filled in.
     variants: Vec<[u8; VARIANT_LEN]>,
-    /// Blob-relative offsets of each variant's head and HPACK block, made
-    /// absolute at `finish`.
-    variant_blobs: Vec<(u64, u64)>,
+    /// Where each variant's blocks are in the blobs, made absolute at
+    /// `finish`.
+    variant_blobs: Vec<VariantBlobs>,
     routes: Vec<PendingRoute>,
     /// Key hash (`key_hash`) → route index, probed onward like
     /// `blob_index`: refuses a second route with the same kind and key.
@@ -476,6 +500,17 @@ impl PackWriter {
         for v in sorted {
             let head_blob = self.add_blob(&v.head.bytes);
             let hpack_blob = self.add_blob(&v.head.hpack);
+            let qpack_blob = self.add_blob(&v.head.qpack);
+            let (Ok(qpack_repr_at), Ok(qpack_length_at)) = (
+                u16::try_from(v.head.qpack_repr_at),
+                u16::try_from(v.head.qpack_length_at),
+            ) else {
+                return Err(io_err(format!(
+                    "a response's headers take {} bytes in QPACK before Content-Length, \
+                     more than the 65535 a pack records",
+                    v.head.qpack_length_at
+                )));
+            };
             let mut rec = [0u8; VARIANT_LEN];
             put_u64(&mut rec, V_BODY_OFF, v.body.off);
             put_u64(&mut rec, V_BODY_LEN, v.body.len);
@@ -489,8 +524,15 @@ impl PackWriter {
             put_u32(&mut rec, V_HPACK_LEN, v.head.hpack.len() as u32);
             put_u32(&mut rec, V_HPACK_REPR_AT, v.head.hpack_repr_at);
             put_u32(&mut rec, V_HPACK_LENGTH_AT, v.head.hpack_length_at);
+            put_u32(&mut rec, V_QPACK_LEN, v.head.qpack.len() as u32);
+            put_u16(&mut rec, V_QPACK_REPR_AT, qpack_repr_at);
+            put_u16(&mut rec, V_QPACK_LENGTH_AT, qpack_length_at);
             self.variants.push(rec);
-            self.variant_blobs.push((head_blob, hpack_blob));
+            self.variant_blobs.push(VariantBlobs {
+                head: head_blob,
+                hpack: hpack_blob,
+                qpack: qpack_blob,
+            });
         }
         Ok(VariantSet { first, encodings })
     }
@@ -592,10 +634,10 @@ impl PackWriter {
             .variants
             .iter()
             .zip(&self.variant_blobs)
-            .map(|(rec, &(head_blob, hpack_blob))| {
-                let head = &self.blobs[head_blob as usize..][..get_u32(rec, V_HEAD_LEN) as usize];
+            .map(|(rec, blobs)| {
+                let head = &self.blobs[blobs.head as usize..][..get_u32(rec, V_HEAD_LEN) as usize];
                 let block =
-                    &self.blobs[hpack_blob as usize..][..get_u32(rec, V_HPACK_LEN) as usize];
+                    &self.blobs[blobs.hpack as usize..][..get_u32(rec, V_HPACK_LEN) as usize];
                 (head, block)
             })
             .collect();
@@ -645,12 +687,13 @@ impl PackWriter {
         table[Section::Blobs as usize] = blobs_entry;
 
         let mut variants = Vec::with_capacity(self.variants.len() * VARIANT_LEN);
-        for ((rec, (head_blob, hpack_blob)), (spans_blob, span_count)) in
+        for ((rec, blobs), (spans_blob, span_count)) in
             self.variants.iter().zip(&self.variant_blobs).zip(spans)
         {
             let mut rec = *rec;
-            put_u64(&mut rec, V_HEAD_OFF, blobs_off + head_blob);
-            put_u64(&mut rec, V_HPACK_OFF, blobs_off + hpack_blob);
+            put_u64(&mut rec, V_HEAD_OFF, blobs_off + blobs.head);
+            put_u64(&mut rec, V_HPACK_OFF, blobs_off + blobs.hpack);
+            put_u64(&mut rec, V_QPACK_OFF, blobs_off + blobs.qpack);
             if span_count > 0 {
                 put_u64(&mut rec, V_SPANS_OFF, blobs_off + spans_blob);
                 put_u32(&mut rec, V_SPANS_COUNT, span_count);

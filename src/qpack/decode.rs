@@ -129,20 +129,24 @@ pub fn decode_field_section<E>(
             }
             LineKind::NameReference { static_table: true } => {
                 let (name, _) = static_entry(read_integer(section, &mut pos, 4)?)?;
+                let name = Name::Static(name);
                 literal(
                     section,
                     &mut pos,
-                    Some(name),
+                    name,
                     scratch,
                     &mut delivery,
                     &mut on_field,
                 )?;
             }
             LineKind::LiteralName => {
+                // The name's length has a 3-bit prefix after `001N`, its
+                // Huffman flag the bit above.
+                let name = Name::Literal(read_string(section, &mut pos, 3)?);
                 literal(
                     section,
                     &mut pos,
-                    None,
+                    name,
                     scratch,
                     &mut delivery,
                     &mut on_field,
@@ -160,40 +164,28 @@ pub fn decode_field_section<E>(
     delivery.finish()
 }
 
-/// Decodes the rest of a literal field line at `section[*pos]`: its name
-/// (a string with a 3-bit prefix) unless `static_name` has it, then its
-/// value (7-bit prefix). A field too long for what the section may still
-/// take is checked to its end and not handed out.
+/// Decodes the rest of a literal field line, its value at `section[*pos]`
+/// (a string with a 7-bit prefix), and hands the field out with `name`. A
+/// field too long for what the section may still take is checked to its
+/// end and not handed out.
 fn literal<E>(
     section: &[u8],
     pos: &mut usize,
-    static_name: Option<&'static [u8]>,
+    name: Name,
     scratch: &mut Vec<u8>,
     delivery: &mut Delivery<E, Error>,
     on_field: &mut impl FnMut(&[u8], &[u8]) -> Result<(), E>,
 ) -> Result<(), Error> {
-    let name_literal = match static_name {
-        // The name length's prefix is 3 bits after `001N`, and its Huffman
-        // flag the bit above: `read_string` reads that byte from `*pos`.
-        None => Some(read_string(section, pos, 3)?),
-        Some(_) => None,
-    };
-    let value_literal = read_string(section, pos, 7)?;
+    let value = read_string(section, pos, 7)?;
     scratch.clear();
     let cap = delivery.cap();
-    let name = match (static_name, &name_literal) {
-        (Some(bytes), _) => Some((Name::Static(bytes), bytes.len())),
-        (None, Some(literal)) => materialize(section, literal, scratch, cap)?
-            .map(|(span, len)| (Name::Decoded(span), len)),
-        (None, None) => None,
+    let name = match name {
+        Name::Static(bytes) => Some((NameAt::Static(bytes), bytes.len())),
+        Name::Literal(literal) => materialize(section, &literal, scratch, cap)?
+            .map(|(span, len)| (NameAt::Decoded(span), len)),
     };
     let name_len = name.as_ref().map_or(0, |(_, len)| *len);
-    let value = materialize(
-        section,
-        &value_literal,
-        scratch,
-        cap.saturating_sub(name_len),
-    )?;
+    let value = materialize(section, &value, scratch, cap.saturating_sub(name_len))?;
     // `None`: the field decodes to more than `cap`, so the section cannot
     // take it.
     let Some(((name, _), (value, _))) = name.zip(value) else {
@@ -201,39 +193,46 @@ fn literal<E>(
         return Ok(());
     };
     let name = match name {
-        Name::Static(bytes) => bytes,
-        Name::Decoded(span) => span.resolve(section, scratch),
+        NameAt::Static(bytes) => bytes,
+        NameAt::Decoded(span) => span.resolve(section, scratch),
     };
     delivery.hand_out(name, value.resolve(section, scratch), on_field);
     Ok(())
 }
 
-/// Where a literal field line's name is.
+/// A literal field line's name as it stands in the section.
 enum Name {
     /// A static table entry's name.
     Static(&'static [u8]),
-    /// A string literal in the section, or decoded into the scratch.
+    /// A string literal, not decoded yet.
+    Literal(Literal),
+}
+
+/// Where a literal field line's name is once decoded.
+enum NameAt {
+    /// A static table entry's name.
+    Static(&'static [u8]),
+    /// In the section, or Huffman-decoded into the scratch.
     Decoded(StringSpan),
 }
 
-/// The length of the first field line of `section` (after its prefix) if
-/// it is a literal (the form [`super::encode_field`] writes for a field the
-/// static table does not hold whole), else `None`: lets a prepared section
-/// go out without its first field, as a redirect does whose `location` is
-/// written again with the request's query. Returns the offset where the
-/// second field line starts; reads no more than the first; allocates
-/// nothing.
-pub fn first_literal_len(section: &[u8]) -> Option<usize> {
-    let mut pos = read_prefix(section).ok()?;
-    match line_kind(*section.get(pos)?) {
+/// The length of the first of field `lines` (as a pack stores them,
+/// without the section prefix) if it is a literal (the form
+/// [`super::encode_field`] writes for a field the static table does not
+/// hold whole), else `None`: lets prepared lines go out without their
+/// first field, as a redirect does whose `location` is written again with
+/// the request's query. Reads no more than that field; allocates nothing.
+pub fn first_literal_len(lines: &[u8]) -> Option<usize> {
+    let mut pos = 0;
+    match line_kind(*lines.first()?) {
         LineKind::NameReference { static_table: true } => {
-            static_entry(read_integer(section, &mut pos, 4).ok()?).ok()?;
+            static_entry(read_integer(lines, &mut pos, 4).ok()?).ok()?;
         }
         LineKind::LiteralName => {
-            read_string(section, &mut pos, 3).ok()?;
+            read_string(lines, &mut pos, 3).ok()?;
         }
         _ => return None,
     }
-    read_string(section, &mut pos, 7).ok()?;
+    read_string(lines, &mut pos, 7).ok()?;
     Some(pos)
 }

@@ -93,15 +93,6 @@ pub fn encoded_field_len(name: &[u8], value: &[u8]) -> usize {
     }
 }
 
-/// The static index of the whole field `name: value` (`name` in any
-/// case), if the static table has it.
-pub fn static_index(name: &[u8], value: &[u8]) -> Option<usize> {
-    match representation(name, value) {
-        Representation::Indexed(index) => Some(index),
-        _ => None,
-    }
-}
-
 /// The static index of `:status: code`, for the fourteen codes the static
 /// table has.
 fn status_index(code: u16) -> Option<u8> {

@@ -35,7 +35,7 @@ use crate::hpack;
 pub use decode::{decode_field_section, first_literal_len};
 pub use encode::{
     FIELD_SECTION_PREFIX, encode_field, encode_lines, encode_status, encoded_field_len,
-    encoded_status_len, static_index,
+    encoded_status_len,
 };
 
 /// The HTTP/3 error code of every [`Error`] (RFC 9204 §6): the decoder
