@@ -820,8 +820,8 @@ fn check_trailers(section: &[u8], scratch: &mut Scratch) -> Result<(), StreamFau
 }
 
 /// The response's field section: `:status`, `server`, the server's own
-/// fields (`alt-svc` among them), `date`, the prepared fields, and those
-/// of this response.
+/// fields (`alt-svc` among them), `date`, the pack's prepared field lines,
+/// and those of this response.
 fn encode_response(
     resp: &Response<'_>,
     out: &mut Vec<u8>,
@@ -833,8 +833,14 @@ fn encode_response(
     qpack::encode_status(resp.status, out);
     qpack::encode_field(b"server", b"kiln", out);
     let server = server_headers.lines(server_headers.key(resp.overrides));
-    for lines in [server, date.line(), resp.head] {
+    for lines in [server, date.line()] {
         qpack::encode_lines(lines, out);
+    }
+    // The pack's prepared field lines, copied; a built-in response's
+    // few lines encoded now.
+    match resp.qpack {
+        Some(prepared) => out.extend_from_slice(prepared),
+        None => qpack::encode_lines(resp.head, out),
     }
     let mut digits = itoa::Buffer::new();
     let mut range = [0u8; 80];
