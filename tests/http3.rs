@@ -393,3 +393,49 @@ fn shutdown_sends_goaway_then_closes_without_error() {
         assert!(status.is_some_and(|s| s.success()), "{backend}: {status:?}");
     }
 }
+
+/// `--max-connections` counts QUIC connections with TCP ones: with one
+/// HTTP/3 connection open and a budget of 1, a second QUIC connection is
+/// refused (and counted).
+#[test]
+fn quic_connections_take_from_the_connection_budget() {
+    if !have_aioquic() {
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let pack = example_pack(dir.path());
+    for backend in BACKENDS {
+        let server = Server::start(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--max-connections",
+            "1",
+            "--io",
+            backend,
+            "--metrics",
+            "127.0.0.1:0",
+        ]);
+        let port = server.tls_port.unwrap();
+        let mut holder = Command::new("python3")
+            .arg("tests/http3/h3client.py")
+            .arg(port.to_string())
+            .arg("hold")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
+        let ready: serde_json::Value =
+            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(ready["status"], 200, "{ready}");
+        let second = &h3client(port, &["cases", "second_settings"])[0];
+        assert!(second.get("failed").is_some(), "{backend}: {second}");
+        let metrics = server.metrics();
+        assert_eq!(sample(&metrics, "kiln_quic_refused_total"), 1, "{metrics}");
+        assert_eq!(sample(&metrics, "kiln_quic_connections_open"), 1);
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+}
