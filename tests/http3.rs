@@ -29,10 +29,15 @@ fn example_pack(dir: &std::path::Path) -> PathBuf {
 const BACKENDS: [&str; 2] = ["epoll", "uring"];
 
 /// A server on the example site with a cleartext and a TLS listener (the
-/// TLS port's UDP twin serves HTTP/3) on `backend`.
+/// TLS port's UDP twin serves HTTP/3) on `backend`, with metrics.
 fn start(dir: &std::path::Path, backend: &str) -> Server {
+    start_with(dir, backend, &[])
+}
+
+/// `start` with `extra` flags.
+fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
     let pack = example_pack(dir);
-    let server = Server::start(&[
+    let mut args = vec![
         pack.to_str().unwrap(),
         "--listen-tls",
         "127.0.0.1:0",
@@ -41,9 +46,32 @@ fn start(dir: &std::path::Path, backend: &str) -> Server {
         backend,
         "--metrics",
         "127.0.0.1:0",
-    ]);
+    ];
+    args.extend(extra);
+    let server = Server::start(&args);
     assert!(server.tls_port.is_some(), "{}", server.startup);
     server
+}
+
+/// Starts `h3client.py PORT hold` and waits for its GET's answer.
+fn hold(
+    port: u16,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut client = Command::new("python3")
+        .arg("tests/http3/h3client.py")
+        .arg(port.to_string())
+        .arg("hold")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    let ready: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(ready["status"], 200, "{ready}");
+    (client, lines)
 }
 
 /// The value of the sample `name` (with its labels) in `/metrics`.
@@ -367,21 +395,10 @@ fn shutdown_sends_goaway_then_closes_without_error() {
     if !have_aioquic() {
         return;
     }
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     for backend in BACKENDS {
         let mut server = start(dir.path(), backend);
-        let mut client = Command::new("python3")
-            .arg("tests/http3/h3client.py")
-            .arg(server.tls_port.unwrap().to_string())
-            .arg("hold")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
-        let ready: serde_json::Value =
-            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        assert_eq!(ready["status"], 200, "{ready}");
+        let (mut client, mut lines) = hold(server.tls_port.unwrap());
         server.signal(libc::SIGTERM);
         let end: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
         assert!(client.wait().unwrap().success());
@@ -402,34 +419,11 @@ fn quic_connections_take_from_the_connection_budget() {
     if !have_aioquic() {
         return;
     }
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let pack = example_pack(dir.path());
     for backend in BACKENDS {
-        let server = Server::start(&[
-            pack.to_str().unwrap(),
-            "--listen-tls",
-            "127.0.0.1:0",
-            "--tls-self-signed",
-            "--max-connections",
-            "1",
-            "--io",
-            backend,
-            "--metrics",
-            "127.0.0.1:0",
-        ]);
+        let server = start_with(dir.path(), backend, &["--max-connections", "1"]);
         let port = server.tls_port.unwrap();
-        let mut holder = Command::new("python3")
-            .arg("tests/http3/h3client.py")
-            .arg(port.to_string())
-            .arg("hold")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
-        let ready: serde_json::Value =
-            serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        assert_eq!(ready["status"], 200, "{ready}");
+        let (mut holder, _lines) = hold(port);
         let second = &h3client(port, &["cases", "second_settings"])[0];
         assert!(second.get("failed").is_some(), "{backend}: {second}");
         let metrics = server.metrics();
@@ -437,5 +431,30 @@ fn quic_connections_take_from_the_connection_budget() {
         assert_eq!(sample(&metrics, "kiln_quic_connections_open"), 1);
         let _ = holder.kill();
         let _ = holder.wait();
+    }
+}
+
+/// An HTTP/3 connection left idle is closed at `--keepalive-timeout`
+/// (QUIC's idle timeout): the server's count of open QUIC connections
+/// falls back to 0 while the client still holds it.
+#[test]
+fn an_idle_quic_connection_ends_at_the_keepalive_timeout() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start_with(dir.path(), backend, &["--keepalive-timeout", "1"]);
+        let (mut client, _lines) = hold(server.tls_port.unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend}: still open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = client.kill();
+        let _ = client.wait();
     }
 }
