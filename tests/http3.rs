@@ -458,3 +458,44 @@ fn an_idle_quic_connection_ends_at_the_keepalive_timeout() {
         let _ = client.wait();
     }
 }
+
+/// Many requests at once on one connection, for a body far beyond QUIC's
+/// initial flow-control windows: every response whole, byte for byte,
+/// sent as the windows open.
+#[test]
+fn concurrent_large_responses_arrive_whole() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = common::sample_pack(dir.path());
+    let want = {
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &common::big_body());
+        digest
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    for backend in BACKENDS {
+        let server = Server::start(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--io",
+            backend,
+        ]);
+        let result = &h3client(server.tls_port.unwrap(), &["many", "16", "/big.bin"])[0];
+        let responses = result["responses"].as_array().unwrap();
+        assert_eq!(responses.len(), 16);
+        for r in responses {
+            assert_eq!(r[0], 200, "{backend}: {r}");
+            assert_eq!(
+                r[1].as_str(),
+                Some(want.as_str()),
+                "{backend}: a body differs"
+            );
+        }
+    }
+}

@@ -7,6 +7,9 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       error code, or the response status)
   h3client.py PORT get PATH [--method M] [--header 'name: value']...
                                       one JSON line: status, fields, body
+  h3client.py PORT many N PATH        N GETs of PATH at once on one
+                                      connection: one JSON line with each
+                                      status and the SHA-256 of each body
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -338,6 +341,20 @@ async def hold(port):
     return await session(port, go)
 
 
+async def many(port, n, path):
+    async def go(c):
+        control(c)
+        sids = [get(c, fields("GET", path)) for _ in range(n)]
+        await c.until(lambda: all(s in c.ended for s in sids), timeout=20.0)
+        import hashlib
+        out = []
+        for s in sids:
+            status, _, body = c.response(s) if s in c.ended else (None, [], b"")
+            out.append([status, hashlib.sha256(body).hexdigest()])
+        return {"responses": out}
+    return await session(port, go)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -349,8 +366,13 @@ def main():
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
     sub.add_parser("hold")
+    pm = sub.add_parser("many")
+    pm.add_argument("n", type=int)
+    pm.add_argument("path")
     a = p.parse_args()
-    if a.cmd == "hold":
+    if a.cmd == "many":
+        print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
+    elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
     elif a.cmd == "cases":
         for name in a.names:

@@ -477,8 +477,17 @@ impl http3::Streams for QuicStreams<'_> {
     }
 
     fn write(&mut self, id: u64, chunks: &mut [Bytes]) {
-        // A stream the peer stopped or reset: the `Stopped` event follows.
-        let _ = self.quic.send_stream(stream_id(id)).write_chunks(chunks);
+        // Until done or refused: quinn asks for `Writable` only for a
+        // stream whose write was refused (Blocked), so a write that took
+        // only part is tried again, which then is. An error on a stream
+        // the peer stopped or reset: the `Stopped` event follows.
+        let mut stream = self.quic.send_stream(stream_id(id));
+        while chunks.iter().any(|c| !c.is_empty()) {
+            match stream.write_chunks(chunks) {
+                Ok(written) if written.bytes > 0 => {}
+                Ok(_) | Err(_) => break,
+            }
+        }
     }
 
     fn finish(&mut self, id: u64) {
