@@ -134,9 +134,9 @@ pub mod seccomp {
         SYS_io_uring_register, SYS_ioctl, SYS_lseek, SYS_lstat, SYS_madvise, SYS_memfd_create,
         SYS_mlock, SYS_mmap, SYS_mprotect, SYS_mremap, SYS_munmap, SYS_newfstatat, SYS_open,
         SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_pwrite64, SYS_read, SYS_readlink,
-        SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_sched_getaffinity,
-        SYS_sched_yield, SYS_sendfile, SYS_set_robust_list, SYS_shutdown, SYS_sigaltstack,
-        SYS_stat, SYS_statx, SYS_write, SYS_writev,
+        SYS_recvmmsg, SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask,
+        SYS_sched_getaffinity, SYS_sched_yield, SYS_sendfile, SYS_sendmmsg, SYS_set_robust_list,
+        SYS_shutdown, SYS_sigaltstack, SYS_stat, SYS_statx, SYS_write, SYS_writev,
     };
 }
 
@@ -369,4 +369,298 @@ pub fn clock_gettime(clock: Clock) -> (i64, i64) {
     // on Linux, so the call cannot fail.
     unsafe { libc::clock_gettime(id, &mut ts) };
     (ts.tv_sec, ts.tv_nsec)
+}
+
+/// `UDP_SEGMENT` and `UDP_GRO` (linux/udp.h): not in the libc crate for
+/// glibc targets.
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// The most datagrams one `recvmmsg` or `sendmmsg` call takes here.
+pub const DATAGRAM_BATCH: usize = 16;
+
+/// One datagram `recv_datagrams` received: `len` bytes at the start of its
+/// slot, coalesced by GRO into `segment`-byte datagrams (the last one
+/// shorter) when the kernel did so.
+#[derive(Clone, Copy, Debug)]
+pub struct ReceivedDatagram {
+    pub len: usize,
+    pub peer: std::net::SocketAddr,
+    pub segment: Option<usize>,
+}
+
+/// Turns UDP generic receive offload on: the kernel hands several
+/// datagrams of one flow over in one slot (`ReceivedDatagram::segment`).
+/// An error means the kernel lacks it, which only costs batching.
+pub fn enable_udp_gro(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    set_int_option(socket, libc::SOL_UDP, UDP_GRO, on)
+}
+
+fn set_int_option(
+    socket: std::os::fd::BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `value` is a valid c_int for the call, its size given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Attaches a classic BPF program to `socket`'s `SO_REUSEPORT` group that
+/// picks the group's `dcid_first_byte % sockets`-th socket for each
+/// datagram: the first byte of a QUIC packet's destination connection ID
+/// (offset 6 in a long header, 1 in a short one). A datagram too short to
+/// read returns 0, the first socket.
+pub fn steer_reuseport_by_first_cid_byte(
+    socket: std::os::fd::BorrowedFd<'_>,
+    sockets: u32,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const LD_B_ABS: u16 = 0x30;
+    const JSET_K: u16 = 0x45;
+    const JA: u16 = 0x05;
+    const MOD_K: u16 = 0x94;
+    const RET_A: u16 = 0x16;
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut program = [
+        op(LD_B_ABS, 0, 0, 0),
+        // Long header (first bit set): on to the next; short: skip 2.
+        op(JSET_K, 0, 2, 0x80),
+        op(LD_B_ABS, 0, 0, 6),
+        op(JA, 0, 0, 1),
+        op(LD_B_ABS, 0, 0, 1),
+        op(MOD_K, 0, 0, sockets.max(1)),
+        op(RET_A, 0, 0, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `program`, alive for the call; the kernel
+    // copies it.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The C address of `addr`.
+fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    let sa = socket2::SockAddr::from(addr);
+    // SAFETY: sockaddr_storage is plain data, zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = sa.len() as usize;
+    // SAFETY: `sa` holds `len` bytes of address, at most a storage's size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            sa.as_ptr().cast::<u8>(),
+            (&raw mut storage).cast::<u8>(),
+            len,
+        )
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// The address the kernel wrote into `storage`.
+fn socket_addr_of(
+    storage: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<std::net::SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family and length say it is a sockaddr_in.
+            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some((ip, u16::from_be(a.sin_port)).into())
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family and length say it is a sockaddr_in6.
+            let a = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(
+                std::net::SocketAddrV6::new(ip, u16::from_be(a.sin6_port), 0, a.sin6_scope_id)
+                    .into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// Room for one `UDP_SEGMENT`/`UDP_GRO` control message (a u16 or an int).
+const CMSG_ROOM: usize = 32;
+
+/// Control-message buffers, aligned as `cmsghdr` needs.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct CmsgBuf([u8; CMSG_ROOM]);
+
+/// Receives up to `DATAGRAM_BATCH` datagrams with one `recvmmsg`, the
+/// i-th into `slots[i*slot..(i+1)*slot]`, described in `out`. Returns how
+/// many arrived (0 when none: `EAGAIN`); a datagram whose sender has no
+/// IP address is skipped (len 0).
+pub fn recv_datagrams(
+    socket: std::os::fd::BorrowedFd<'_>,
+    slots: &mut [u8],
+    slot: usize,
+    out: &mut [ReceivedDatagram; DATAGRAM_BATCH],
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let count = (slots.len() / slot).min(DATAGRAM_BATCH);
+    // SAFETY (zeroed): plain C structures, all-zero is valid.
+    let mut names: [libc::sockaddr_storage; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    let mut iovs: [libc::iovec; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    let mut cmsgs = [CmsgBuf([0; CMSG_ROOM]); DATAGRAM_BATCH];
+    let mut msgs: [libc::mmsghdr; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    let base = slots.as_mut_ptr();
+    for i in 0..count {
+        iovs[i] = libc::iovec {
+            // SAFETY: slot i lies inside `slots`.
+            iov_base: unsafe { base.add(i * slot) }.cast(),
+            iov_len: slot,
+        };
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_name = (&raw mut names[i]).cast();
+        hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = &raw mut iovs[i];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+        hdr.msg_controllen = CMSG_ROOM;
+    }
+    // SAFETY: every pointer in `msgs` points at the arrays above or into
+    // `slots`, alive and writable for the call, with their lengths.
+    let n = unsafe {
+        libc::recvmmsg(
+            socket.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        return match err.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(err),
+        };
+    }
+    let n = n as usize;
+    for i in 0..n {
+        let hdr = &msgs[i].msg_hdr;
+        let peer = socket_addr_of(&names[i], hdr.msg_namelen);
+        let mut segment = None;
+        // SAFETY: the kernel filled the control buffer up to
+        // msg_controllen; the CMSG macros stay inside it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                }
+                c = libc::CMSG_NXTHDR(hdr, c);
+            }
+        }
+        out[i] = match peer {
+            Some(peer) => ReceivedDatagram {
+                len: msgs[i].msg_len as usize,
+                peer,
+                segment,
+            },
+            None => ReceivedDatagram {
+                len: 0,
+                peer: (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                segment: None,
+            },
+        };
+    }
+    Ok(n)
+}
+
+/// One datagram (or, with `segment`, a GSO train of them) to send.
+#[derive(Clone, Copy, Debug)]
+pub struct OutgoingDatagram<'a> {
+    pub to: std::net::SocketAddr,
+    pub bytes: &'a [u8],
+    /// Cut `bytes` into datagrams of this size (UDP GSO).
+    pub segment: Option<u16>,
+}
+
+/// Sends up to `DATAGRAM_BATCH` of `batch` with one `sendmmsg`; returns
+/// how many the kernel took (it stops at the first that fails, whose
+/// error is returned only when none was sent).
+pub fn send_datagrams(
+    socket: std::os::fd::BorrowedFd<'_>,
+    batch: &[OutgoingDatagram<'_>],
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let count = batch.len().min(DATAGRAM_BATCH);
+    if count == 0 {
+        return Ok(0);
+    }
+    // SAFETY (zeroed): plain C structures, all-zero is valid.
+    let mut names: [libc::sockaddr_storage; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    let mut iovs: [libc::iovec; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    let mut cmsgs = [CmsgBuf([0; CMSG_ROOM]); DATAGRAM_BATCH];
+    let mut msgs: [libc::mmsghdr; DATAGRAM_BATCH] = unsafe { std::mem::zeroed() };
+    for (i, d) in batch[..count].iter().enumerate() {
+        let (name, len) = sockaddr_of(d.to);
+        names[i] = name;
+        iovs[i] = iovec(d.bytes);
+        let hdr = &mut msgs[i].msg_hdr;
+        hdr.msg_name = (&raw mut names[i]).cast();
+        hdr.msg_namelen = len;
+        hdr.msg_iov = &raw mut iovs[i];
+        hdr.msg_iovlen = 1;
+        if let Some(segment) = d.segment.filter(|&s| (s as usize) < d.bytes.len()) {
+            hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            // SAFETY: the control buffer holds one cmsg of a u16 (checked
+            // by CMSG_SPACE against CMSG_ROOM at compile time below).
+            unsafe {
+                hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                let c = libc::CMSG_FIRSTHDR(hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+            }
+        }
+    }
+    // SAFETY: every pointer in `msgs` points at the arrays above or at
+    // the caller's bytes, alive for the call, with their lengths.
+    let n = unsafe {
+        libc::sendmmsg(
+            socket.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }

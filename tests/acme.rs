@@ -246,40 +246,6 @@ fn every_site_gets_a_certificate_by_either_challenge_and_is_served_over_https() 
     }
 }
 
-/// Base64 (RFC 4648, padded) of `bytes`: how Chromium writes SPKI hashes.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
-/// The base64 SHA-256 of the public key of every certificate of a PEM
-/// file: what `--ignore-certificate-errors-spki-list` takes.
-fn spki_hashes(path: &Path) -> Vec<String> {
-    CertificateDer::pem_file_iter(path)
-        .unwrap()
-        .map(|der| {
-            let der = der.unwrap();
-            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
-            let spki = cert.tbs_certificate.subject_pki.raw;
-            base64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki).as_ref())
-        })
-        .collect()
-}
-
 /// Headless Chromium loads the first site's page over HTTPS with its
 /// certificate checks on, the CA trusted only through the SPKI hashes of
 /// its root and of the chain the server sends (Chromium stores nothing for
@@ -290,8 +256,8 @@ fn chromium_loads_a_site(run: &Run, root: &Path) {
         return;
     };
     let name = NAMES[0];
-    let mut hashes = spki_hashes(root);
-    hashes.extend(spki_hashes(
+    let mut hashes = common::browser::spki_hashes(root);
+    hashes.extend(common::browser::spki_hashes(
         &run.state.join("certs").join(format!("{name}.crt")),
     ));
     let args = format!(

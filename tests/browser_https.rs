@@ -3,7 +3,9 @@
 //! site from `kiln serve` over HTTPS with a self-signed certificate, and
 //! every resource a page loads must arrive, with status 200, over HTTP/2
 //! (ALPN `h2`, what Chromium picks) on TLS; then again with Chromium's
-//! HTTP/2 turned off, over HTTP/1.1.
+//! HTTP/2 turned off, over HTTP/1.1; then over HTTP/3, QUIC forced on for
+//! the server's origin and its certificate trusted by its SPKI hash (as
+//! Chromium does for QUIC, which `ignoreHTTPSErrors` does not cover).
 //!
 //! Skipped (it passes, saying why on stderr) when this machine has no
 //! Chromium, no Node or no `tests/browser/node_modules`; `./test` installs
@@ -71,7 +73,10 @@ fn page_problems(load: &Value, reload: bool, protocol: &str) -> Vec<String> {
         if !ok(status, r["type"] == "document") {
             complain(format!("{} {} answered {status}", r["type"], r["url"]));
         }
-        if !r["tls"].as_str().is_some_and(|t| t.starts_with("TLS")) {
+        // Over HTTP/3 the security details name QUIC (whose handshake is
+        // TLS 1.3's).
+        let secure = |t: &str| t.starts_with("TLS") || (protocol == "h3" && t == "QUIC");
+        if !r["tls"].as_str().is_some_and(secure) {
             complain(format!("{} arrived without TLS ({})", r["url"], r["tls"]));
         }
     }
@@ -121,6 +126,8 @@ fn chromium_loads_every_page_of_the_example_site_over_https() {
         return;
     };
 
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
     let server = Server::start(&[
         SITE,
         "--threads",
@@ -128,22 +135,27 @@ fn chromium_loads_every_page_of_the_example_site_over_https() {
         "--listen-tls",
         "127.0.0.1:0",
         "--tls-self-signed",
+        "--tls-self-signed-out",
+        cert.to_str().unwrap(),
     ]);
     let port = server.tls_port.expect("a TLS port in the start-up line");
+    let quic = format!(
+        "--origin-to-force-quic-on=127.0.0.1:{port}\n--ignore-certificate-errors-spki-list={}",
+        browser::spki_hashes(&cert).join(",")
+    );
     let base = format!("https://127.0.0.1:{port}/");
     let pages = html_pages(Path::new(SITE));
     assert!(pages.len() >= 6, "the example site's pages: {pages:?}");
 
-    // Chromium's own choice (h2 by ALPN), then HTTP/1.1 with HTTP/2 off.
-    for (protocol, chromium_args) in [("h2", ""), ("http/1.1", "--disable-http2")] {
-        let report = run_browser(
-            &node,
-            &chromium,
-            chromium_args,
-            Certificates::Ignored,
-            &base,
-            &pages,
-        );
+    // Chromium's own choice (h2 by ALPN), then HTTP/1.1 with HTTP/2 off,
+    // then HTTP/3.
+    let runs = [
+        ("h2", "", Certificates::Ignored),
+        ("http/1.1", "--disable-http2", Certificates::Ignored),
+        ("h3", quic.as_str(), Certificates::Verified),
+    ];
+    for (protocol, chromium_args, certificates) in runs {
+        let report = run_browser(&node, &chromium, chromium_args, certificates, &base, &pages);
         check_report(&report, &pages, protocol, &server);
     }
 }

@@ -1,6 +1,8 @@
 //! ARCHITECTURE.md's layer rule, enforced: `net/` imports no protocol or
-//! handler type, HTTP/1 does not know whether TLS is on, HTTP/2 does not
-//! borrow from HTTP/1, the handler does not know the protocol. Reads the
+//! handler type, HTTP/1 does not know whether TLS is on, HTTP/2 and
+//! HTTP/3 borrow from no other HTTP version (nor HTTP/3 from QUIC, which
+//! it reaches through its `Streams` trait), the handler does not know
+//! the protocol. Reads the
 //! source of each layer and fails on any path into a layer it must not
 //! know (`use` lines, grouped or not, and paths written in place). And
 //! the one system-call layer: `libc` is named in `src/sys.rs` alone
@@ -16,15 +18,22 @@ const RULES: &[(&str, &[&str])] = &[
         &[
             "http1",
             "http2",
+            "http3",
+            "quic",
             "handler",
             "stack",
             "tls",
             "request_context",
         ],
     ),
-    ("http1", &["http2", "tls", "stack"]),
-    ("http2", &["http1", "tls", "stack"]),
-    ("handler", &["http1", "http2", "tls", "stack", "net"]),
+    ("http1", &["http2", "http3", "quic", "tls", "stack"]),
+    ("http2", &["http1", "http3", "quic", "tls", "stack"]),
+    ("http3", &["http1", "http2", "quic", "tls", "stack"]),
+    ("quic", &["http1", "http2", "handler", "tls", "stack"]),
+    (
+        "handler",
+        &["http1", "http2", "http3", "quic", "tls", "stack", "net"],
+    ),
 ];
 
 /// The module path of a source file below `src/` (`serve/net/mod.rs` is

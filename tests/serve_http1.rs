@@ -341,9 +341,12 @@ fn dummy_mode_and_flags() {
     let r = server.raw("GET /anything HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     assert_eq!(
         mask_date(&r),
-        "HTTP/1.1 200 OK\r\nServer: kiln\r\nDate: <date>\r\nConnection: close\r\n\
-Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n\
-Content-Type: text/plain; charset=utf-8\r\nContent-Length: 12\r\n\r\nHello World!"
+        format!(
+            "HTTP/1.1 200 OK\r\nServer: kiln\r\nDate: <date>\r\nConnection: close\r\n\
+Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n{}\
+Content-Type: text/plain; charset=utf-8\r\nContent-Length: 12\r\n\r\nHello World!",
+            common::alt_svc_line()
+        )
     );
     assert!(server.startup.contains("dummy"), "{}", server.startup);
 }

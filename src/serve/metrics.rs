@@ -49,6 +49,7 @@ impl Counter {
 pub enum Protocol {
     Http1 = 0,
     Http2 = 1,
+    Http3 = 2,
 }
 
 /// The scheme of the connection a response went out on, as the session
@@ -61,7 +62,11 @@ pub enum Scheme {
 
 const SCHEMES: [(Scheme, &str); 2] = [(Scheme::Http, "http"), (Scheme::Https, "https")];
 
-const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protocol::Http2, "h2")];
+const PROTOCOLS: [(Protocol, &str); 3] = [
+    (Protocol::Http1, "http/1.1"),
+    (Protocol::Http2, "h2"),
+    (Protocol::Http3, "h3"),
+];
 
 /// What one thread counted for one site. Aligned so that two threads'
 /// blocks never share a cache line.
@@ -70,7 +75,7 @@ const PROTOCOLS: [(Protocol, &str); 2] = [(Protocol::Http1, "http/1.1"), (Protoc
 pub struct SiteCounters {
     /// Responses by protocol, scheme and status class
     /// (1xx … 5xx).
-    responses: [[[Counter; 5]; 2]; 2],
+    responses: [[[Counter; 5]; 2]; 3],
     /// 304 Not Modified.
     not_modified: Counter,
     /// 206 Partial Content.
@@ -167,6 +172,15 @@ pub struct LoopCounters {
     timeouts: [Counter; 3],
     pub tls_handshakes: Counter,
     pub tls_handshake_failures: Counter,
+    /// QUIC (HTTP/3): connections accepted and ended, handshakes done,
+    /// Retry packets sent, connections refused at the budget, packets
+    /// the connections that ended had lost.
+    pub quic_accepted: Counter,
+    pub quic_closed: Counter,
+    pub quic_handshakes: Counter,
+    pub quic_retries: Counter,
+    pub quic_refused: Counter,
+    pub quic_lost_packets: Counter,
 }
 
 impl LoopCounters {
@@ -425,6 +439,50 @@ impl Metrics {
                 "kiln_timeouts_total{{kind=\"{name}\"}} {}",
                 loops(&|l| l.timeouts[kind as usize].get())
             );
+        }
+        let quic_accepted = loops(&|l| l.quic_accepted.get());
+        let quic_closed = loops(&|l| l.quic_closed.get());
+        let quic: [(&str, &str, &str, u64); 6] = [
+            (
+                "kiln_quic_connections_total",
+                "counter",
+                "QUIC connections accepted (HTTP/3).",
+                quic_accepted,
+            ),
+            (
+                "kiln_quic_connections_open",
+                "gauge",
+                "QUIC connections open now.",
+                quic_accepted.saturating_sub(quic_closed),
+            ),
+            (
+                "kiln_quic_handshakes_total",
+                "counter",
+                "QUIC handshakes completed.",
+                loops(&|l| l.quic_handshakes.get()),
+            ),
+            (
+                "kiln_quic_retries_total",
+                "counter",
+                "QUIC Retry packets sent (address validation under load).",
+                loops(&|l| l.quic_retries.get()),
+            ),
+            (
+                "kiln_quic_refused_total",
+                "counter",
+                "QUIC connections refused at --max-connections or while draining.",
+                loops(&|l| l.quic_refused.get()),
+            ),
+            (
+                "kiln_quic_lost_packets_total",
+                "counter",
+                "Packets QUIC connections lost (counted when each ends).",
+                loops(&|l| l.quic_lost_packets.get()),
+            ),
+        ];
+        for (name, kind, help, value) in quic {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
         }
         header(
             &mut out,

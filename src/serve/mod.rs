@@ -16,13 +16,16 @@ pub mod date;
 pub mod handler;
 pub mod http1;
 pub mod http2;
+pub mod http3;
 pub mod inotify;
 pub mod listen;
 pub mod load;
 pub mod metrics;
 pub mod net;
 pub mod output;
+pub mod quic;
 pub mod request_context;
+pub mod request_fields;
 pub mod sandbox;
 pub mod server_headers;
 pub mod stack;
@@ -31,7 +34,7 @@ pub mod tls;
 pub mod watch;
 
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -209,6 +212,18 @@ pub struct ServeArgs {
     /// Do not add the default security headers.
     #[arg(long, env = "KILN_NO_SECURITY_HEADERS")]
     pub no_security_headers: bool,
+    /// Do not serve HTTP/3 (QUIC on UDP, on the --listen-tls ports).
+    #[arg(long, env = "KILN_NO_HTTP3")]
+    pub no_http3: bool,
+    /// How long clients may remember that HTTP/3 is offered (the max-age
+    /// of `Alt-Svc: h3=":PORT"`), in seconds.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 86_400,
+        env = "KILN_ALT_SVC_MAX_AGE"
+    )]
+    pub alt_svc_max_age: u64,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
     /// terminates TLS).
@@ -390,6 +405,66 @@ fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Lis
                 let l = net::bind(local).with_context(|| format!("cannot listen on {local}"))?;
                 listeners.push((l, *tag));
             }
+        }
+    }
+    Ok(per_thread)
+}
+
+/// HTTP/3's sockets and settings, unless `--no-http3` or no listener
+/// speaks TLS: once the TCP ports are known, before the sandbox.
+fn quic_sockets(
+    args: &ServeArgs,
+    listeners: &[Listeners],
+    threads: usize,
+    loop_config: &LoopConfig,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<Http3>> {
+    let has_tls = listeners[0].iter().any(|(_, tag)| *tag == stack::TLS);
+    if args.no_http3 || !has_tls {
+        return Ok(None);
+    }
+    let sockets = bind_quic(listeners, threads)?;
+    let port = sockets[0]
+        .first()
+        .and_then(|s| s.local_addr().ok())
+        .map(|a| a.port());
+    let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age));
+    let config = quic::QuicConfig {
+        idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
+        retry_above: 64,
+        max_connections: loop_config.max_connections,
+        shared: Arc::clone(shared),
+    };
+    Ok(Some(Http3 {
+        sockets,
+        config: Arc::new(config),
+        alt_svc,
+    }))
+}
+
+/// HTTP/3's UDP sockets, per thread, and what its endpoints share.
+struct Http3 {
+    sockets: Vec<Vec<UdpSocket>>,
+    config: Arc<quic::QuicConfig>,
+    /// `Alt-Svc`'s value (`h3=":PORT"; ma=N`), sent on TLS responses.
+    alt_svc: Option<String>,
+}
+
+/// One UDP socket per thread on each TLS address (HTTP/3), bound in
+/// thread order on the port its TCP listener took, the first of each
+/// address steering datagrams by connection ID (`net::udp::bind`).
+fn bind_quic(listeners: &[Listeners], threads: usize) -> anyhow::Result<Vec<Vec<UdpSocket>>> {
+    let mut per_thread: Vec<Vec<UdpSocket>> = (0..threads).map(|_| Vec::new()).collect();
+    let tls_addrs = listeners[0]
+        .iter()
+        .filter(|(_, tag)| *tag == stack::TLS)
+        .filter_map(|(l, _)| l.local_addr().ok());
+    for addr in tls_addrs {
+        for (thread, sockets) in per_thread.iter_mut().enumerate() {
+            let steer = (thread == 0).then_some(threads as u32);
+            let socket = net::udp::bind(addr, steer)
+                .with_context(|| format!("cannot listen on {addr} (UDP, for HTTP/3)"))?;
+            sockets.push(socket);
         }
     }
     Ok(per_thread)
@@ -936,18 +1011,28 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (listeners, metrics_listeners) =
         bind_listeners(&args, &settings.listens, settings.threads, activated)?;
     let acme_challenges = acme_challenges(managed.as_deref(), &listeners)?;
+    // HTTP/3's sockets before the stack's configuration: `Alt-Svc` is
+    // prepared once, and only when the UDP listener is up.
+    let shared = Arc::new(Shared::default());
+    let quic = quic_sockets(
+        &args,
+        &listeners,
+        settings.threads,
+        &settings.loop_config,
+        &shared,
+    )?;
     let stack_config = stack_config(
         &args,
         &listeners,
         certificates.tls_listener,
         access_log,
         &metrics,
+        quic.as_ref().and_then(|h| h.alt_svc.as_deref()),
     );
     let urls = serving_urls(&listeners)?;
     let (tls_reload, tls_config) = load_tls_at_start(&args, &certificates, managed.as_deref())?;
     let backend = choose_io(args.io)?;
     metrics.set_io(backend);
-    let shared = Arc::new(Shared::default());
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     if let Some(managed) = &managed {
         current.publish_http01(Arc::new(managed.http01()));
@@ -955,6 +1040,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let Loops { loops, wakers } = build_loops(
         listeners,
+        quic,
         backend,
         &shared,
         &settings.loop_config,
@@ -1190,6 +1276,7 @@ fn stack_config(
     has_tls_listener: bool,
     access_log: Option<Arc<access_log::Sink>>,
     metrics: &Arc<Metrics>,
+    alt_svc: Option<&str>,
 ) -> Arc<StackConfig> {
     let https_port = listeners[0]
         .iter()
@@ -1210,7 +1297,8 @@ fn stack_config(
         server_headers_tls: ServerHeaders::with_hsts(
             security,
             Some(hsts.as_str()).filter(|_| args.hsts),
-        ),
+        )
+        .with_line("Alt-Svc", alt_svc),
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),
@@ -1334,8 +1422,10 @@ struct Loops {
 /// Builds every thread's event loop (its epoll instance or ring, its
 /// waker, its stack) on the chosen connection layer: before the sandbox,
 /// which allows only the calls a running loop makes.
+#[allow(clippy::too_many_arguments)]
 fn build_loops(
     listeners: Vec<Listeners>,
+    quic: Option<Http3>,
     backend: Backend,
     shared: &Arc<Shared>,
     config: &Arc<LoopConfig>,
@@ -1345,15 +1435,23 @@ fn build_loops(
 ) -> anyhow::Result<Loops> {
     let mut wakers = Vec::new();
     let mut loops = Vec::new();
+    let (mut udp, quic_config) = match quic {
+        Some(http3) => (http3.sockets, Some(http3.config)),
+        None => (Vec::new(), None),
+    };
     for (thread, l) in listeners.into_iter().enumerate() {
         let waker = Arc::new(Waker::new()?);
         wakers.push(Arc::clone(&waker));
-        let stack = Protocols::new(
+        let sockets = udp.get_mut(thread).map(std::mem::take).unwrap_or_default();
+        let mut stack = Protocols::new(
             Arc::clone(current),
             Arc::clone(stack_config),
             config.sendfile_min,
             thread,
         );
+        if let Some(quic_config) = &quic_config {
+            stack = stack.with_quic(sockets.len(), quic_config);
+        }
         let (shared, config) = (Arc::clone(shared), Arc::clone(config));
         let counted = net::Counted {
             metrics: Arc::clone(metrics),
@@ -1361,11 +1459,11 @@ fn build_loops(
         };
         loops.push(match backend {
             Backend::Uring => EventLoop::Uring(Box::new(
-                UringWorker::new(l, waker, shared, config, counted, stack)
+                UringWorker::new(l, sockets, waker, shared, config, counted, stack)
                     .context("cannot set up io_uring")?,
             )),
             Backend::Epoll => EventLoop::Epoll(Box::new(Worker::new(
-                l, waker, shared, config, counted, stack,
+                l, sockets, waker, shared, config, counted, stack,
             )?)),
         });
     }

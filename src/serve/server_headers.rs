@@ -131,6 +131,11 @@ impl ServerHeaders {
                     .collect()
             })
             .collect();
+        ServerHeaders::from_blocks(blocks)
+    }
+
+    /// The HTTP/2 forms of each block of HTTP/1 lines.
+    fn from_blocks(blocks: Vec<Vec<u8>>) -> ServerHeaders {
         let hpack_blocks = blocks
             .iter()
             .map(|lines| {
@@ -154,6 +159,20 @@ impl ServerHeaders {
             indexed_refs,
             entry_sizes,
         }
+    }
+
+    /// The same with `name: value` added to every response (a field no
+    /// pack overrides: `Alt-Svc`), when a value is given.
+    pub fn with_line(self, name: &str, value: Option<&str>) -> ServerHeaders {
+        let Some(value) = value else {
+            return self;
+        };
+        let line = format!("{name}: {value}\r\n");
+        let mut blocks = self.blocks;
+        for block in &mut blocks {
+            block.extend_from_slice(line.as_bytes());
+        }
+        ServerHeaders::from_blocks(blocks)
     }
 
     /// The set `overrides` stands for: responses with equal keys send the

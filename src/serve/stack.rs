@@ -17,10 +17,12 @@ use super::date::DateCache;
 use super::handler::{Http01, Scratch, Sites, challenges};
 use super::http1;
 use super::http2;
+use super::http3;
 use super::metrics::{Metrics, Scheme};
 use super::net::clock::monotonic_us;
 use super::net::conn::Expiry;
 use super::net::{self, Backing, Output, Step, Wait};
+use super::quic;
 use super::request_context::RequestContext;
 use super::server_headers::ServerHeaders;
 use super::tls::{ACME_TLS_ALPN, TlsSession};
@@ -206,6 +208,11 @@ pub struct Protocols {
     /// With an access log: when this loop turn began (monotonic
     /// microseconds), which requests read in it are timed from.
     turn_us: u64,
+    /// HTTP/3: one QUIC endpoint per UDP socket of the thread.
+    quic: Vec<quic::Endpoint>,
+    /// HTTP/3's buffers and the packs' bytes as QUIC takes them.
+    h3: http3::Scratch,
+    bodies: http3::Bodies,
 }
 
 /// One connection's protocol state.
@@ -347,7 +354,54 @@ impl Protocols {
             log,
             thread,
             turn_us: 0,
+            quic: Vec::new(),
+            h3: http3::Scratch::default(),
+            bodies: http3::Bodies::default(),
         }
+    }
+
+    /// Serves HTTP/3 on `sockets` UDP sockets (the loop's, in its order).
+    pub fn with_quic(mut self, sockets: usize, config: &Arc<quic::QuicConfig>) -> Protocols {
+        self.quic = (0..sockets)
+            .map(|_| {
+                let mut endpoint = quic::Endpoint::new(self.thread, Arc::clone(config));
+                endpoint.set_tls(self.tls.as_ref());
+                endpoint
+            })
+            .collect();
+        self
+    }
+
+    /// What a QUIC endpoint borrows for a turn, and the endpoint.
+    fn quic_parts(
+        &mut self,
+        socket: usize,
+    ) -> Option<(&mut quic::Endpoint, quic::Context<'_, '_>)> {
+        let endpoint = self.quic.get_mut(socket)?;
+        endpoint.set_tls(self.tls.as_ref());
+        let ctx = RequestContext {
+            sites: &self.sites,
+            scratch: &mut self.scratch,
+            date: &self.date,
+            server_headers: &self.config.server_headers_tls,
+            log: self.log.as_mut(),
+            peer: None,
+            draining: self.draining,
+            http01: None,
+            https_redirect: None,
+            scheme: Scheme::Https,
+            metrics: &self.config.metrics,
+            thread: self.thread,
+            started_us: self.turn_us,
+        };
+        let cx = quic::Context {
+            ctx,
+            scratch: &mut self.h3,
+            bodies: &mut self.bodies,
+            backing: &self.backing,
+            draining: self.draining,
+        };
+        Some((endpoint, cx))
     }
 }
 
@@ -434,6 +488,30 @@ impl Protocols {
 
 impl net::Stack for Protocols {
     type Session = Session;
+
+    fn datagrams(
+        &mut self,
+        socket: usize,
+        received: &mut net::udp::Received,
+        out: &mut net::udp::Transmits,
+    ) {
+        if let Some((endpoint, mut cx)) = self.quic_parts(socket) {
+            endpoint.receive(received, out, &mut cx);
+        }
+    }
+
+    fn datagram_turn(
+        &mut self,
+        socket: usize,
+        out: &mut net::udp::Transmits,
+    ) -> Option<std::time::Duration> {
+        let (endpoint, mut cx) = self.quic_parts(socket)?;
+        endpoint.turn(out, &mut cx)
+    }
+
+    fn datagram_open(&self) -> usize {
+        self.quic.iter().map(quic::Endpoint::open).sum()
+    }
 
     fn begin_turn(&mut self, unix_seconds: i64, draining: bool) {
         self.date.update(unix_seconds);

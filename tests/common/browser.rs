@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 use serde_json::Value;
 
 /// How long the browser run may take before it is killed; the script
@@ -154,4 +156,38 @@ pub fn run_script(node: &Path, script: &str, args: &[String], env: &[(&str, Stri
         report["error"].as_str().unwrap_or_default()
     );
     report
+}
+
+/// Base64 (RFC 4648, padded) of `bytes`: how Chromium writes SPKI hashes.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// The base64 SHA-256 of the public key of every certificate of a PEM
+/// file: what `--ignore-certificate-errors-spki-list` takes.
+pub fn spki_hashes(path: &Path) -> Vec<String> {
+    CertificateDer::pem_file_iter(path)
+        .unwrap()
+        .map(|der| {
+            let der = der.unwrap();
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let spki = cert.tbs_certificate.subject_pki.raw;
+            base64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki).as_ref())
+        })
+        .collect()
 }

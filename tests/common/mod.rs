@@ -910,13 +910,22 @@ impl Response {
     }
 }
 
-/// Replaces the Date value with `<date>`, leaving every other byte as is.
+/// Replaces the Date value with `<date>`, and over TLS the `Alt-Svc`
+/// value (it names the port, another per server) with `<alt-svc>`,
+/// leaving every other byte as is.
 pub fn mask_date(text: &str) -> String {
-    match text.find("\r\nDate: ") {
+    let text = mask_value(text, "\r\nDate: ", "<date>");
+    mask_value(&text, "\r\nAlt-Svc: ", "<alt-svc>")
+}
+
+/// `text` with the value of the first line starting with `field` (its
+/// `\r\n` included) replaced with `mask`.
+fn mask_value(text: &str, field: &str, mask: &str) -> String {
+    match text.find(field) {
         Some(at) => {
-            let start = at + "\r\nDate: ".len();
+            let start = at + field.len();
             let end = text[start..].find("\r\n").map_or(text.len(), |e| start + e);
-            format!("{}<date>{}", &text[..start], &text[end..])
+            format!("{}{mask}{}", &text[..start], &text[end..])
         }
         None => text.to_string(),
     }
@@ -951,12 +960,23 @@ pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Response> 
 
 /// The lines every response carries before its own, with the default
 /// security headers.
+/// The `Alt-Svc` line of the server's own fields, as `mask_date` leaves
+/// it: over TLS, HTTP/3 is offered too; nothing on cleartext.
+pub fn alt_svc_line() -> &'static str {
+    if tls_mode() {
+        "Alt-Svc: <alt-svc>\r\n"
+    } else {
+        ""
+    }
+}
+
 pub fn common_lines(status_line: &str, close: bool) -> String {
     let conn = if close { "Connection: close\r\n" } else { "" };
+    let alt_svc = alt_svc_line();
     format!(
         "{status_line}\r\nServer: kiln\r\nDate: <date>\r\n{conn}X-Content-Type-Options: nosniff\r\n\
 Referrer-Policy: strict-origin-when-cross-origin\r\nX-Frame-Options: SAMEORIGIN\r\n\
-X-XSS-Protection: 0\r\nCross-Origin-Opener-Policy: same-origin\r\n"
+X-XSS-Protection: 0\r\nCross-Origin-Opener-Policy: same-origin\r\n{alt_svc}"
     )
 }
 

@@ -112,6 +112,7 @@ impl Http01 {
             status: 200,
             head: HEAD,
             hpack: &self.hpack,
+            qpack: None,
             overrides: 0,
             extra: Extra::Length,
             body: Body::Pack {

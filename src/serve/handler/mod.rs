@@ -173,6 +173,10 @@ pub struct Response<'a> {
     /// (RFC 7541), for HTTP/2: a slice of the variant's HPACK block or a
     /// built-in one.
     pub hpack: &'a [u8],
+    /// The same fields as QPACK field lines, for HTTP/3: a slice of the
+    /// variant's prepared block; `None` for a built-in response, whose
+    /// `head` HTTP/3 encodes as it sends it.
+    pub qpack: Option<&'a [u8]>,
     /// Which of the server's own headers `head` already sets (the pack's
     /// `Variant::overrides`), so the protocol leaves those out.
     pub overrides: u8,
@@ -356,6 +360,7 @@ pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
         status,
         head: TEXT,
         hpack: TEXT_HPACK,
+        qpack: None,
         overrides: 0,
         extra: Extra::Length,
         body: Body::Static(body),
@@ -384,6 +389,7 @@ const PRECONDITION_FAILED: Response<'static> = Response {
     status: 412,
     head: b"",
     hpack: b"",
+    qpack: None,
     overrides: 0,
     extra: Extra::Length,
     body: Body::Empty,
@@ -478,6 +484,7 @@ fn redirect_to_https<'a>(
         status: 308,
         head: b"",
         hpack: b"",
+        qpack: None,
         overrides: 0,
         extra: Extra::Location(location),
         body: Body::Empty,
@@ -496,6 +503,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 status: 204,
                 head: ALLOW,
                 hpack: ALLOW_HPACK,
+                qpack: None,
                 overrides: 0,
                 extra: Extra::Nothing,
                 body: Body::Empty,
@@ -509,6 +517,7 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
                 status: 405,
                 head: ALLOW_TEXT,
                 hpack: ALLOW_TEXT_HPACK,
+                qpack: None,
                 overrides: 0,
                 extra: Extra::Length,
                 body: Body::Static(b"405 Method Not Allowed\n"),
@@ -635,6 +644,9 @@ fn redirect_passing_query<'a>(
     let head = variant.head.get(line_end + 2..variant.repr_at)?;
     let field_end = crate::hpack::first_literal_len(variant.hpack)?;
     let hpack = variant.hpack.get(field_end..variant.hpack_repr_at)?;
+    let qpack_block = variant.qpack_block();
+    let qpack_start = crate::qpack::first_literal_len(qpack_block)?;
+    let qpack = qpack_block.get(qpack_start..variant.qpack_repr_at())?;
     let shared = Shared {
         set: route.pack().shared_fields(),
         spans: variant.spans,
@@ -647,6 +659,7 @@ fn redirect_passing_query<'a>(
         status: route.status(),
         head,
         hpack,
+        qpack: Some(qpack),
         overrides: variant.overrides,
         extra: Extra::Location(location),
         body: Body::Empty,
@@ -669,6 +682,7 @@ fn rule_response<'a>(
             status: rule.status,
             head: b"",
             hpack: b"",
+            qpack: None,
             overrides: 0,
             extra: Extra::Location(expanded),
             body: Body::Empty,
@@ -723,6 +737,7 @@ fn serve_route<'a>(
         status,
         head: variant.head,
         hpack: variant.hpack,
+        qpack: Some(variant.qpack_block()),
         overrides: variant.overrides,
         extra: Extra::Nothing,
         body: Body::Pack {
@@ -744,6 +759,7 @@ fn serve_route<'a>(
                 status: 304,
                 head: &variant.head[..variant.repr_at],
                 hpack: &variant.hpack[..variant.hpack_repr_at],
+                qpack: Some(&variant.qpack_block()[..variant.qpack_repr_at()]),
                 overrides: variant.overrides,
                 extra: Extra::Nothing,
                 body: Body::Empty,
@@ -769,6 +785,7 @@ fn serve_route<'a>(
             status: 206,
             head: &variant.head[..variant.length_at],
             hpack: &variant.hpack[..variant.hpack_length_at],
+            qpack: Some(&variant.qpack_block()[..variant.qpack_length_at()]),
             overrides: variant.overrides,
             extra: Extra::Range { start, end, total },
             body: Body::Pack {
@@ -784,6 +801,7 @@ fn serve_route<'a>(
             status: 416,
             head: &variant.head[..variant.repr_at],
             hpack: &variant.hpack[..variant.hpack_repr_at],
+            qpack: Some(&variant.qpack_block()[..variant.qpack_repr_at()]),
             overrides: variant.overrides,
             extra: Extra::Unsatisfiable { total },
             body: Body::Empty,

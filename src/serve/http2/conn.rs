@@ -37,7 +37,7 @@ use crate::serve::request_context::RequestContext;
 
 use super::frame::{self, ErrorCode, ErrorScope, Frame, FrameError, Parsed, setting};
 use super::priority::Priority;
-use super::request::{FieldError, RequestFields};
+use crate::serve::request_fields::{FieldError, RequestFields};
 use respond::Remaining;
 
 /// Streams a client may have in flight (advertised in SETTINGS and

@@ -25,6 +25,5 @@
 pub mod conn;
 pub mod frame;
 pub mod priority;
-pub mod request;
 
 pub use conn::{Conn, Scratch};

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod conn;
 pub mod io;
 pub mod poller;
+pub mod udp;
 pub mod uring;
 pub mod worker;
 
@@ -286,6 +287,31 @@ pub trait Stack {
     fn tick(&mut self);
     /// The loop ends: flush what is buffered.
     fn finish(&mut self);
+
+    /// Datagrams arrived on the thread's UDP socket `socket` (QUIC): what
+    /// to send goes to `out`. Stacks without a datagram protocol have no
+    /// UDP sockets, and are never called.
+    fn datagrams(&mut self, socket: usize, received: &mut udp::Received, out: &mut udp::Transmits) {
+        let _ = (socket, received, out);
+    }
+
+    /// Once per loop turn, after the events: the datagram protocol's
+    /// timers due on `socket` (and, while draining, its goodbyes); the
+    /// time until its next timer.
+    fn datagram_turn(
+        &mut self,
+        socket: usize,
+        out: &mut udp::Transmits,
+    ) -> Option<std::time::Duration> {
+        let _ = (socket, out);
+        None
+    }
+
+    /// Connections of the datagram protocol still open: a drain waits for
+    /// them as for TCP connections.
+    fn datagram_open(&self) -> usize {
+        0
+    }
 }
 
 /// An eventfd that wakes one event loop (for shutdown).

@@ -78,6 +78,12 @@ impl Poller {
         self.add(fd, events, token)
     }
 
+    /// Registers a UDP socket, level-triggered: a loop reads a few batches
+    /// per turn, and what is left reports again at the next wait.
+    pub fn add_datagrams(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        self.add(fd, EventFlags::IN, token)
+    }
+
     /// Registers a wake-up descriptor (readable, edge-triggered).
     pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
         self.add(fd, EventFlags::IN | EventFlags::ET, token)

@@ -7,7 +7,7 @@
 //! An idle connection owns no buffer here: only output the socket has not
 //! taken yet is kept per connection (and whatever its stack keeps).
 
-use std::net::{IpAddr, TcpListener};
+use std::net::{IpAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,6 +19,7 @@ use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{self, Flush, Outcome, Pending, Sent, SparePending};
 use super::poller::{Event, Poller};
+use super::udp::DatagramSockets;
 use super::{
     ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
     Waker, peer_ip,
@@ -30,6 +31,7 @@ const READ_BUF: usize = 64 * 1024;
 
 const TOKEN_WAKE: u64 = 1 << 63;
 const TOKEN_LISTENER: u64 = 1 << 62;
+const TOKEN_UDP: u64 = 1 << 61;
 
 /// One connection slot.
 struct Conn<S> {
@@ -58,6 +60,9 @@ pub struct Worker<S: Stack> {
     /// This thread's listeners, one per address, each with the tag its
     /// connections are opened with; dropped at shutdown.
     listeners: Vec<(TcpListener, u32)>,
+    /// This thread's UDP sockets (QUIC), level-triggered: what a turn
+    /// leaves unread reports again.
+    udp: DatagramSockets,
     /// Woken by the control thread at shutdown.
     waker: Arc<Waker>,
     /// Connection slots, indexed by token.
@@ -96,8 +101,10 @@ pub struct Worker<S: Stack> {
 }
 
 impl<S: Stack> Worker<S> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         listeners: Vec<(TcpListener, u32)>,
+        udp: Vec<UdpSocket>,
         waker: Arc<Waker>,
         shared: Arc<Shared>,
         config: Arc<LoopConfig>,
@@ -108,10 +115,14 @@ impl<S: Stack> Worker<S> {
         for (i, (l, _)) in listeners.iter().enumerate() {
             poller.add_listener(l.as_raw_fd(), TOKEN_LISTENER | i as u64)?;
         }
+        for (i, socket) in udp.iter().enumerate() {
+            poller.add_datagrams(socket.as_raw_fd(), TOKEN_UDP | i as u64)?;
+        }
         poller.add_readable(waker.raw(), TOKEN_WAKE)?;
         Ok(Worker {
             poller,
             listeners,
+            udp: DatagramSockets::new(udp),
             waker,
             conns: Vec::new(),
             free: Vec::new(),
@@ -134,9 +145,10 @@ impl<S: Stack> Worker<S> {
     /// Runs until shutdown has drained (or its grace period ran out).
     pub fn run(mut self) -> std::io::Result<()> {
         let mut events: Vec<Event> = Vec::with_capacity(1024);
+        let mut wait_ms = SWEEP_MS as i32;
         loop {
             events.clear();
-            self.poller.wait(SWEEP_MS as i32, |e| events.push(e))?;
+            self.poller.wait(wait_ms, |e| events.push(e))?;
             self.now = monotonic_ms();
             self.stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
@@ -148,8 +160,9 @@ impl<S: Stack> Worker<S> {
             }
             let now = self.now;
             conn::sweep(&mut self, now);
+            wait_ms = self.udp.timers(&mut self.stack, SWEEP_MS) as i32;
             if let Some(deadline) = self.drain_deadline
-                && (self.open == 0 || self.now >= deadline)
+                && ((self.open == 0 && self.stack.datagram_open() == 0) || self.now >= deadline)
             {
                 break;
             }
@@ -168,6 +181,11 @@ impl<S: Stack> Worker<S> {
         if ev.token == TOKEN_WAKE {
             self.waker.reset();
             self.drain_asked |= self.shared.shutdown.load(Ordering::Acquire);
+            return;
+        }
+        if ev.token & TOKEN_UDP != 0 {
+            self.udp
+                .read((ev.token & !TOKEN_UDP) as usize, &mut self.stack);
             return;
         }
         if ev.token & TOKEN_LISTENER != 0 {

@@ -192,6 +192,10 @@ fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
             sys!(SYS_sendfile),
             // Half-closing a connection before lingering on it.
             sys!(SYS_shutdown),
+            // HTTP/3: datagrams received and sent in batches on the
+            // loop's UDP sockets (QUIC).
+            sys!(SYS_recvmmsg),
+            sys!(SYS_sendmmsg),
         ],
         Backend::Uring => vec![
             // Submitting and reaping: accepts, receives, writes, splices,
@@ -208,6 +212,10 @@ fn backend_syscalls(backend: Backend) -> Vec<Syscall> {
             // The peer's address, for the access log (multishot accept
             // reports none).
             sys!(SYS_getpeername),
+            // HTTP/3: datagrams received and sent in batches on the
+            // loop's UDP sockets (QUIC), whose readiness the ring reports.
+            sys!(SYS_recvmmsg),
+            sys!(SYS_sendmmsg),
             // Emptying a splice pipe a closed connection left bytes in:
             // how many, then reading them out; at shutdown, whether an idle
             // connection holds a request not delivered yet.

@@ -20,8 +20,8 @@ use crate::serve::request_context::RequestContext;
 use crate::serve::server_headers::ServerHeaders;
 
 use super::super::frame;
-use super::super::request::RequestFields;
 use super::{Conn, Stream};
+use crate::serve::request_fields::RequestFields;
 
 /// `server: kiln`: static name index 54, literal without indexing.
 const SERVER_FIELD: [u8; 7] = [0x0f, 0x27, 0x04, b'k', b'i', b'l', b'n'];

@@ -28,7 +28,7 @@ mod pipes;
 mod setup;
 
 use std::collections::VecDeque;
-use std::net::TcpListener;
+use std::net::{TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -45,6 +45,7 @@ use self::setup::{CQ_ENTRIES, new_ring};
 use super::clock::{monotonic_ms, unix_seconds};
 use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
+use super::udp::DatagramSockets;
 use super::{
     ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
     Shared, Stack, Step, Waker, peer_ip,
@@ -83,6 +84,8 @@ enum Kind {
     Wake,
     /// Cancels, closes and shutdowns: nothing waits for their result.
     Ignore,
+    /// A UDP socket's readiness poll (the index is the socket's).
+    Datagrams,
 }
 
 impl Kind {
@@ -95,6 +98,7 @@ impl Kind {
             5 => Kind::SpliceOut,
             6 => Kind::Wake,
             7 => Kind::Ignore,
+            8 => Kind::Datagrams,
             _ => return None,
         })
     }
@@ -238,6 +242,13 @@ pub struct UringWorker<S: Stack> {
     listeners: Vec<Listener>,
     /// Woken by the control thread at shutdown.
     waker: Arc<Waker>,
+    /// This thread's UDP sockets (QUIC): readiness from a multishot poll
+    /// on the ring, datagrams by `recvmmsg` and `sendmmsg` (the ring has
+    /// no batched datagram operation).
+    udp: DatagramSockets,
+    /// Sockets a turn left datagrams unread on: read again next turn (the
+    /// poll reports new arrivals only).
+    udp_unread: Vec<bool>,
     /// Connection slots, indexed by the low bits of `user_data`.
     conns: Vec<Slot<S::Session>>,
     /// Free slot indices.
@@ -286,8 +297,10 @@ pub struct UringWorker<S: Stack> {
 impl<S: Stack> UringWorker<S> {
     /// Sets up the ring; fails where io_uring (or one of the operations
     /// used) is missing or forbidden.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         listeners: Vec<(TcpListener, u32)>,
+        udp: Vec<UdpSocket>,
         waker: Arc<Waker>,
         shared: Arc<Shared>,
         config: Arc<LoopConfig>,
@@ -308,6 +321,8 @@ impl<S: Stack> UringWorker<S> {
                 })
                 .collect(),
             waker,
+            udp_unread: vec![false; udp.len()],
+            udp: DatagramSockets::new(udp),
             conns: Vec::new(),
             free: Vec::new(),
             open: 0,
@@ -334,21 +349,32 @@ impl<S: Stack> UringWorker<S> {
         self.ring.submitter().register_enable_rings()?;
         self.arm_accepts();
         self.arm_waker();
-        let timeout = types::Timespec::new().nsec((SWEEP_MS * 1_000_000) as u32);
+        for i in 0..self.udp.sockets.len() {
+            self.arm_datagrams(i);
+        }
+        let mut wait_ms = SWEEP_MS;
         loop {
+            let timeout = types::Timespec::new().nsec((wait_ms * 1_000_000) as u32);
             self.enter(&timeout)?;
             self.now = monotonic_ms();
             self.stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             self.reap();
+            self.read_unread_datagrams();
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
             }
             self.close_listeners();
             let now = self.now;
             conn::sweep(&mut self, now);
+            let cap = if self.udp_unread.contains(&true) {
+                0
+            } else {
+                SWEEP_MS
+            };
+            wait_ms = self.udp.timers(&mut self.stack, cap);
             if let Some(deadline) = self.drain_deadline
-                && (self.open == 0 || self.now >= deadline)
+                && ((self.open == 0 && self.stack.datagram_open() == 0) || self.now >= deadline)
             {
                 break;
             }
@@ -439,6 +465,14 @@ impl<S: Stack> UringWorker<S> {
         match kind {
             Some(Kind::Accept) => self.on_accept(idx, result, flags),
             Some(Kind::Wake) => self.on_wake(flags),
+            Some(Kind::Datagrams) => {
+                if !cqueue::more(flags) {
+                    self.arm_datagrams(idx);
+                }
+                if let Some(unread) = self.udp_unread.get_mut(idx) {
+                    *unread = true;
+                }
+            }
             Some(Kind::Recv) => self.on_recv(idx, generation, result, flags),
             Some(Kind::Send | Kind::SpliceIn | Kind::SpliceOut)
                 if self.current(idx, generation) =>
@@ -461,6 +495,27 @@ impl<S: Stack> UringWorker<S> {
             .build()
             .user_data(tag(Kind::Wake, 0, 0));
         self.push(entry);
+    }
+
+    /// Polls UDP socket `i` for datagrams, multishot.
+    fn arm_datagrams(&mut self, i: usize) {
+        let Some(socket) = self.udp.sockets.get(i) else {
+            return;
+        };
+        let entry = opcode::PollAdd::new(types::Fd(socket.as_raw_fd()), POLL_IN)
+            .multi(true)
+            .build()
+            .user_data(tag(Kind::Datagrams, 0, i));
+        self.push(entry);
+    }
+
+    /// Reads the sockets whose poll fired (or a turn left unread).
+    fn read_unread_datagrams(&mut self) {
+        for i in 0..self.udp_unread.len() {
+            if std::mem::take(&mut self.udp_unread[i]) {
+                self.udp_unread[i] = self.udp.read(i, &mut self.stack);
+            }
+        }
     }
 
     fn on_wake(&mut self, flags: u32) {

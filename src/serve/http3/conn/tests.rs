@@ -1,0 +1,334 @@
+//! The connection against a fake QUIC (streams as byte vectors, flow
+//! control as a budget): what HTTP/3 writes, and every error it raises.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::super::frame::{self, write_frame_header, write_varint};
+use super::{Answering, Bodies, Conn, Scratch, Streams};
+use crate::serve::date::DateCache;
+use crate::serve::handler::{Scratch as HandlerScratch, Site, Sites};
+use crate::serve::metrics::{Metrics, Scheme, SiteStats};
+use crate::serve::net::Backing;
+use crate::serve::request_context::RequestContext;
+use crate::serve::server_headers::ServerHeaders;
+
+/// QUIC as the tests see it.
+#[derive(Default)]
+struct FakeQuic {
+    next_uni: u64,
+    written: HashMap<u64, Vec<u8>>,
+    finished: Vec<u64>,
+    resets: Vec<(u64, u64)>,
+    stops: Vec<(u64, u64)>,
+    closed: Option<u64>,
+    /// Bytes flow control lets through per write (`None`: all).
+    budget: Option<usize>,
+}
+
+impl Streams for FakeQuic {
+    fn open_uni(&mut self) -> Option<u64> {
+        let id = 3 + 4 * self.next_uni;
+        self.next_uni += 1;
+        Some(id)
+    }
+
+    fn write(&mut self, id: u64, chunks: &mut [Bytes]) {
+        let out = self.written.entry(id).or_default();
+        let mut left = self.budget.unwrap_or(usize::MAX);
+        for chunk in chunks {
+            let n = chunk.len().min(left);
+            out.extend_from_slice(&chunk.split_to(n));
+            left -= n;
+        }
+    }
+
+    fn finish(&mut self, id: u64) {
+        self.finished.push(id);
+    }
+
+    fn reset(&mut self, id: u64, code: u64) {
+        self.resets.push((id, code));
+    }
+
+    fn stop(&mut self, id: u64, code: u64) {
+        self.stops.push((id, code));
+    }
+
+    fn close(&mut self, code: u64, _reason: &'static str) {
+        self.closed.get_or_insert(code);
+    }
+}
+
+/// A connection, its fake QUIC and what answering needs (the dummy site:
+/// `Hello World!`).
+struct Peer {
+    conn: Conn,
+    quic: FakeQuic,
+    sites: Arc<Sites>,
+    metrics: Arc<Metrics>,
+    handler: HandlerScratch,
+    date: DateCache,
+    headers: ServerHeaders,
+    scratch: Scratch,
+    bodies: Bodies,
+}
+
+impl Peer {
+    fn new() -> Peer {
+        let mut peer = Peer {
+            conn: Conn::default(),
+            quic: FakeQuic::default(),
+            sites: Sites::single(Site::dummy(SiteStats::new("_default", 1))),
+            metrics: Metrics::new(1, 0),
+            handler: HandlerScratch::default(),
+            date: DateCache::new(),
+            headers: ServerHeaders::new(false, false),
+            scratch: Scratch::default(),
+            bodies: Bodies::default(),
+        };
+        peer.conn.start(&mut peer.quic);
+        peer
+    }
+
+    fn send(&mut self, id: u64, bytes: &[u8], fin: bool) {
+        let mut ctx = RequestContext {
+            sites: &self.sites,
+            scratch: &mut self.handler,
+            date: &self.date,
+            server_headers: &self.headers,
+            log: None,
+            peer: None,
+            draining: false,
+            http01: None,
+            https_redirect: None,
+            scheme: Scheme::Https,
+            metrics: &self.metrics,
+            thread: 0,
+            started_us: 0,
+        };
+        let backing: Arc<dyn Backing> = self.sites.clone();
+        let mut answering = Answering {
+            ctx: &mut ctx,
+            scratch: &mut self.scratch,
+            bodies: &mut self.bodies,
+            backing: &backing,
+        };
+        self.conn
+            .on_data(id, bytes, fin, &mut self.quic, &mut answering);
+    }
+
+    /// The client's control stream (ID 2) with SETTINGS and `more`.
+    fn control(&mut self, more: &[u8]) {
+        let mut bytes = vec![0x00];
+        write_frame_header(frame::SETTINGS, 0, &mut bytes);
+        bytes.extend_from_slice(more);
+        self.send(2, &bytes, false);
+    }
+}
+
+fn frame_bytes(frame_type: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_frame_header(frame_type, payload.len() as u64, &mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A GET of `/` as a field section (static-table references only).
+fn get_section() -> Vec<u8> {
+    let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
+    crate::qpack::encode_field(b":method", b"GET", &mut section);
+    crate::qpack::encode_field(b":scheme", b"https", &mut section);
+    crate::qpack::encode_field(b":authority", b"localhost", &mut section);
+    crate::qpack::encode_field(b":path", b"/", &mut section);
+    section
+}
+
+/// The frames of `bytes`: (type, payload).
+fn frames(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut reader = frame::FrameReader::default();
+    let mut data = Vec::new();
+    let _ = reader.read::<()>(bytes, |f| {
+        match f {
+            frame::Frame::Whole {
+                frame_type,
+                payload,
+            } => out.push((frame_type, payload.to_vec())),
+            frame::Frame::Skipped { frame_type, len } => data.push((frame_type, len)),
+        }
+        Ok(())
+    });
+    for (frame_type, len) in data {
+        out.push((frame_type, vec![0; len as usize]));
+    }
+    out
+}
+
+#[test]
+fn the_control_stream_opens_with_settings_of_a_table_of_capacity_0() {
+    let peer = Peer::new();
+    let control = &peer.quic.written[&3];
+    assert_eq!(u64::from(control[0]), frame::CONTROL_STREAM);
+    let sent = frames(&control[1..]);
+    assert_eq!(sent[0].0, frame::SETTINGS);
+    let mut settings = HashMap::new();
+    let mut payload = &sent[0].1[..];
+    while !payload.is_empty() {
+        let (id, n) = frame::read_varint(payload).unwrap();
+        let (value, m) = frame::read_varint(&payload[n..]).unwrap();
+        settings.insert(id, value);
+        payload = &payload[n + m..];
+    }
+    assert_eq!(settings[&frame::SETTINGS_QPACK_MAX_TABLE_CAPACITY], 0);
+    assert_eq!(settings[&frame::SETTINGS_QPACK_BLOCKED_STREAMS], 0);
+}
+
+#[test]
+fn control_stream_errors_close_with_their_codes() {
+    let mut setting = Vec::new();
+    write_varint(0x04, &mut setting);
+    write_varint(1, &mut setting);
+    type Case = (&'static str, Box<dyn Fn(&mut Peer)>, u64);
+    let cases: Vec<Case> = vec![
+        (
+            "no SETTINGS first",
+            Box::new(|p| {
+                p.send(
+                    2,
+                    &[&[0u8][..], &frame_bytes(frame::GOAWAY, &[0])].concat(),
+                    false,
+                )
+            }),
+            frame::H3_MISSING_SETTINGS,
+        ),
+        (
+            "an HTTP/2 setting",
+            Box::new(move |p| {
+                p.send(
+                    2,
+                    &[&[0u8][..], &frame_bytes(frame::SETTINGS, &setting)].concat(),
+                    false,
+                )
+            }),
+            frame::H3_SETTINGS_ERROR,
+        ),
+        (
+            "a second control stream",
+            Box::new(|p| {
+                p.control(&[]);
+                p.send(6, &[0], false);
+            }),
+            frame::H3_STREAM_CREATION_ERROR,
+        ),
+        (
+            "the control stream closed",
+            Box::new(|p| {
+                p.control(&[]);
+                p.send(2, &[], true);
+            }),
+            frame::H3_CLOSED_CRITICAL_STREAM,
+        ),
+        (
+            "the control stream reset",
+            Box::new(|p| {
+                p.control(&[]);
+                p.conn.on_reset(2, &mut p.quic);
+            }),
+            frame::H3_CLOSED_CRITICAL_STREAM,
+        ),
+        (
+            "DATA on the control stream",
+            Box::new(|p| p.control(&frame_bytes(frame::DATA, b"x"))),
+            frame::H3_FRAME_UNEXPECTED,
+        ),
+        (
+            "a push stream",
+            Box::new(|p| p.send(6, &[1, 0], false)),
+            frame::H3_STREAM_CREATION_ERROR,
+        ),
+        (
+            "an insert on the QPACK encoder stream",
+            Box::new(|p| p.send(6, &[2, 0x3f, 0xe1, 0x1f], false)),
+            frame::QPACK_ENCODER_STREAM_ERROR,
+        ),
+        (
+            "DATA before HEADERS",
+            Box::new(|p| p.send(0, &frame_bytes(frame::DATA, b"x"), false)),
+            frame::H3_FRAME_UNEXPECTED,
+        ),
+        (
+            "HTTP/2's PING on a request stream",
+            Box::new(|p| p.send(0, &frame_bytes(0x06, &[0; 8]), false)),
+            frame::H3_FRAME_UNEXPECTED,
+        ),
+    ];
+    for (name, case, code) in cases {
+        let mut peer = Peer::new();
+        case(&mut peer);
+        assert_eq!(peer.quic.closed, Some(code), "{name}");
+    }
+}
+
+#[test]
+fn unknown_stream_types_are_stopped_and_unknown_frames_skipped() {
+    let mut peer = Peer::new();
+    peer.control(&frame_bytes(0x21, b"reserved"));
+    peer.send(6, &[0x21, 1, 2, 3], false);
+    assert_eq!(peer.quic.stops, [(6, frame::H3_STREAM_CREATION_ERROR)]);
+    assert_eq!(peer.quic.closed, None);
+}
+
+#[test]
+fn a_request_is_answered_with_headers_and_data_as_flow_control_allows() {
+    let mut peer = Peer::new();
+    peer.quic.budget = Some(5);
+    peer.control(&[]);
+    let mut request = frame_bytes(0x21, b"");
+    request.extend(frame_bytes(frame::HEADERS, &get_section()));
+    peer.send(0, &request, true);
+    assert!(peer.quic.finished.is_empty(), "all written through 5 bytes");
+    peer.quic.budget = None;
+    peer.conn.on_writable(0, &mut peer.quic);
+    assert_eq!(peer.quic.finished, [0]);
+    let sent = frames(&peer.quic.written[&0]);
+    assert_eq!(sent[0].0, frame::HEADERS);
+    let mut fields = Vec::new();
+    crate::qpack::decode_field_section::<()>(&sent[0].1, &mut Vec::new(), 1 << 16, |n, v| {
+        fields.push((n.to_vec(), v.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(fields[0], (b":status".to_vec(), b"200".to_vec()));
+    assert!(fields.contains(&(b"server".to_vec(), b"kiln".to_vec())));
+    assert_eq!(sent[1].0, frame::DATA);
+    assert!(peer.conn.is_idle());
+}
+
+#[test]
+fn malformed_requests_are_stream_errors() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
+    crate::qpack::encode_field(b":method", b"GET", &mut section);
+    crate::qpack::encode_field(b":path", b"/", &mut section);
+    peer.send(0, &frame_bytes(frame::HEADERS, &section), true);
+    assert_eq!(peer.quic.resets, [(0, frame::H3_MESSAGE_ERROR)]);
+    assert_eq!(peer.quic.closed, None);
+    peer.send(4, &[], true);
+    assert_eq!(peer.quic.resets[1], (4, frame::H3_REQUEST_INCOMPLETE));
+}
+
+#[test]
+fn goaway_names_the_first_request_not_taken_and_later_ones_are_rejected() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    peer.send(0, &frame_bytes(frame::HEADERS, &get_section()), true);
+    peer.conn.go_away(&mut peer.quic);
+    let sent = frames(&peer.quic.written[&3][1..]);
+    assert_eq!(sent.last().unwrap(), &(frame::GOAWAY, vec![4]));
+    peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert!(peer.quic.resets.contains(&(4, frame::H3_REQUEST_REJECTED)));
+}

@@ -1,0 +1,290 @@
+//! UDP for QUIC: the sockets (one per loop thread on each TLS address,
+//! `SO_REUSEPORT`, the group steered by connection ID), datagrams received
+//! in batches into one reusable arena (`recvmmsg`, GRO), and datagrams to
+//! send queued in reused buffers and sent in batches (`sendmmsg`, GSO).
+//! Bytes only: what the datagrams mean is the stack's.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+
+use bytes::BytesMut;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::sys::{self, DATAGRAM_BATCH, OutgoingDatagram, ReceivedDatagram};
+
+/// Room for one received slot: GRO coalesces up to 64 KiB of one flow.
+const SLOT: usize = 64 * 1024;
+/// The receive arena: a batch of slots.
+const ARENA: usize = SLOT * DATAGRAM_BATCH;
+
+/// Binds one thread's UDP socket on `addr`, in the `SO_REUSEPORT` group of
+/// the other threads' on the same address. `steer` (given for the first
+/// socket of a group, with the group's size): the kernel then hands each
+/// datagram to the socket its connection ID names (the first byte of the
+/// IDs this server issues is the thread's index), so that a connection
+/// whose client moved to another address or port still reaches its
+/// thread. Sockets must be bound in thread order: the group numbers them so.
+pub fn bind(addr: SocketAddr, steer: Option<u32>) -> std::io::Result<UdpSocket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.set_cloexec(true)?;
+    // Room for bursts while the loop serves other events.
+    let _ = socket.set_recv_buffer_size(4 << 20);
+    let _ = socket.set_send_buffer_size(4 << 20);
+    socket.bind(&addr.into())?;
+    let socket: UdpSocket = socket.into();
+    if let Err(e) = sys::enable_udp_gro(socket.as_fd()) {
+        tracing::debug!("UDP GRO: {e}; datagrams are received one per slot");
+    }
+    if let Some(sockets) = steer {
+        sys::steer_reuseport_by_first_cid_byte(socket.as_fd(), sockets)?;
+    }
+    Ok(socket)
+}
+
+/// Received datagrams: one arena of slots, reused while nothing of it is
+/// still referenced (a datagram's bytes are handed out as `BytesMut`
+/// pieces of it, which QUIC keeps only until the stream data is read).
+pub struct Received {
+    arena: BytesMut,
+    /// The allocation the arena had when it was last zero-filled: another
+    /// one (the old one still referenced) is filled once before use.
+    filled: *const u8,
+    got: [ReceivedDatagram; DATAGRAM_BATCH],
+    count: usize,
+}
+
+// SAFETY: `filled` is compared, never dereferenced.
+unsafe impl Send for Received {}
+
+impl Default for Received {
+    fn default() -> Received {
+        Received {
+            arena: BytesMut::new(),
+            filled: std::ptr::null(),
+            got: [ReceivedDatagram {
+                len: 0,
+                peer: (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                segment: None,
+            }; DATAGRAM_BATCH],
+            count: 0,
+        }
+    }
+}
+
+impl Received {
+    /// Receives one batch from `socket`: how many datagrams (or GRO
+    /// trains) arrived, 0 when the socket is empty.
+    pub fn receive(&mut self, socket: &UdpSocket) -> std::io::Result<usize> {
+        self.arena.clear();
+        // Takes the arena's allocation back when no piece of it is held.
+        self.arena.reserve(ARENA);
+        if self.arena.as_ptr() != self.filled {
+            self.arena.resize(ARENA, 0);
+            self.filled = self.arena.as_ptr();
+            self.arena.clear();
+        }
+        // SAFETY: the allocation is at least ARENA long and was filled
+        // (zeros, then received bytes) since it was made: every byte is
+        // initialised.
+        unsafe { self.arena.set_len(ARENA) };
+        self.count = sys::recv_datagrams(socket.as_fd(), &mut self.arena, SLOT, &mut self.got)?;
+        Ok(self.count)
+    }
+
+    /// Hands out each datagram of the last batch, GRO trains cut into
+    /// their datagrams, as pieces of the arena.
+    pub fn for_each(&mut self, mut f: impl FnMut(SocketAddr, BytesMut)) {
+        for got in &self.got[..self.count] {
+            let mut slot = self.arena.split_to(SLOT);
+            slot.truncate(got.len);
+            let stride = got.segment.unwrap_or(got.len).max(1);
+            while !slot.is_empty() {
+                let datagram = slot.split_to(stride.min(slot.len()));
+                f(got.peer, datagram);
+            }
+        }
+        self.count = 0;
+    }
+}
+
+/// Datagrams to send, each in its own buffer (QUIC writes a train of
+/// same-sized datagrams into one for GSO); buffers are reused.
+#[derive(Default)]
+pub struct Transmits {
+    queued: Vec<Queued>,
+    spare: Vec<Vec<u8>>,
+}
+
+struct Queued {
+    to: SocketAddr,
+    bytes: Vec<u8>,
+    segment: Option<u16>,
+}
+
+impl Transmits {
+    /// An empty buffer to write the next datagram (or train) into.
+    pub fn buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Queues `bytes` for `to` (cut into `segment`-byte datagrams), or
+    /// takes the buffer back unused when `to` is `None`.
+    pub fn queue(&mut self, to: Option<SocketAddr>, mut bytes: Vec<u8>, segment: Option<usize>) {
+        match to {
+            Some(to) if !bytes.is_empty() => self.queued.push(Queued {
+                to,
+                bytes,
+                segment: segment.and_then(|s| u16::try_from(s).ok()),
+            }),
+            _ => {
+                bytes.clear();
+                self.spare.push(bytes);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queued.is_empty()
+    }
+
+    /// Sends what is queued, a batch per system call. A datagram the
+    /// kernel refuses (its buffer full, a route gone) is dropped: QUIC
+    /// treats it as lost and sends again.
+    pub fn send(&mut self, socket: &UdpSocket) {
+        let mut sent = 0;
+        while sent < self.queued.len() {
+            let mut batch = [OutgoingDatagram {
+                to: self.queued[sent].to,
+                bytes: &[],
+                segment: None,
+            }; DATAGRAM_BATCH];
+            let end = (sent + DATAGRAM_BATCH).min(self.queued.len());
+            for (slot, q) in batch.iter_mut().zip(&self.queued[sent..end]) {
+                *slot = OutgoingDatagram {
+                    to: q.to,
+                    bytes: &q.bytes,
+                    segment: q.segment,
+                };
+            }
+            match sys::send_datagrams(socket.as_fd(), &batch[..end - sent]) {
+                Ok(0) | Err(_) => sent += 1,
+                Ok(n) => sent += n,
+            }
+        }
+        for mut q in self.queued.drain(..) {
+            q.bytes.clear();
+            self.spare.push(q.bytes);
+        }
+    }
+}
+
+/// Batches of datagrams one socket is read for per turn before the other
+/// events get theirs; the rest is read at the next turn.
+const BATCHES_PER_TURN: usize = 8;
+
+/// One loop thread's UDP sockets and their buffers, as either back end
+/// drives them: readiness tells it to `read`, each turn it runs `timers`.
+#[derive(Default)]
+pub struct DatagramSockets {
+    /// By the index the stack knows them by.
+    pub sockets: Vec<UdpSocket>,
+    received: Received,
+    transmits: Transmits,
+}
+
+impl DatagramSockets {
+    pub fn new(sockets: Vec<UdpSocket>) -> DatagramSockets {
+        DatagramSockets {
+            sockets,
+            ..DatagramSockets::default()
+        }
+    }
+
+    /// Reads a few batches from socket `i`, hands them to the stack and
+    /// sends what it answers. Whether datagrams may be left unread (the
+    /// socket was not emptied).
+    pub fn read<S: super::Stack>(&mut self, i: usize, stack: &mut S) -> bool {
+        let Some(socket) = self.sockets.get(i) else {
+            return false;
+        };
+        for _ in 0..BATCHES_PER_TURN {
+            match self.received.receive(socket) {
+                Ok(0) => return false,
+                Ok(_) => {
+                    stack.datagrams(i, &mut self.received, &mut self.transmits);
+                    self.transmits.send(socket);
+                }
+                Err(e) => {
+                    tracing::debug!("recvmmsg: {e}");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Runs the stack's datagram timers on every socket and sends what
+    /// they produce: the milliseconds until the next one, at most `cap`.
+    pub fn timers<S: super::Stack>(&mut self, stack: &mut S, cap: u64) -> u64 {
+        let mut wait = cap;
+        for (i, socket) in self.sockets.iter().enumerate() {
+            if let Some(next) = stack.datagram_turn(i, &mut self.transmits) {
+                // Rounded up: waking early would find nothing due.
+                wait = wait.min(next.as_micros().div_ceil(1000) as u64);
+            }
+            if !self.transmits.is_empty() {
+                self.transmits.send(socket);
+            }
+        }
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The steering program sends a datagram to the socket its first
+    /// connection-ID byte names, in either header form.
+    #[test]
+    fn datagrams_reach_the_socket_their_connection_id_names() {
+        let first = bind("127.0.0.1:0".parse().unwrap(), Some(3)).unwrap();
+        let addr = first.local_addr().unwrap();
+        let sockets = [first, bind(addr, None).unwrap(), bind(addr, None).unwrap()];
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for thread in 0..3u8 {
+            let mut long = [0u8; 40];
+            long[0] = 0xc0;
+            long[5] = 8;
+            long[6] = thread;
+            let mut short = [0u8; 40];
+            short[0] = 0x40;
+            short[1] = thread + 3;
+            for packet in [&long, &short] {
+                client.send_to(packet, addr).unwrap();
+                let mut received = Received::default();
+                // Loopback delivers at once; the loop only covers a
+                // softirq that runs late.
+                let mut got = Vec::new();
+                for _ in 0..1000 {
+                    for (i, socket) in sockets.iter().enumerate() {
+                        if received.receive(socket).unwrap() > 0 {
+                            got.push(i);
+                            received.for_each(|_, d| assert_eq!(&d[..], &packet[..]));
+                        }
+                    }
+                    if !got.is_empty() {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+                assert_eq!(got, [usize::from(thread)]);
+            }
+        }
+    }
+}

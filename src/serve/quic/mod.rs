@@ -1,0 +1,529 @@
+//! QUIC (RFC 9000) for HTTP/3: `quinn-proto`'s state machines, driven
+//! sans-IO by the event loop that owns the UDP socket. One [`Endpoint`]
+//! per loop thread and socket: datagrams in (`net::udp::Received`),
+//! datagrams out (`net::udp::Transmits`), timers polled once per loop
+//! turn; each connection's streams handed to `http3::Conn`.
+//!
+//! Connection IDs this server issues start with the thread's index: the
+//! socket group's BPF program (`net::udp::bind`) steers every datagram to
+//! the thread its destination ID names, so a connection stays on its
+//! thread when the client's address changes (ARCHITECTURE.md).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use quinn_proto::{
+    ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
+    Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
+};
+
+use super::http3;
+use super::metrics::LoopCounters;
+use super::net::udp::{Received, Transmits};
+use super::net::{Backing, Shared};
+use super::request_context::RequestContext;
+
+/// The ALPN protocol of HTTP/3.
+pub const ALPN_H3: &[u8] = b"h3";
+
+/// Connection IDs' length: the thread's byte and 7 random ones.
+const CID_LEN: usize = 8;
+
+/// Datagrams one `poll_transmit` may give as a GSO train.
+const GSO_SEGMENTS: usize = 10;
+
+/// Connection IDs whose first byte is the thread's index.
+struct ThreadCids {
+    thread: u8,
+}
+
+impl ConnectionIdGenerator for ThreadCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut id = [0u8; CID_LEN];
+        id[0] = self.thread;
+        // getrandom cannot fail for 7 bytes once the pool is ready (it
+        // was, for the TLS keys); zeros would still be unique per thread
+        // enough for quinn, which checks for collisions.
+        let _ = rustix::rand::getrandom(&mut id[1..], rustix::rand::GetRandomFlags::empty());
+        ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Settings every thread's endpoints share.
+pub struct QuicConfig {
+    /// The idle timeout both sides agree on (the lower one wins).
+    pub idle_timeout: Duration,
+    /// Connections past this many unvalidated handshakes in flight on
+    /// one endpoint get a Retry first (address validation under load).
+    pub retry_above: usize,
+    /// `--max-connections`, shared with TCP: a new connection is refused
+    /// while `shared.live` (TCP and QUIC, every thread) is at it.
+    pub max_connections: usize,
+    pub shared: Arc<Shared>,
+}
+
+/// The QUIC-side TLS configuration made from the TCP one: the same
+/// certificates (its resolver: SNI, ACME) and tickets, TLS 1.3 only (QUIC
+/// has no other), ALPN `h3`.
+pub fn server_config(
+    tls: &Arc<rustls::ServerConfig>,
+    transport: &Arc<TransportConfig>,
+) -> Option<Arc<quinn_proto::ServerConfig>> {
+    let mut config = (**tls).clone();
+    config.alpn_protocols = vec![ALPN_H3.to_vec()];
+    config.max_early_data_size = 0;
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(config).ok()?;
+    let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::clone(transport));
+    // Migration is allowed: the BPF steering keeps a moved client's
+    // datagrams on the connection's thread.
+    server.migration(true);
+    Some(Arc::new(server))
+}
+
+/// One connection.
+struct Conn {
+    quic: quinn_proto::Connection,
+    h3: http3::Conn,
+    /// The handshake is done and HTTP/3 started.
+    started: bool,
+    /// When quinn wants `handle_timeout`.
+    timer: Option<Instant>,
+}
+
+/// One thread's QUIC endpoint on one UDP socket.
+pub struct Endpoint {
+    endpoint: quinn_proto::Endpoint,
+    /// The TCP configuration the current QUIC one was made from.
+    tls: Option<Arc<rustls::ServerConfig>>,
+    transport: Arc<TransportConfig>,
+    config: Arc<QuicConfig>,
+    /// Connections by handle.
+    conns: Vec<Option<Box<Conn>>>,
+    open: usize,
+    /// Connections with something to do this turn.
+    touched: Vec<usize>,
+    /// Stream bytes as read, for HTTP/3.
+    read: Vec<u8>,
+    /// Endpoint responses (version negotiation, Retry, resets) written here.
+    response: Vec<u8>,
+    /// Shutdown began: GOAWAY sent, idle connections closed.
+    draining: bool,
+}
+
+impl Endpoint {
+    pub fn new(thread: usize, config: Arc<QuicConfig>) -> Endpoint {
+        let thread = thread as u8;
+        let mut endpoint_config = EndpointConfig::default();
+        endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
+        let mut transport = TransportConfig::default();
+        transport
+            .max_idle_timeout(IdleTimeout::try_from(config.idle_timeout).ok())
+            .max_concurrent_bidi_streams(VarInt::from_u32(128))
+            .max_concurrent_uni_streams(VarInt::from_u32(8))
+            .enable_segmentation_offload(true);
+        Endpoint {
+            endpoint: quinn_proto::Endpoint::new(Arc::new(endpoint_config), None, true, None),
+            tls: None,
+            transport: Arc::new(transport),
+            config,
+            conns: Vec::new(),
+            open: 0,
+            touched: Vec::new(),
+            read: Vec::with_capacity(16 * 1024),
+            response: Vec::new(),
+            draining: false,
+        }
+    }
+
+    /// Open connections.
+    pub fn open(&self) -> usize {
+        self.open
+    }
+
+    /// New connections take `tls` (the certificates of this generation).
+    pub fn set_tls(&mut self, tls: Option<&Arc<rustls::ServerConfig>>) {
+        let same = match (&self.tls, tls) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        self.tls = tls.cloned();
+        let server = tls.and_then(|tls| server_config(tls, &self.transport));
+        self.endpoint.set_server_config(server);
+    }
+
+    /// Handles a batch of received datagrams.
+    pub fn receive(
+        &mut self,
+        received: &mut Received,
+        out: &mut Transmits,
+        cx: &mut Context<'_, '_>,
+    ) {
+        let now = Instant::now();
+        let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
+        received.for_each(|peer, datagram| self.datagram(now, peer, datagram, out, counters));
+        self.drive(now, out, cx);
+    }
+
+    fn datagram(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        data: BytesMut,
+        out: &mut Transmits,
+        counters: &LoopCounters,
+    ) {
+        self.response.clear();
+        let event = self
+            .endpoint
+            .handle(now, peer, None, None, data, &mut self.response);
+        match event {
+            Some(DatagramEvent::ConnectionEvent(handle, event)) => {
+                if let Some(conn) = self.conns.get_mut(handle.0).and_then(Option::as_mut) {
+                    conn.quic.handle_event(event);
+                    self.touched.push(handle.0);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                let live = self.config.shared.live.load(Ordering::Relaxed);
+                if self.draining || live >= self.config.max_connections {
+                    counters.quic_refused.add(1);
+                    let t = self.endpoint.refuse(incoming, &mut self.response);
+                    queue(out, &self.response, t);
+                    return;
+                }
+                let handshaking = self.conns.iter().flatten().filter(|c| !c.started).count();
+                if handshaking >= self.config.retry_above
+                    && !incoming.remote_address_validated()
+                    && incoming.may_retry()
+                {
+                    match self.endpoint.retry(incoming, &mut self.response) {
+                        Ok(t) => {
+                            counters.quic_retries.add(1);
+                            queue(out, &self.response, t);
+                        }
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                    return;
+                }
+                match self
+                    .endpoint
+                    .accept(incoming, now, &mut self.response, None)
+                {
+                    Ok((handle, quic)) => {
+                        let slot = handle.0;
+                        if self.conns.len() <= slot {
+                            self.conns.resize_with(slot + 1, || None);
+                        }
+                        self.conns[slot] = Some(Box::new(Conn {
+                            quic,
+                            h3: http3::Conn::default(),
+                            started: false,
+                            timer: None,
+                        }));
+                        self.open += 1;
+                        self.config.shared.live.fetch_add(1, Ordering::Relaxed);
+                        counters.quic_accepted.add(1);
+                        self.touched.push(slot);
+                    }
+                    Err(e) => {
+                        if let Some(t) = e.response {
+                            queue(out, &self.response, t);
+                        }
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => queue(out, &self.response, t),
+            None => {}
+        }
+    }
+
+    /// Runs the timers due, and once shutdown began, drains: the time
+    /// until the next timer.
+    pub fn turn(&mut self, out: &mut Transmits, cx: &mut Context<'_, '_>) -> Option<Duration> {
+        let now = Instant::now();
+        // While draining, every connection is looked at each turn: the
+        // one after its GOAWAY went out may close it.
+        self.draining |= cx.draining;
+        if self.draining {
+            self.touched.extend(0..self.conns.len());
+        }
+        for (slot, conn) in self.conns.iter_mut().enumerate() {
+            if let Some(conn) = conn
+                && conn.timer.is_some_and(|t| t <= now)
+            {
+                conn.quic.handle_timeout(now);
+                self.touched.push(slot);
+            }
+        }
+        self.drive(now, out, cx);
+        self.conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.timer)
+            .min()
+            .map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Gives every touched connection its events, runs HTTP/3 on them,
+    /// and queues what they send.
+    fn drive(&mut self, now: Instant, out: &mut Transmits, cx: &mut Context<'_, '_>) {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for &slot in &touched {
+            self.drive_one(slot, now, out, cx);
+        }
+        touched.clear();
+        self.touched = touched;
+    }
+
+    fn drive_one(
+        &mut self,
+        slot: usize,
+        now: Instant,
+        out: &mut Transmits,
+        cx: &mut Context<'_, '_>,
+    ) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        loop {
+            while let Some(event) = conn.quic.poll_endpoint_events() {
+                if let Some(event) = self.endpoint.handle_event(ConnectionHandle(slot), event) {
+                    conn.quic.handle_event(event);
+                }
+            }
+            let Some(event) = conn.quic.poll() else {
+                break;
+            };
+            let Conn {
+                quic, h3, started, ..
+            } = &mut **conn;
+            let mut streams = QuicStreams { quic, now };
+            match event {
+                Event::Connected => {
+                    *started = true;
+                    cx.ctx.metrics.of_loop(cx.ctx.thread).quic_handshakes.add(1);
+                    h3.start(&mut streams);
+                    accept_streams(quic, h3, &mut self.read, now, cx);
+                }
+                Event::Stream(StreamEvent::Opened { .. }) => {
+                    accept_streams(quic, h3, &mut self.read, now, cx);
+                }
+                Event::Stream(StreamEvent::Readable { id }) => {
+                    read_stream(quic, h3, id, &mut self.read, now, cx);
+                }
+                Event::Stream(StreamEvent::Writable { id }) => {
+                    h3.on_writable(id.into(), &mut streams);
+                }
+                Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                    h3.on_stopped(id.into(), error_code.into(), &mut streams);
+                }
+                Event::ConnectionLost { .. }
+                | Event::HandshakeDataReady
+                | Event::Stream(_)
+                | Event::DatagramReceived
+                | Event::DatagramsUnblocked => {}
+            }
+        }
+        if self.draining && conn.started {
+            let mut streams = QuicStreams {
+                quic: &mut conn.quic,
+                now,
+            };
+            // GOAWAY first; the close comes at a later turn, once the
+            // GOAWAY was handed to the socket (a close drops what is
+            // still queued on streams).
+            let goaway_sent = conn.h3.sent_goaway();
+            conn.h3.go_away(&mut streams);
+            if goaway_sent && conn.h3.is_idle() && !conn.quic.is_closed() {
+                conn.quic.close(
+                    now,
+                    VarInt::from_u32(http3::frame::H3_NO_ERROR as u32),
+                    Bytes::new(),
+                );
+            }
+        } else if self.draining && !conn.quic.is_closed() {
+            conn.quic.close(now, VarInt::from_u32(0), Bytes::new());
+        }
+        loop {
+            let mut buf = out.buffer();
+            match conn.quic.poll_transmit(now, GSO_SEGMENTS, &mut buf) {
+                Some(t) => {
+                    buf.truncate(t.size);
+                    out.queue(Some(t.destination), buf, t.segment_size);
+                }
+                None => {
+                    out.queue(None, buf, None);
+                    break;
+                }
+            }
+        }
+        conn.timer = conn.quic.poll_timeout();
+        if conn.quic.is_drained() {
+            let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
+            counters
+                .quic_lost_packets
+                .add(conn.quic.stats().path.lost_packets);
+            counters.quic_closed.add(1);
+            while let Some(event) = conn.quic.poll_endpoint_events() {
+                let _ = self.endpoint.handle_event(ConnectionHandle(slot), event);
+            }
+            self.conns[slot] = None;
+            self.open -= 1;
+            self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Queues an endpoint's own response (written into `bytes`).
+fn queue(out: &mut Transmits, bytes: &[u8], t: quinn_proto::Transmit) {
+    let mut buf = out.buffer();
+    buf.extend_from_slice(&bytes[..t.size]);
+    out.queue(Some(t.destination), buf, t.segment_size);
+}
+
+/// Takes the streams the peer opened, and reads what they hold.
+fn accept_streams(
+    quic: &mut quinn_proto::Connection,
+    h3: &mut http3::Conn,
+    read: &mut Vec<u8>,
+    now: Instant,
+    cx: &mut Context<'_, '_>,
+) {
+    for dir in [Dir::Uni, Dir::Bi] {
+        while let Some(id) = quic.streams().accept(dir) {
+            read_stream(quic, h3, id, read, now, cx);
+        }
+    }
+}
+
+/// Reads what stream `id` holds and hands it to HTTP/3.
+fn read_stream(
+    quic: &mut quinn_proto::Connection,
+    h3: &mut http3::Conn,
+    id: StreamId,
+    read: &mut Vec<u8>,
+    now: Instant,
+    cx: &mut Context<'_, '_>,
+) {
+    read.clear();
+    let mut fin = false;
+    let mut reset = false;
+    {
+        let mut stream = quic.recv_stream(id);
+        let Ok(mut chunks) = stream.read(true) else {
+            return;
+        };
+        loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(chunk)) => read.extend_from_slice(&chunk.bytes),
+                Ok(None) => {
+                    fin = true;
+                    break;
+                }
+                Err(quinn_proto::ReadError::Blocked) => break,
+                Err(quinn_proto::ReadError::Reset(_)) => {
+                    reset = true;
+                    break;
+                }
+            }
+        }
+        let _ = chunks.finalize();
+    }
+    let mut streams = QuicStreams { quic, now };
+    if !read.is_empty() || fin {
+        let mut answering = cx.answering();
+        h3.on_data(id.into(), read, fin, &mut streams, &mut answering);
+    }
+    if reset {
+        h3.on_reset(id.into(), &mut streams);
+    }
+}
+
+/// A connection's streams as HTTP/3 reaches them.
+struct QuicStreams<'a> {
+    quic: &'a mut quinn_proto::Connection,
+    now: Instant,
+}
+
+fn stream_id(id: u64) -> StreamId {
+    StreamId::from(VarInt::from_u64(id).unwrap_or(VarInt::MAX))
+}
+
+fn code(code: u64) -> VarInt {
+    VarInt::from_u64(code).unwrap_or(VarInt::MAX)
+}
+
+impl http3::Streams for QuicStreams<'_> {
+    fn open_uni(&mut self) -> Option<u64> {
+        self.quic.streams().open(Dir::Uni).map(u64::from)
+    }
+
+    fn write(&mut self, id: u64, chunks: &mut [Bytes]) {
+        // Until done or refused: quinn asks for `Writable` only for a
+        // stream whose write was refused (Blocked), so a write that took
+        // only part is tried again, which then is. An error on a stream
+        // the peer stopped or reset: the `Stopped` event follows.
+        let mut stream = self.quic.send_stream(stream_id(id));
+        while chunks.iter().any(|c| !c.is_empty()) {
+            match stream.write_chunks(chunks) {
+                Ok(written) if written.bytes > 0 => {}
+                Ok(_) | Err(_) => break,
+            }
+        }
+    }
+
+    fn finish(&mut self, id: u64) {
+        let _ = self.quic.send_stream(stream_id(id)).finish();
+    }
+
+    fn reset(&mut self, id: u64, error: u64) {
+        let _ = self.quic.send_stream(stream_id(id)).reset(code(error));
+    }
+
+    fn stop(&mut self, id: u64, error: u64) {
+        let _ = self.quic.recv_stream(stream_id(id)).stop(code(error));
+    }
+
+    fn close(&mut self, error: u64, reason: &'static str) {
+        self.quic
+            .close(self.now, code(error), Bytes::from_static(reason.as_bytes()));
+    }
+}
+
+/// What the endpoint borrows from the thread's stack for a turn.
+pub struct Context<'a, 'w> {
+    pub ctx: RequestContext<'w>,
+    pub scratch: &'a mut http3::Scratch,
+    pub bodies: &'a mut http3::Bodies,
+    pub backing: &'a Arc<dyn Backing>,
+    pub draining: bool,
+}
+
+impl<'w> Context<'_, 'w> {
+    fn answering(&mut self) -> http3::Answering<'_, 'w> {
+        http3::Answering {
+            ctx: &mut self.ctx,
+            scratch: self.scratch,
+            bodies: self.bodies,
+            backing: self.backing,
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! HTTP/3 (RFC 9114) over QUIC, checked with aioquic's QUIC layer driven
+//! by `tests/http3/h3client.py` (kiln shares no code with it): the cases
+//! h3spec checks, each with the error code the RFC requires, and the
+//! answers HTTP/1.1 gets (methods, 304/412, ranges, negotiation, 404,
+//! redirects, `_headers`) compared request by request. Skips itself,
+//! saying so, without Python's `aioquic` (`./test` installs it).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::Server;
+
+/// The example site, fired once per test.
+fn example_pack(dir: &std::path::Path) -> PathBuf {
+    let pack = dir.join("site.pack");
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["build", "examples/site", "-o"])
+        .arg(&pack)
+        .arg("-q")
+        .status()
+        .expect("kiln build");
+    assert!(status.success());
+    pack
+}
+
+/// The back ends that serve HTTP/3.
+const BACKENDS: [&str; 2] = ["epoll", "uring"];
+
+/// A server on the example site with a cleartext and a TLS listener (the
+/// TLS port's UDP twin serves HTTP/3) on `backend`, with metrics.
+fn start(dir: &std::path::Path, backend: &str) -> Server {
+    start_with(dir, backend, &[])
+}
+
+/// `start` with `extra` flags.
+fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
+    let pack = example_pack(dir);
+    let mut args = vec![
+        pack.to_str().unwrap(),
+        "--listen-tls",
+        "127.0.0.1:0",
+        "--tls-self-signed",
+        "--io",
+        backend,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    args.extend(extra);
+    let server = Server::start(&args);
+    assert!(server.tls_port.is_some(), "{}", server.startup);
+    server
+}
+
+/// Starts `h3client.py PORT hold` and waits for its GET's answer.
+fn hold(
+    port: u16,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut client = Command::new("python3")
+        .arg("tests/http3/h3client.py")
+        .arg(port.to_string())
+        .arg("hold")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    let ready: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(ready["status"], 200, "{ready}");
+    (client, lines)
+}
+
+/// The value of the sample `name` (with its labels) in `/metrics`.
+fn sample(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+}
+
+fn have_aioquic() -> bool {
+    let found = Command::new("python3")
+        .args(["-c", "import aioquic, pylsqpack"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("Python's aioquic is not installed (./test installs it with pip); skipped");
+    }
+    found
+}
+
+/// Runs the client: one JSON object per line of its output.
+fn h3client(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    let output = Command::new("python3")
+        .arg("tests/http3/h3client.py")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "h3client {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Each case and what RFC 9114 (or RFC 9204) requires of the server:
+/// a connection error, a stream error (the request stream reset), or an
+/// answer (the case's oddities ignored).
+const CASES: &[(&str, &str, u64)] = &[
+    ("unknown_frames_and_streams_ignored", "status", 200),
+    ("unknown_frame_on_request_stream", "status", 200),
+    ("data_before_headers", "connection_error", 0x105),
+    ("settings_on_request_stream", "connection_error", 0x105),
+    ("goaway_on_request_stream", "connection_error", 0x105),
+    (
+        "http2_frame_0x2_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x6_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x8_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x9_on_control_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x2_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x6_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x8_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    (
+        "http2_frame_0x9_on_request_stream",
+        "connection_error",
+        0x105,
+    ),
+    ("http2_setting_0x2", "connection_error", 0x109),
+    ("http2_setting_0x3", "connection_error", 0x109),
+    ("http2_setting_0x4", "connection_error", 0x109),
+    ("http2_setting_0x5", "connection_error", 0x109),
+    ("repeated_setting", "connection_error", 0x109),
+    ("second_settings", "connection_error", 0x105),
+    ("second_control_stream", "connection_error", 0x103),
+    ("control_stream_closed", "connection_error", 0x104),
+    ("control_stream_without_settings", "connection_error", 0x10a),
+    ("data_on_control_stream", "connection_error", 0x105),
+    ("headers_on_control_stream", "connection_error", 0x105),
+    ("push_stream_from_client", "connection_error", 0x103),
+    ("second_qpack_encoder_stream", "connection_error", 0x103),
+    (
+        "qpack_insert_into_a_table_of_capacity_0",
+        "connection_error",
+        0x201,
+    ),
+    ("qpack_dynamic_reference", "connection_error", 0x200),
+    ("no_method", "stream_error", 0x10e),
+    ("no_path", "stream_error", 0x10e),
+    ("empty_path", "stream_error", 0x10e),
+    ("repeated_pseudo_header", "stream_error", 0x10e),
+    ("response_pseudo_header", "stream_error", 0x10e),
+    ("pseudo_header_after_regular", "stream_error", 0x10e),
+    ("upper_case_name", "stream_error", 0x10e),
+    ("connection_specific_field", "stream_error", 0x10e),
+    ("transfer_encoding_field", "stream_error", 0x10e),
+    ("te_other_than_trailers", "stream_error", 0x10e),
+    ("content_length_mismatch", "stream_error", 0x10e),
+    ("trailers_with_pseudo_header", "stream_error", 0x10e),
+    ("data_after_trailers", "connection_error", 0x105),
+    ("request_stream_ended_early", "stream_error", 0x10d),
+];
+
+#[test]
+fn each_case_gets_the_error_code_the_rfc_names() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let names: Vec<&str> = CASES.iter().map(|(name, _, _)| *name).collect();
+        let mut args = vec!["cases"];
+        args.extend(&names);
+        let results = h3client(server.tls_port.unwrap(), &args);
+        assert_eq!(results.len(), CASES.len());
+        for ((name, kind, code), result) in CASES.iter().zip(&results) {
+            assert_eq!(
+                result.get(*kind).and_then(|v| v.as_u64()),
+                Some(*code),
+                "{backend}: {name}: got {result}\nserver: {}",
+                server.stderr_text()
+            );
+        }
+    }
+}
+
+/// The fields compared with HTTP/1.1's: a response's representation and
+/// what the site's rules add (`_headers`, redirects).
+const COMPARED: [&str; 9] = [
+    "content-type",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "etag",
+    "last-modified",
+    "location",
+    "x-frame-options",
+    "vary",
+];
+
+/// Requests of every kind the handler tells apart: `{etag}` is replaced
+/// with the page's ETag (as HTTP/1.1 got it).
+const REQUESTS: &[(&str, &str, &[&str])] = &[
+    ("GET", "/", &[]),
+    ("GET", "/", &["accept-encoding: br"]),
+    ("GET", "/", &["accept-encoding: gzip"]),
+    ("GET", "/", &["accept-encoding: zstd"]),
+    ("GET", "/", &["accept-encoding: identity"]),
+    ("HEAD", "/", &[]),
+    ("POST", "/", &[]),
+    ("OPTIONS", "/", &[]),
+    ("DELETE", "/style.css", &[]),
+    ("GET", "/", &["if-none-match: {etag}"]),
+    ("GET", "/", &["if-match: \"nope\""]),
+    (
+        "GET",
+        "/",
+        &["if-modified-since: Sat, 01 Jan 2100 00:00:00 GMT"],
+    ),
+    ("GET", "/", &["range: bytes=0-9"]),
+    ("GET", "/", &["range: bytes=5-"]),
+    ("GET", "/", &["range: bytes=99999999-"]),
+    ("GET", "/", &["range: bytes=0-9", "if-range: {etag}"]),
+    ("GET", "/missing", &[]),
+    ("GET", "/about", &[]),
+    ("GET", "/old-about", &[]),
+    ("GET", "/blog/x?y=1", &[]),
+    ("GET", "/start", &[]),
+    ("GET", "/app/anything", &[]),
+    ("GET", "/.well-known/security.txt", &[]),
+    ("GET", "/docs/notes.txt", &[]),
+];
+
+/// Status, compared fields and body, as HTTP/1.1 and HTTP/3 both give.
+type Answer = (u64, Vec<String>, Vec<u8>);
+
+fn compared(fields: impl Iterator<Item = (String, String)>) -> Vec<String> {
+    let mut out: Vec<String> = fields
+        .filter(|(n, _)| COMPARED.contains(&n.as_str()))
+        .map(|(n, v)| format!("{n}: {v}"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_kind_of_request_gets_what_http1_gets() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let etag = server.get("/", "").header("etag").expect("an ETag");
+        for (method, path, headers) in REQUESTS {
+            let headers: Vec<String> = headers.iter().map(|h| h.replace("{etag}", &etag)).collect();
+            let lines: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+            let http1 = server.request(method, path, &lines);
+            let http1: Answer = (
+                u64::from(http1.status),
+                compared(http1.head.lines().skip(1).filter_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    Some((n.to_ascii_lowercase(), v.trim().to_string()))
+                })),
+                http1.body,
+            );
+            let mut args = vec!["get", path, "--method", method];
+            for h in &headers {
+                args.extend(["--header", h.as_str()]);
+            }
+            let result = &h3client(server.tls_port.unwrap(), &args)[0];
+            let fields = result["headers"].as_array().cloned().unwrap_or_default();
+            let http3: Answer = (
+                result["status"].as_u64().unwrap_or_default(),
+                compared(fields.iter().map(|f| {
+                    (
+                        f[0].as_str().unwrap_or_default().to_string(),
+                        f[1].as_str().unwrap_or_default().to_string(),
+                    )
+                })),
+                hex_decode(result["body"].as_str().unwrap_or_default()),
+            );
+            assert_eq!(
+                http3, http1,
+                "{backend}: {method} {path} {headers:?}: {result}"
+            );
+        }
+        // One connection per request, each counted; requests by protocol.
+        let metrics = server.metrics();
+        let n = REQUESTS.len() as u64;
+        assert_eq!(sample(&metrics, "kiln_quic_connections_total"), n);
+        assert_eq!(sample(&metrics, "kiln_quic_handshakes_total"), n);
+        let ok = "kiln_requests_total{site=\"_default\",protocol=\"h3\",scheme=\"https\",status=\"2xx\"}";
+        assert!(sample(&metrics, ok) > 0, "{metrics}");
+    }
+}
+
+/// The body as the client prints it, in hex.
+fn hex_decode(text: &str) -> Vec<u8> {
+    (0..text.len() / 2)
+        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap_or_default())
+        .collect()
+}
+
+/// The response head curl gets from `url`, lowercased.
+fn curl_head(url: &str) -> String {
+    let output = Command::new("curl")
+        .args(["-s", "-k", "-D", "-", "-o", "/dev/null", url])
+        .output()
+        .expect("curl");
+    assert!(output.status.success(), "curl {url}");
+    String::from_utf8_lossy(&output.stdout).to_lowercase()
+}
+
+#[test]
+fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = example_pack(dir.path());
+    for (http3, backend) in [(true, "epoll"), (true, "uring"), (false, "epoll")] {
+        let mut args = vec![
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--alt-svc-max-age",
+            "600",
+            "--io",
+            backend,
+        ];
+        if !http3 {
+            args.push("--no-http3");
+        }
+        let server = Server::start(&args);
+        let tls_port = server.tls_port.unwrap();
+        let over_tls = curl_head(&format!("https://127.0.0.1:{tls_port}/"));
+        let want = format!("alt-svc: h3=\":{tls_port}\"; ma=600");
+        assert_eq!(
+            over_tls.contains(&want),
+            http3,
+            "{backend} {http3}: {over_tls}"
+        );
+        let cleartext = curl_head(&format!("http://127.0.0.1:{}/", server.port));
+        assert!(!cleartext.contains("alt-svc"), "{cleartext}");
+        if !http3 && have_aioquic() {
+            let result = &h3client(tls_port, &["cases", "second_settings"])[0];
+            assert!(
+                result.get("failed").is_some(),
+                "no HTTP/3 expected: {result}"
+            );
+        }
+    }
+}
+
+/// SIGTERM with an HTTP/3 connection open: GOAWAY on the server's control
+/// stream, then the connection closed with H3_NO_ERROR, and the server
+/// exits.
+#[test]
+fn shutdown_sends_goaway_then_closes_without_error() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let mut server = start(dir.path(), backend);
+        let (mut client, mut lines) = hold(server.tls_port.unwrap());
+        server.signal(libc::SIGTERM);
+        let end: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert!(client.wait().unwrap().success());
+        let frames = end["control_frames"].as_array().unwrap();
+        assert_eq!(frames.first().and_then(|f| f.as_u64()), Some(0x04), "{end}");
+        assert!(frames.iter().any(|f| f == 0x07), "no GOAWAY: {end}");
+        assert_eq!(end["connection_error"], 0x100, "{end}");
+        let status = server.wait_exit(std::time::Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{backend}: {status:?}");
+    }
+}
+
+/// `--max-connections` counts QUIC connections with TCP ones: with one
+/// HTTP/3 connection open and a budget of 1, a second QUIC connection is
+/// refused (and counted).
+#[test]
+fn quic_connections_take_from_the_connection_budget() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start_with(dir.path(), backend, &["--max-connections", "1"]);
+        let port = server.tls_port.unwrap();
+        let (mut holder, _lines) = hold(port);
+        let second = &h3client(port, &["cases", "second_settings"])[0];
+        assert!(second.get("failed").is_some(), "{backend}: {second}");
+        let metrics = server.metrics();
+        assert_eq!(sample(&metrics, "kiln_quic_refused_total"), 1, "{metrics}");
+        assert_eq!(sample(&metrics, "kiln_quic_connections_open"), 1);
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+}
+
+/// An HTTP/3 connection left idle is closed at `--keepalive-timeout`
+/// (QUIC's idle timeout): the server's count of open QUIC connections
+/// falls back to 0 while the client still holds it.
+#[test]
+fn an_idle_quic_connection_ends_at_the_keepalive_timeout() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start_with(dir.path(), backend, &["--keepalive-timeout", "1"]);
+        let (mut client, _lines) = hold(server.tls_port.unwrap());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+        while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend}: still open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = client.kill();
+        let _ = client.wait();
+    }
+}
+
+/// Many requests at once on one connection, for a body far beyond QUIC's
+/// initial flow-control windows: every response whole, byte for byte,
+/// sent as the windows open.
+#[test]
+fn concurrent_large_responses_arrive_whole() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = common::sample_pack(dir.path());
+    let want = {
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &common::big_body());
+        digest
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    for backend in BACKENDS {
+        let server = Server::start(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--io",
+            backend,
+        ]);
+        let result = &h3client(server.tls_port.unwrap(), &["many", "16", "/big.bin"])[0];
+        let responses = result["responses"].as_array().unwrap();
+        assert_eq!(responses.len(), 16);
+        for r in responses {
+            assert_eq!(r[0], 200, "{backend}: {r}");
+            assert_eq!(
+                r[1].as_str(),
+                Some(want.as_str()),
+                "{backend}: a body differs"
+            );
+        }
+    }
+}

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""An HTTP/3 client for kiln's tests, on aioquic's QUIC layer, so that it
+can send what a correct HTTP/3 stack never would (h3spec-style cases).
+
+  h3client.py PORT cases NAME...      one JSON line per case: what the
+                                      server did (connection or stream
+                                      error code, or the response status)
+  h3client.py PORT get PATH [--method M] [--header 'name: value']...
+                                      one JSON line: status, fields, body
+  h3client.py PORT many N PATH        N GETs of PATH at once on one
+                                      connection: one JSON line with each
+                                      status and the SHA-256 of each body
+  h3client.py PORT hold               a GET answered, then `{"ready": true}`;
+                                      then, once the server ends the
+                                      connection (or after 10 s), the frames
+                                      of its control stream and the code
+"""
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+
+import pylsqpack
+from aioquic.asyncio.client import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    StreamDataReceived,
+    StreamReset,
+)
+
+
+def varint(v):
+    if v < 0x40:
+        return bytes([v])
+    if v < 0x4000:
+        return (v | 0x4000).to_bytes(2, "big")
+    if v < 0x40000000:
+        return (v | 0x80000000).to_bytes(4, "big")
+    return (v | 0xC000000000000000).to_bytes(8, "big")
+
+
+def read_varint(b, i):
+    n = 1 << (b[i] >> 6)
+    v = b[i] & 0x3F
+    for k in range(1, n):
+        v = (v << 8) | b[i + k]
+    return v, i + n
+
+
+def frame(t, payload=b""):
+    return varint(t) + varint(len(payload)) + payload
+
+
+DATA, HEADERS, SETTINGS, GOAWAY = 0x0, 0x1, 0x4, 0x7
+SETTINGS_EMPTY = frame(SETTINGS)
+
+
+def fields(method="GET", path="/", extra=(), authority="localhost"):
+    out = [(b":method", method.encode()), (b":scheme", b"https")]
+    if authority is not None:
+        out.append((b":authority", authority.encode()))
+    if path is not None:
+        out.append((b":path", path.encode()))
+    out.extend((k.encode(), v.encode()) for k, v in extra)
+    return out
+
+
+def section(headers):
+    encoder = pylsqpack.Encoder()
+    _, block = encoder.encode(0, headers)
+    return block
+
+
+class Client(QuicConnectionProtocol):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.terminated = None
+        self.resets = {}
+        self.data = {}
+        self.ended = set()
+        self.changed = asyncio.Event()
+
+    def quic_event_received(self, event):
+        if isinstance(event, ConnectionTerminated):
+            self.terminated = event.error_code
+        elif isinstance(event, StreamReset):
+            self.resets[event.stream_id] = event.error_code
+        elif isinstance(event, StreamDataReceived):
+            self.data.setdefault(event.stream_id, bytearray()).extend(event.data)
+            if event.end_stream:
+                self.ended.add(event.stream_id)
+        self.changed.set()
+
+    def uni(self, data, end=False):
+        sid = self._quic.get_next_available_stream_id(is_unidirectional=True)
+        self._quic.send_stream_data(sid, data, end)
+        self.transmit()
+        return sid
+
+    def request(self, data, end=True):
+        sid = self._quic.get_next_available_stream_id()
+        self._quic.send_stream_data(sid, data, end)
+        self.transmit()
+        return sid
+
+    async def until(self, done, timeout=3.0):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done():
+            self.changed.clear()
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except asyncio.TimeoutError:
+                return done()
+        return True
+
+    def response(self, sid):
+        """(status, [(name, value)], body) of a whole response on sid."""
+        raw = bytes(self.data.get(sid, b""))
+        decoder = pylsqpack.Decoder(0, 0)
+        i, status, headers, body = 0, None, [], bytearray()
+        while i < len(raw):
+            t, i = read_varint(raw, i)
+            n, i = read_varint(raw, i)
+            payload = raw[i : i + n]
+            i += n
+            if t == HEADERS and status is None:
+                _, hs = decoder.feed_header(sid, payload)
+                for k, v in hs:
+                    if k == b":status":
+                        status = int(v)
+                    else:
+                        headers.append((k.decode(), v.decode()))
+            elif t == DATA:
+                body.extend(payload)
+        return status, headers, bytes(body)
+
+
+async def session(port, fn):
+    config = QuicConfiguration(is_client=True, alpn_protocols=["h3"])
+    config.verify_mode = ssl.CERT_NONE
+    config.server_name = "localhost"
+    # A server that does not answer is given up on after this long.
+    config.idle_timeout = 5.0
+    async with connect(
+        "127.0.0.1", port, configuration=config, create_protocol=Client,
+        wait_connected=True,
+    ) as client:
+        return await fn(client)
+
+
+async def outcome(c, sid=None, timeout=3.0):
+    """What the server did: a connection error, a stream error on sid, or
+    the response's status."""
+    def done():
+        return (
+            c.terminated is not None
+            or (sid is not None and (sid in c.resets or sid in c.ended))
+        )
+    await c.until(done, timeout)
+    if c.terminated is not None:
+        return {"connection_error": c.terminated}
+    if sid is not None and sid in c.resets:
+        return {"stream_error": c.resets[sid]}
+    if sid is not None and sid in c.ended:
+        return {"status": c.response(sid)[0]}
+    return {"nothing": True}
+
+
+def control(c, *frames_):
+    return c.uni(varint(0x00) + SETTINGS_EMPTY + b"".join(frames_))
+
+
+def get(c, headers=None, end=True, extra=b""):
+    block = section(headers if headers is not None else fields())
+    return c.request(frame(HEADERS, block) + extra, end)
+
+
+# Each case: what it sends; the test asserts the outcome.
+async def case(c, name):
+    if name == "unknown_frames_and_streams_ignored":
+        control(c, frame(0x21, b"xyz"), frame(0x1F * 3 + 0x21, b""))
+        c.uni(varint(0x21) + b"anything")
+        c.uni(varint(0x1F * 5 + 0x21) + b"reserved")
+        sid = get(c, extra=b"")
+        return await outcome(c, sid)
+    if name == "unknown_frame_on_request_stream":
+        block = section(fields())
+        sid = c.request(frame(0x21, b"ab") + frame(HEADERS, block) + frame(0x1F * 2 + 0x21))
+        return await outcome(c, sid)
+    if name == "data_before_headers":
+        control(c)
+        sid = c.request(frame(DATA, b"x"))
+        return await outcome(c, sid)
+    if name == "settings_on_request_stream":
+        control(c)
+        sid = c.request(frame(SETTINGS) + frame(HEADERS, section(fields())))
+        return await outcome(c, sid)
+    if name == "goaway_on_request_stream":
+        control(c)
+        sid = c.request(frame(HEADERS, section(fields())) + frame(GOAWAY, varint(0)), end=False)
+        return await outcome(c, None)
+    for http2_type in (0x02, 0x06, 0x08, 0x09):
+        if name == f"http2_frame_{http2_type:#x}_on_control_stream":
+            control(c, frame(http2_type, b"\x00"))
+            return await outcome(c)
+        if name == f"http2_frame_{http2_type:#x}_on_request_stream":
+            control(c)
+            sid = c.request(frame(http2_type, b"\x00") + frame(HEADERS, section(fields())))
+            return await outcome(c, sid)
+    for setting in (0x02, 0x03, 0x04, 0x05):
+        if name == f"http2_setting_{setting:#x}":
+            c.uni(varint(0x00) + frame(SETTINGS, varint(setting) + varint(0)))
+            return await outcome(c)
+    if name == "repeated_setting":
+        c.uni(varint(0x00) + frame(SETTINGS, varint(0x06) + varint(1) + varint(0x06) + varint(2)))
+        return await outcome(c)
+    if name == "second_settings":
+        control(c, SETTINGS_EMPTY)
+        return await outcome(c)
+    if name == "second_control_stream":
+        control(c)
+        control(c)
+        return await outcome(c)
+    if name == "control_stream_closed":
+        c.uni(varint(0x00) + SETTINGS_EMPTY, end=True)
+        return await outcome(c)
+    if name == "control_stream_without_settings":
+        c.uni(varint(0x00) + frame(GOAWAY, varint(0)))
+        return await outcome(c)
+    if name == "data_on_control_stream":
+        control(c, frame(DATA, b"x"))
+        return await outcome(c)
+    if name == "headers_on_control_stream":
+        control(c, frame(HEADERS, section(fields())))
+        return await outcome(c)
+    if name == "push_stream_from_client":
+        control(c)
+        c.uni(varint(0x01) + varint(0))
+        return await outcome(c)
+    if name == "second_qpack_encoder_stream":
+        control(c)
+        c.uni(varint(0x02))
+        c.uni(varint(0x02))
+        return await outcome(c)
+    if name == "qpack_insert_into_a_table_of_capacity_0":
+        control(c)
+        c.uni(varint(0x02) + bytes([0x3F, 0xE1, 0x1F]))
+        return await outcome(c)
+    if name == "qpack_dynamic_reference":
+        control(c)
+        # Required Insert Count 1: a table the server said it has not.
+        sid = c.request(frame(HEADERS, bytes([0x02, 0x00, 0x80])))
+        return await outcome(c, sid)
+    bad_fields = {
+        "no_method": fields()[1:],
+        "no_path": fields(path=None),
+        "empty_path": fields(path=""),
+        "repeated_pseudo_header": fields() + [(b":path", b"/")],
+        "response_pseudo_header": fields() + [(b":status", b"200")],
+        "pseudo_header_after_regular": [(b"accept", b"*/*")] + fields(),
+        "upper_case_name": fields(extra=[("Accept", "*/*")]),
+        "connection_specific_field": fields(extra=[("connection", "keep-alive")]),
+        "transfer_encoding_field": fields(extra=[("transfer-encoding", "chunked")]),
+        "te_other_than_trailers": fields(extra=[("te", "gzip")]),
+    }
+    if name in bad_fields:
+        control(c)
+        sid = get(c, bad_fields[name])
+        return await outcome(c, sid)
+    if name == "content_length_mismatch":
+        control(c)
+        sid = get(c, fields("POST", extra=[("content-length", "5")]), extra=frame(DATA, b"abc"))
+        return await outcome(c, sid)
+    if name == "trailers_with_pseudo_header":
+        control(c)
+        trailers = section([(b":path", b"/")])
+        sid = get(c, end=True, extra=frame(HEADERS, trailers))
+        return await outcome(c, sid)
+    if name == "data_after_trailers":
+        control(c)
+        trailers = section([(b"x-t", b"1")])
+        sid = get(c, fields("POST"), extra=frame(HEADERS, trailers) + frame(DATA, b"x"))
+        return await outcome(c, sid)
+    if name == "request_stream_ended_early":
+        control(c)
+        sid = c.request(b"", end=True)
+        return await outcome(c, sid)
+    raise SystemExit(f"unknown case {name}")
+
+
+async def run_case(port, name):
+    try:
+        return await session(port, lambda c: case(c, name))
+    except ConnectionError as e:
+        return {"failed": str(e)}
+
+
+async def fetch(port, path, method, headers):
+    async def go(c):
+        control(c)
+        extra = [tuple(h.split(": ", 1)) for h in headers]
+        sid = get(c, fields(method, path, extra))
+        ok = await c.until(lambda: sid in c.ended or sid in c.resets or c.terminated is not None)
+        if not ok or sid not in c.ended:
+            return {"failed": "no response", "resets": c.resets, "terminated": c.terminated}
+        status, hs, body = c.response(sid)
+        return {"status": status, "headers": hs, "body": body.hex()}
+    return await session(port, go)
+
+
+def control_frames(raw):
+    """The frame types on a server's control stream (after its type)."""
+    types, i = [], 1
+    while i < len(raw):
+        t, i = read_varint(raw, i)
+        n, i = read_varint(raw, i)
+        types.append(t)
+        i += n
+    return types
+
+
+async def hold(port):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended)
+        print(json.dumps({"ready": True, "status": c.response(sid)[0]}), flush=True)
+        await c.until(lambda: c.terminated is not None, timeout=10.0)
+        return {
+            "control_frames": control_frames(bytes(c.data.get(3, b""))),
+            "connection_error": c.terminated,
+        }
+    return await session(port, go)
+
+
+async def many(port, n, path):
+    async def go(c):
+        control(c)
+        sids = [get(c, fields("GET", path)) for _ in range(n)]
+        await c.until(lambda: all(s in c.ended for s in sids), timeout=20.0)
+        import hashlib
+        out = []
+        for s in sids:
+            status, _, body = c.response(s) if s in c.ended else (None, [], b"")
+            out.append([status, hashlib.sha256(body).hexdigest()])
+        return {"responses": out}
+    return await session(port, go)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("port", type=int)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pc = sub.add_parser("cases")
+    pc.add_argument("names", nargs="+")
+    pg = sub.add_parser("get")
+    pg.add_argument("path")
+    pg.add_argument("--method", default="GET")
+    pg.add_argument("--header", action="append", default=[])
+    sub.add_parser("hold")
+    pm = sub.add_parser("many")
+    pm.add_argument("n", type=int)
+    pm.add_argument("path")
+    a = p.parse_args()
+    if a.cmd == "many":
+        print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
+    elif a.cmd == "hold":
+        print(json.dumps(asyncio.run(hold(a.port))))
+    elif a.cmd == "cases":
+        for name in a.names:
+            result = asyncio.run(run_case(a.port, name))
+            print(json.dumps({"case": name, **result}), flush=True)
+    else:
+        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header))))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
