@@ -42,7 +42,14 @@ pub const MAX_SHARED_ENTRIES: usize = 64;
 pub const SHARED_TABLE_BUDGET: usize = 3072;
 /// Fields whose values differ from file to file: chosen after the others,
 /// even when two variants (encodings of one file) carry the same.
-const PER_FILE: [&str; 3] = ["etag", "last-modified", "content-length"];
+/// `use-as-dictionary` names the file's own path (or its hashed family)
+/// and the build, so every encoding of a file repeats it and nothing else.
+const PER_FILE: [&str; 4] = [
+    "etag",
+    "last-modified",
+    "content-length",
+    "use-as-dictionary",
+];
 /// Size of a span record in a pack (see [`Span::encode`]).
 pub const SPAN_LEN: usize = 8;
 /// Bytes before the entries' end offsets in an encoded table: entry
@@ -666,6 +673,34 @@ mod tests {
         ];
         assert_eq!(names[4..], rest, "{table:?}");
         assert_eq!(SharedTable::choose([HEADS[0].as_bytes()]).entries.len(), 6);
+        // A file's `Use-As-Dictionary`, on each of its encodings, comes
+        // after a field two files share (`x-team`, last by name), as its
+        // `etag` does.
+        let file = |path: &str, encoding: &str| {
+            format!(
+                "Content-Type: text/javascript\r\nContent-Encoding: {encoding}\r\n\
+                 Use-As-Dictionary: match=\"{path}\", id=\"kiln-1\"\r\n\
+                 X-Team: {}\r\n",
+                if encoding == "br" { "web" } else { path }
+            )
+        };
+        let heads = [
+            file("/a.js", "br"),
+            file("/a.js", "gzip"),
+            file("/b.js", "br"),
+        ];
+        let table = SharedTable::choose(heads.iter().map(|h| h.as_bytes()));
+        let names: Vec<&[u8]> = table.entries.iter().map(|(n, _)| &n[..]).collect();
+        assert_eq!(
+            names[..4],
+            [
+                &b"content-type"[..],
+                b"content-encoding",
+                b"x-team",
+                b"use-as-dictionary"
+            ],
+            "{table:?}"
+        );
         // Within the budget, however many files.
         let many: Vec<String> = (0..200)
             .map(|i| format!("ETag: \"{i:032}\"\r\nContent-Type: text/html\r\n"))

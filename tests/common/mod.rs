@@ -938,6 +938,10 @@ pub fn read_response(s: &mut impl Read, head_request: bool) -> Option<Response> 
     while !head.ends_with(b"\r\n\r\n") {
         match s.read(&mut byte) {
             Ok(1) => head.push(byte[0]),
+            // A signal caught by this process ends a read on a socket with
+            // a receive timeout with EINTR even under SA_RESTART
+            // (signal(7)); seen under load in `serve_shutdown`.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             _ => return None,
         }
     }
