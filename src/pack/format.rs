@@ -148,13 +148,14 @@ pub const V_DICTIONARY: usize = 96; // [u8; 32]
 /// HSTS), lower-case. A variant's `overrides` bit `i` says its block already
 /// sets `SERVER_HEADERS[i]` (from `_headers`): the server then leaves its own
 /// line out, so the site's value wins and no field is sent twice.
-pub const SERVER_HEADERS: [&str; 6] = [
+pub const SERVER_HEADERS: [&str; 7] = [
     "x-content-type-options",
     "referrer-policy",
     "x-frame-options",
     "x-xss-protection",
     "cross-origin-opener-policy",
     "strict-transport-security",
+    "alt-svc",
 ];
 
 /// The `overrides` bit set of a header block.

@@ -1298,7 +1298,7 @@ fn stack_config(
             security,
             Some(hsts.as_str()).filter(|_| args.hsts),
         )
-        .with_line("Alt-Svc", alt_svc),
+        .with_alt_svc(alt_svc),
         access_log,
         access_log_format: args.access_log_format,
         https_redirect: https_port.filter(|_| args.redirect_https),

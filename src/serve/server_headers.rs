@@ -27,6 +27,8 @@ const SECURITY_LINES: [&str; 5] = [
     "X-XSS-Protection: 0\r\n",
     "Cross-Origin-Opener-Policy: same-origin\r\n",
 ];
+/// The `overrides` bit of `Alt-Svc` (its place in `SERVER_HEADERS`).
+const ALT_SVC_BIT: usize = 1 << 6;
 /// HSTS's max-age unless `--hsts-max-age` says otherwise: two years.
 pub const DEFAULT_HSTS_MAX_AGE: u64 = 63_072_000;
 
@@ -118,6 +120,8 @@ impl ServerHeaders {
             .map(|l| security.then_some(*l))
             .collect();
         lines.push(hsts_line.as_deref());
+        // `Alt-Svc`'s place: `with_alt_svc` fills it.
+        lines.push(None);
         debug_assert_eq!(lines.len(), SERVER_HEADERS.len());
         let blocks: Vec<Vec<u8>> = (0..1usize << lines.len())
             .map(|overridden| {
@@ -161,16 +165,18 @@ impl ServerHeaders {
         }
     }
 
-    /// The same with `name: value` added to every response (a field no
-    /// pack overrides: `Alt-Svc`), when a value is given.
-    pub fn with_line(self, name: &str, value: Option<&str>) -> ServerHeaders {
+    /// The same with `Alt-Svc: value` last, when a value is given, on
+    /// every response whose block does not set its own (`_headers`).
+    pub fn with_alt_svc(self, value: Option<&str>) -> ServerHeaders {
         let Some(value) = value else {
             return self;
         };
-        let line = format!("{name}: {value}\r\n");
+        let line = format!("Alt-Svc: {value}\r\n");
         let mut blocks = self.blocks;
-        for block in &mut blocks {
-            block.extend_from_slice(line.as_bytes());
+        for (overridden, block) in blocks.iter_mut().enumerate() {
+            if overridden & ALT_SVC_BIT == 0 {
+                block.extend_from_slice(line.as_bytes());
+            }
         }
         ServerHeaders::from_blocks(blocks)
     }
@@ -250,6 +256,23 @@ mod tests {
             b"Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
         );
         assert!(hsts_only.lines(0b10_0000).is_empty());
+        // A site's own `Alt-Svc` (`_headers`) replaces the server's.
+        let alt_svc = ServerHeaders::new(false, true).with_alt_svc(Some("h3=\":443\""));
+        assert_eq!(
+            alt_svc.lines(0),
+            b"Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n\
+              Alt-Svc: h3=\":443\"\r\n"
+        );
+        assert_eq!(
+            alt_svc.lines(0b100_0000),
+            b"Strict-Transport-Security: max-age=63072000; includeSubDomains\r\n"
+        );
+        assert_eq!(
+            SERVER_HEADERS[ALT_SVC_BIT.trailing_zeros() as usize],
+            "alt-svc"
+        );
+        let overrides = crate::pack::format::server_header_overrides(b"alt-svc: clear\n");
+        assert_eq!(usize::from(overrides), ALT_SVC_BIT);
         let short = ServerHeaders::with_hsts(false, Some(&hsts_value(300, false)));
         assert_eq!(
             short.lines(0),
