@@ -882,11 +882,6 @@ mod tests {
     #[test]
     fn python_hpack_decodes_the_connection() {
         const SCRIPT: &str = r#"
-import sys, json
-try:
-    import hpack
-except ImportError:
-    print("missing"); sys.exit(0)
 d = hpack.Decoder()
 out = []
 for line in sys.stdin:
@@ -917,29 +912,11 @@ print(json.dumps(out))
                 }
             }
         }
-        let child = std::process::Command::new("python3")
-            .args(["-c", SCRIPT])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn();
-        let Ok(mut child) = child else {
-            eprintln!("skipped: no python3");
+        let Some(stdout) =
+            crate::hpack::tests::run_python("hpack", "pip install hpack", SCRIPT, &input)
+        else {
             return;
         };
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "python hpack failed");
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        if stdout.trim() == "missing" {
-            eprintln!("skipped: the Python hpack package is not installed (pip install hpack)");
-            return;
-        }
         let decoded: Vec<Vec<(String, String)>> = serde_json::from_str(&stdout).unwrap();
         let expected: Vec<Vec<(String, String)>> = expected
             .into_iter()

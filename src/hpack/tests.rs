@@ -7,6 +7,40 @@ use super::*;
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Bytes written as hex digits (whitespace ignored), as the RFC prints them.
+/// Runs `script` under python3 with `module` imported and `input` on
+/// stdin, and returns its stdout; `None`, saying why, when python3 or the
+/// module is missing (`install` says how to get it). For checks against
+/// an independent decoder (`hpack`, `pylsqpack`).
+pub(crate) fn run_python(module: &str, install: &str, script: &str, input: &str) -> Option<String> {
+    use std::io::Write;
+    let preamble = format!(
+        "import sys, json\ntry:\n    import {module}\nexcept ImportError:\n    print('missing'); sys.exit(0)\n"
+    );
+    let child = std::process::Command::new("python3")
+        .args(["-c", &format!("{preamble}{script}")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        eprintln!("skipped: no python3");
+        return None;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "python {module} failed");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    if stdout.trim() == "missing" {
+        eprintln!("skipped: the Python {module} package is not installed ({install})");
+        return None;
+    }
+    Some(stdout)
+}
+
 pub(crate) fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
     digits

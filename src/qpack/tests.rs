@@ -452,34 +452,9 @@ fn first_literal_len_spans_the_first_field() {
     assert_eq!(first_literal_len(&hex("5f 54 00")), None);
 }
 
-/// Runs `script` under python3 with `input` on stdin and returns its
-/// stdout, or `None` (saying why) when python3 or `pylsqpack` is missing.
+/// `script` run against `pylsqpack`, an independent QPACK codec.
 fn pylsqpack(script: &str, input: &str) -> Option<String> {
-    use std::io::Write;
-    let preamble = "import sys, json\ntry:\n    import pylsqpack\nexcept ImportError:\n    print('missing'); sys.exit(0)\n";
-    let child = std::process::Command::new("python3")
-        .args(["-c", &format!("{preamble}{script}")])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        eprintln!("skipped: no python3");
-        return None;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "python pylsqpack failed");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    if stdout.trim() == "missing" {
-        eprintln!("skipped: pylsqpack is not installed (pip install aioquic)");
-        return None;
-    }
-    Some(stdout)
+    crate::hpack::tests::run_python("pylsqpack", "pip install aioquic", script, input)
 }
 
 fn to_hex(bytes: &[u8]) -> String {
