@@ -11,22 +11,9 @@ use std::process::Command;
 
 use common::Server;
 
-/// The example site, fired once per test.
-fn example_pack(dir: &std::path::Path) -> PathBuf {
-    let pack = dir.join("site.pack");
-    let status = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["build", "examples/site", "-o"])
-        .arg(&pack)
-        .arg("-q")
-        .status()
-        .expect("kiln build");
-    assert!(status.success());
-    pack
-}
-
 /// A server with a cleartext and a TLS listener on the example site.
 fn start(dir: &std::path::Path) -> Server {
-    let pack = example_pack(dir);
+    let pack = common::example_pack(dir);
     let server = Server::start(&[
         pack.to_str().unwrap(),
         "--listen-tls",

@@ -7,23 +7,9 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::Server;
-
-/// The example site, fired once per test.
-fn example_pack(dir: &std::path::Path) -> PathBuf {
-    let pack = dir.join("site.pack");
-    let status = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["build", "examples/site", "-o"])
-        .arg(&pack)
-        .arg("-q")
-        .status()
-        .expect("kiln build");
-    assert!(status.success());
-    pack
-}
 
 /// The back ends that serve HTTP/3.
 const BACKENDS: [&str; 2] = ["epoll", "uring"];
@@ -36,7 +22,7 @@ fn start(dir: &std::path::Path, backend: &str) -> Server {
 
 /// `start` with `extra` flags.
 fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
-    let pack = example_pack(dir);
+    let pack = common::example_pack(dir);
     let mut args = vec![
         pack.to_str().unwrap(),
         "--listen-tls",
@@ -351,7 +337,7 @@ fn curl_head(url: &str) -> String {
 #[test]
 fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let pack = example_pack(dir.path());
+    let pack = common::example_pack(dir.path());
     for (http3, backend) in [(true, "epoll"), (true, "uring"), (false, "epoll")] {
         let mut args = vec![
             pack.to_str().unwrap(),

@@ -249,6 +249,21 @@ pub const HOME_GZ: &[u8] = b"GZ(home)";
 pub const HOME_BR: &[u8] = b"BR(h)";
 pub const HELLO: &[u8] = b"Hello World!";
 
+/// The example site (`examples/site`) fired by the kiln binary into
+/// `dir/site.pack`: the pages the HTTP/2 and HTTP/3 tests compare with
+/// HTTP/1.1.
+pub fn example_pack(dir: &Path) -> PathBuf {
+    let pack = dir.join("site.pack");
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["build", "examples/site", "-o"])
+        .arg(&pack)
+        .arg("-q")
+        .status()
+        .expect("kiln build");
+    assert!(status.success());
+    pack
+}
+
 /// The site most tests use.
 pub fn sample_pack(dir: &Path) -> PathBuf {
     let path = dir.join("site.pack");
