@@ -5,8 +5,10 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
   h3client.py PORT cases NAME...      one JSON line per case: what the
                                       server did (connection or stream
                                       error code, or the response status)
-  h3client.py PORT get PATH [--method M] [--header 'name: value']...
-                                      one JSON line: status, fields, body
+  h3client.py PORT fetches JSON       each request of JSON, a list of
+                                      [method, path, ["name: value", ...]],
+                                      on its own connection: one JSON line
+                                      each with status, fields, body (hex)
   h3client.py PORT many N PATH        N GETs of PATH at once on one
                                       connection: one JSON line with each
                                       status and the SHA-256 of each body
@@ -361,10 +363,8 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     pc = sub.add_parser("cases")
     pc.add_argument("names", nargs="+")
-    pg = sub.add_parser("get")
-    pg.add_argument("path")
-    pg.add_argument("--method", default="GET")
-    pg.add_argument("--header", action="append", default=[])
+    pf = sub.add_parser("fetches")
+    pf.add_argument("requests")
     sub.add_parser("hold")
     pm = sub.add_parser("many")
     pm.add_argument("n", type=int)
@@ -374,12 +374,15 @@ def main():
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
     elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
-    elif a.cmd == "cases":
+    elif a.cmd == "fetches":
+        # One process for many requests: starting Python and importing
+        # aioquic costs more than a request.
+        for method, path, headers in json.loads(a.requests):
+            print(json.dumps(asyncio.run(fetch(a.port, path, method, headers))), flush=True)
+    else:
         for name in a.names:
             result = asyncio.run(run_case(a.port, name))
             print(json.dumps({"case": name, **result}), flush=True)
-    else:
-        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header))))
 
 
 if __name__ == "__main__":
