@@ -20,6 +20,17 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Whether this is a pass over TLS, where the tests of how the sandbox is
+/// entered return at once: it is entered before the first connection, TLS
+/// or not, so the cleartext pass on each back end covers them (and they
+/// are the slowest of the suite).
+fn entry_covered_by_the_cleartext_pass() -> bool {
+    if tls_mode() {
+        eprintln!("the cleartext pass covers how the sandbox is entered");
+    }
+    tls_mode()
+}
+
 /// `/proc/PID/task/*/status` of every thread of the server.
 fn thread_statuses(server: &Server) -> Vec<String> {
     let tasks = format!("/proc/{}/task", server.child.id());
@@ -578,6 +589,9 @@ fn text_site(dir: &Path, files: usize) {
 /// grace period is refused by name.
 #[test]
 fn the_sandbox_waits_for_a_thread_that_is_exiting() {
+    if entry_covered_by_the_cleartext_pass() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
     let server = Server::launch(
@@ -614,6 +628,9 @@ fn the_sandbox_waits_for_a_thread_that_is_exiting() {
 /// archive preview, beside threads that keep both cores busy, must serve.
 #[test]
 fn previews_start_every_time_on_a_busy_machine() {
+    if entry_covered_by_the_cleartext_pass() {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let site = dir.path().join("site");
     text_site(&site, 400);
