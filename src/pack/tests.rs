@@ -354,29 +354,54 @@ fn verify_catches_a_provenance_record_unlike_its_body() {
     assert_eq!(err, "provenance record 1: out of order or repeated");
 }
 
+/// A variant record's reserved bytes, changed behind valid checksums:
+/// refused by name.
 #[test]
-fn qpack_positions_past_u16_are_refused() {
+fn verify_catches_reserved_and_dictionary_bytes_of_a_variant() {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
-    let body = w.add_body(b"x").unwrap();
-    // '~' has a 13-bit Huffman code: the value stays raw, 70000 bytes.
-    let long = "~".repeat(70_000);
-    let mut b = HeadBlockBuilder::new();
-    b.line("X-Long", &long);
-    let h = b.finish(body.len);
-    assert!(h.qpack_length_at > u32::from(u16::MAX));
-    let err = w
-        .add_variant_set(&[VariantIn {
-            encoding: Encoding::Identity,
-            head: &h,
-            body,
-        }])
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("more than the 65535 a pack records"),
-        "{err}"
-    );
+    let path = sample(dir.path());
+    let good = std::fs::read(&path).unwrap();
+    let (off, _, _) = Pack::open(&path).unwrap().section(Section::Variants);
+    for at in V_SPANS_COUNT + 4..V_QPACK_OFF {
+        let mut bad = good.clone();
+        bad[off as usize + VARIANT_LEN + at] = 1;
+        reseal(&mut bad);
+        std::fs::write(&path, &bad).unwrap();
+        let err = verify(&Pack::open(&path).unwrap()).unwrap_err().0;
+        assert_eq!(err, "variant 1: reserved bytes are not zero");
+    }
+}
+
+/// Fields longer than the u16 positions of a variant record can say: the
+/// QPACK lines before `Content-Length`, an ETag value.
+#[test]
+fn positions_past_u16_are_refused() {
+    // '~' has a 13-bit Huffman code: the value stays raw, 70000 bytes. Hex
+    // digits take 5 or 6 bits: the QPACK lines stay under 64 KiB, so the
+    // ETag's own length is what is refused.
+    let tilde = "~".repeat(70_000);
+    let hex = format!("\"{}\"", "0123456789abcdef".repeat(4_375));
+    for (name, value, refused) in [
+        ("X-Long", &tilde, "QPACK before Content-Length"),
+        ("ETag", &hex, "an ETag of 70002 bytes"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = PackWriter::create(&dir.path().join("p")).unwrap();
+        let body = w.add_body(b"x").unwrap();
+        let mut b = HeadBlockBuilder::new();
+        b.line(name, value);
+        let h = b.finish(body.len);
+        let err = w
+            .add_variant_set(&[VariantIn {
+                encoding: Encoding::Identity,
+                head: &h,
+                body,
+            }])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(refused), "{err}");
+        assert!(err.contains("more than the 65535 a pack records"), "{err}");
+    }
 }
 
 #[test]

@@ -40,6 +40,8 @@ pub fn verify(pack: &Pack) -> Result<u64, PackError> {
         let span_count = get_u32(v, V_SPANS_COUNT) as u64;
         let problem = if Encoding::from_u8(v[V_ENCODING]).is_none() {
             Some("unknown encoding")
+        } else if v[V_SPANS_COUNT + 4..V_QPACK_OFF].iter().any(|&b| b != 0) {
+            Some("reserved bytes are not zero")
         } else if !within(&bodies, get_u64(v, V_BODY_OFF), get_u64(v, V_BODY_LEN)) {
             Some("body outside the bodies section")
         } else if !within(

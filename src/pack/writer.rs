@@ -53,7 +53,7 @@ pub struct HeadBlock {
     /// when the variant has no ETag.
     pub etag_at: u32,
     /// See `etag_at`.
-    pub etag_len: u16,
+    pub etag_len: u32,
     /// The same fields HPACK-encoded (RFC 7541) without the dynamic table,
     /// so any HTTP/2 connection sends it as is.
     pub hpack: Vec<u8>,
@@ -94,7 +94,7 @@ impl HeadBlockBuilder {
         b.extend_from_slice(b": ");
         if name.eq_ignore_ascii_case("etag") {
             self.block.etag_at = b.len() as u32;
-            self.block.etag_len = value.len() as u16;
+            self.block.etag_len = value.len() as u32;
         }
         b.extend_from_slice(value.as_bytes());
         b.extend_from_slice(b"\r\n");
@@ -558,6 +558,12 @@ impl PackWriter {
                     head.qpack_length_at
                 )));
             };
+            let Ok(etag_len) = u16::try_from(head.etag_len) else {
+                return Err(io_err(format!(
+                    "an ETag of {} bytes, more than the 65535 a pack records",
+                    head.etag_len
+                )));
+            };
             let mut rec = [0u8; VARIANT_LEN];
             put_u64(&mut rec, V_BODY_OFF, body.off);
             put_u64(&mut rec, V_BODY_LEN, body.len);
@@ -565,7 +571,7 @@ impl PackWriter {
             put_u32(&mut rec, V_REPR_AT, head.repr_at);
             put_u32(&mut rec, V_LENGTH_AT, head.length_at);
             put_u32(&mut rec, V_ETAG_AT, head.etag_at);
-            put_u16(&mut rec, V_ETAG_LEN, head.etag_len);
+            put_u16(&mut rec, V_ETAG_LEN, etag_len);
             rec[V_ENCODING] = encoding as u8;
             rec[V_OVERRIDES] = server_header_overrides(&head.bytes);
             put_u32(&mut rec, V_HPACK_LEN, head.hpack.len() as u32);
