@@ -364,7 +364,6 @@ class Bench:
             server.stop()
         return record
 
-
     def count_wire_bytes(self, entry: servers.ServerEntry, case: Case) -> dict:
         """nftables counters on the server's port over a bounded run of `case` (after a
         warm-up): transport payload bytes each way, divided by the responses."""
@@ -523,10 +522,11 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
                     print(describe(record), flush=True)
                     bench.results["runs"].append(record)
                     bench.save()
-    # The cleartext count always (the core's figure); the TLS one when HTTP/1.1 over TLS
-    # was measured.
+    # The cleartext count (the core's figure) unless only oha's cases ran (--set
+    # issue24); the TLS one when HTTP/1.1 over TLS was measured.
     any_tls = any(c.tls and not c.streams for c in cases)
-    for case in (c for c in STRACE_CASES if any_tls or not c.tls):
+    only_oha = all(c.oha for c in cases)
+    for case in (c for c in STRACE_CASES if not only_oha and (any_tls or not c.tls)):
         for entry in active:
             if entry.name in STRACED_SERVERS:
                 record = bench.count_syscalls(entry, case)

@@ -33,8 +33,8 @@ bench/run --cases h2c-hello-c128x16,h2-hello-c128x16   # HTTP/2 (h2load) cases a
 bench/run --set issue23   # issue 23's matrix: HTTP/2 hello, handshakes, HTTPS keep-alive,
                      # the no-regression cases; every server
 bench/run --set issue24   # issue 24: HTTP/3 (oha) and its HTTP/2 twins, bytes on the
-                     # wire, memory per idle connection; kiln and Caddy (~11 min;
-                     # --quick: 1 round of 2 s runs, ~4 min)
+                     # wire, memory per idle connection; kiln and Caddy (~13 min;
+                     # --quick: 1 round of 2 s runs, ~2.5 min)
 bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
@@ -599,7 +599,8 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
              f"warm-up, then {settings['duration_s']:g} s measured; a new server process per run",
              "", "## kiln's targets", "",
              "Ratios are of medians; \"[client-bound]\" marks cases where the load client "
-             "(wrk, or h2load on the HTTP/2 cases) used ≥ 95 % of its core in some kiln run, "
+             "(wrk, h2load on the HTTP/2 cases, oha on the HTTP/3 cases and their twins) used "
+             "≥ 95 % of its core in some kiln run, "
              "so kiln's figure is a lower bound.", "",
              *_targets(results, summary), ""]
     if chart_drawn:
