@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """kiln's benchmark: kiln against nginx, h2o and Caddy, each on one core, the load client (wrk
-for HTTP/1.1, h2load for HTTP/2) on the other.
+for HTTP/1.1, h2load for HTTP/2, oha for HTTP/3) on the other.
 
 Entry point of bench/run and bench/report. Prepares the machine and the corpora, then
 runs every case on every server, interleaved (kiln, nginx, h2o, caddy, kiln, ...) for several
-rounds, saving each run to a JSON file as it goes, and finally writes the report.
+rounds, saving each run to a JSON file as it goes, then the per-connection figures (syscalls
+per request; with HTTP/3 cases, bytes on the wire per response and memory per idle
+connection), and finally writes the report.
 """
 
 import argparse
@@ -24,6 +26,7 @@ import measure
 import prepare
 import report
 import servers
+import wire
 
 BENCH_DIR = Path(__file__).resolve().parent.parent
 REPO = BENCH_DIR.parent
@@ -65,6 +68,12 @@ class Case:
     # HTTP/2 through h2load with this many concurrent streams per connection (h2c by prior
     # knowledge, or h2 by ALPN with `tls`); 0 means HTTP/1.1 through wrk.
     streams: int = 0
+    # HTTP/3 (QUIC) instead of HTTP/2, through oha, `streams` requests in flight per
+    # connection; with `tls` (QUIC's TLS 1.3 takes the same certificate).
+    http3: bool = False
+    # oha instead of h2load: the HTTP/3 cases, and their HTTP/2 twins over TLS, which
+    # compare HTTP/3 with HTTP/2 through the same client.
+    oha: bool = False
     # Part of the --quick subset.
     quick: bool = False
 
@@ -98,14 +107,40 @@ CASES = [
     Case("h2-pydocs-br-c128x16", "pydocs", 128, path="", accept_encoding="br, gzip",
          streams=16, tls=True),
     Case("h2-tiles-c128x16", "tiles", 128, path="", streams=16, tls=True),
+    Case("h3-hello-c16x8", "hello", 16, streams=8, tls=True, http3=True, oha=True),
+    Case("h3-hello-c128x16", "hello", 128, streams=16, tls=True, http3=True, oha=True),
+    Case("h3-pydocs-br-c128x16", "pydocs", 128, path="", accept_encoding="br, gzip",
+         streams=16, tls=True, http3=True, oha=True),
+    Case("h2-oha-hello-c16x8", "hello", 16, streams=8, tls=True, oha=True),
+    Case("h2-oha-hello-c128x16", "hello", 128, streams=16, tls=True, oha=True),
+    Case("h2-oha-pydocs-br-c128x16", "pydocs", 128, path="", accept_encoding="br, gzip",
+         streams=16, tls=True, oha=True),
 ]
 # Named sets of cases (--set): issue 23's matrix is the HTTP/2 hello cases, the
-# handshakes and HTTPS keep-alive it sets goals for, and the cases it must not regress.
+# handshakes and HTTPS keep-alive it sets goals for, and the cases it must not regress;
+# issue 24's, the HTTP/3 cases and their HTTP/2 twins through the same client.
 CASE_SETS = {
     "issue23": ["h2c-hello-c128x16", "h2-hello-c128x16", "tls-handshake-c128",
                 "tls-hello-c128", "hello-c128", "hello-pipelined16-c128", "pydocs-gzip-c128",
                 "tiles-c128", "h2-pydocs-br-c128x16"],
+    "issue24": [c.name for c in CASES if c.oha],
 }
+# The servers a set runs on unless --servers names others: HTTP/3 is served by kiln and
+# Caddy only here (nginx 1.22 and h2o 2.2 have none).
+SET_SERVERS = {"issue24": ["kiln", "caddy"]}
+# oha's cases set the servers' idle timeout to this many seconds: over HTTP/3 oha exits
+# only once the server has ended its connections (measure.run_oha). The connections of a
+# run are never idle before it ends.
+OHA_IDLE_TIMEOUT_S = 2
+# Longest wait for oha to exit after its window before the run fails.
+OHA_EXIT_WAIT_S = 30.0
+# Bytes on the wire per response are counted on these cases (small responses), one
+# bounded run each with nftables counters, apart from the measured runs.
+WIRE_CASES = ["h3-hello-c16x8", "h2-oha-hello-c16x8"]
+# Idle connections held to weigh one (memory per idle connection, HTTP/3 and HTTP/2).
+IDLE_WEIGHED = 1000
+# Longest time the idle-connection holder may take to open them.
+IDLE_OPEN_TIMEOUT_S = 120
 # The syscall counts run these cases, shorter, with strace attached.
 STRACE_CASES = [c for c in CASES if c.name in ("hello-c128", "tls-hello-c128")]
 
@@ -165,9 +200,28 @@ def h2load_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: in
                                headers, uri_file, log)
 
 
+def oha_command(case: Case, corpus: corpora.Corpus, port: int, duration_s: int,
+                run_dir: Path) -> list[str]:
+    """The oha command line for `case` against `port`. A random-path case reads the
+    corpus's path list as URLs (written to `run_dir` for this port): oha draws one at
+    random per request, as bench/lua/paths.lua does for wrk."""
+    base = f"https://127.0.0.1:{port}"
+    headers = {"Accept-Encoding": case.accept_encoding} if case.accept_encoding else {}
+    urls = None
+    if not case.path:
+        urls = run_dir / f"oha-urls-{corpus.name}.txt"
+        urls.write_text("".join(f"{base}{path}\n" for path in
+                                corpus.paths_file.read_text().split()))
+    return measure.oha_argv(base + case.path, case.connections, case.streams, duration_s,
+                            "3" if case.http3 else "2", headers, urls)
+
+
 def runs(entry: servers.ServerEntry, case: Case) -> bool:
-    """Whether `entry` takes part in `case` (kiln --dummy: cleartext HTTP/1.1 hello cases
-    only)."""
+    """Whether `entry` takes part in `case`: kiln --dummy the cleartext HTTP/1.1 hello
+    cases only; the oha cases (HTTP/3 and their HTTP/2 twins) the servers that serve
+    HTTP/3."""
+    if case.oha:
+        return entry.http3
     return not entry.ceiling_only or (case.corpus == "hello" and not case.idle
                                       and not case.tls and not case.streams)
 
@@ -196,17 +250,29 @@ class Bench:
         self.results_path.parent.mkdir(parents=True, exist_ok=True)
         self.results_path.write_text(json.dumps(self.results, indent=1) + "\n")
 
-    def start(self, entry: servers.ServerEntry, case: Case) -> servers.RunningServer:
-        tls = self.certificate if case.tls else None
+    def start(self, entry: servers.ServerEntry, case: Case,
+              own_idle_timeout: bool = False) -> servers.RunningServer:
+        """Start `entry` for `case`: on the oha cases with OHA_IDLE_TIMEOUT_S unless
+        `own_idle_timeout` (the idle connections weighed), with the server's own."""
+        short_idle = case.oha and not own_idle_timeout
+        listening = servers.Listening(
+            tls=self.certificate if case.tls else None,
+            http2=case.streams > 0 and not case.http3, http3=case.http3,
+            idle_timeout_s=OHA_IDLE_TIMEOUT_S if short_idle else None)
         return servers.start(entry, self.corpora[case.corpus], self.packs,
-                             WORK / "run" / entry.name, tls, http2=case.streams > 0)
+                             WORK / "run" / entry.name, listening)
 
     def load(self, entry: servers.ServerEntry, case: Case, port: int, duration_s: int,
              pids: list[int], measured: bool) -> tuple[list[str], dict]:
-        """Run the case's load client (wrk, or h2load for HTTP/2) for `duration_s`; return
-        its command line and its summary (measure.run_wrk's keys). Only a `measured` h2load
-        run writes the per-request log its percentiles come from."""
+        """Run the case's load client (wrk, h2load for HTTP/2, oha for the oha cases) for
+        `duration_s`; return its command line and its summary (measure.run_wrk's keys; oha
+        adds the server's CPU over its window). Only a `measured` h2load run writes the
+        per-request log its percentiles come from."""
         corpus = self.corpora[case.corpus]
+        if case.oha:
+            argv = oha_command(case, corpus, port, duration_s, WORK / "run" / entry.name)
+            return argv, measure.run_oha(argv, duration_s, pids, "h3" if case.http3 else "h2",
+                                         OHA_EXIT_WAIT_S)
         if not case.streams:
             argv = wrk_command(case, corpus, port, duration_s)
             return argv, measure.run_wrk(argv, duration_s, pids, self.client_env)
@@ -234,7 +300,8 @@ class Bench:
             pids = measure.process_tree(server.process.pid)
             if case.idle:
                 record["idle"] = {"requested": case.idle, "rss_before_kib": measure.rss_kib(pids)}
-                holder = measure.IdleHolder(server.port, case.idle, case.path, case.tls,
+                holder = measure.IdleHolder(server.port, case.idle, case.path,
+                                            "tls" if case.tls else "h1",
                                             timeout_s=self.settings.duration_s * 4 + 120,
                                             env=self.client_env)
                 record["idle"]["opened"] = holder.wait_open()
@@ -243,7 +310,10 @@ class Bench:
             cpu_before = measure.cpu_seconds(pids)
             argv, wrk = self.load(entry, case, server.port, self.settings.duration_s, pids,
                                   measured=True)
-            server_cpu = measure.cpu_seconds(pids) - cpu_before
+            # oha's runs: the server's CPU over oha's window, not its wait after it.
+            server_cpu = wrk.pop("server_cpu_s", None)
+            if server_cpu is None:
+                server_cpu = measure.cpu_seconds(pids) - cpu_before
             if case.pipeline > 1:
                 # wrk times a pipelined batch as one sample but corrects its histogram as
                 # if each response were one, which corrupts the percentiles: drop them.
@@ -294,6 +364,73 @@ class Bench:
             server.stop()
         return record
 
+    def count_wire_bytes(self, entry: servers.ServerEntry, case: Case) -> dict:
+        """nftables counters on the server's port over a bounded run of `case` (after a
+        warm-up): transport payload bytes each way, divided by the responses."""
+        record = {"server": entry.name, "case": case.name}
+        try:
+            server = self.start(entry, case)
+        except servers.ServerError as err:
+            record["error"] = str(err)
+            return record
+        try:
+            checks.check(case, self.corpora[case.corpus], server.port)
+            pids = measure.process_tree(server.process.pid)
+            self.load(entry, case, server.port, self.settings.warmup_s, pids, measured=False)
+            with wire.WireCounter(server.port) as counter:
+                argv, load = self.load(entry, case, server.port, self.settings.strace_s, pids,
+                                       measured=False)
+                counted = counter.read()
+            responses = load["requests"]
+            record.update(wrk_argv=argv, requests=responses, **counted,
+                          to_server_per_response=round(counted["to_server_bytes"] / responses, 1),
+                          to_client_per_response=round(counted["to_client_bytes"] / responses, 1))
+        except (checks.CheckError, measure.MeasureError, wire.WireError) as err:
+            record["error"] = str(err)
+        finally:
+            server.stop()
+        return record
+
+    def weigh_idle(self, entry: servers.ServerEntry, protocol: str) -> dict:
+        """Server memory (RSS and PSS) before and with IDLE_WEIGHED idle connections of
+        `protocol` (h3 or h2, over TLS, on the hello corpus), each after one request; the
+        server keeps its own idle timeout (kiln 60 s; Caddy 300 s, 30 s for QUIC, which
+        the holder's PINGs keep from expiring)."""
+        case = next(c for c in CASES if c.corpus == "hello" and c.oha
+                    and c.http3 == (protocol == "h3"))
+        record = {"server": entry.name, "protocol": protocol, "requested": IDLE_WEIGHED}
+        try:
+            server = self.start(entry, case, own_idle_timeout=True)
+        except servers.ServerError as err:
+            record["error"] = str(err)
+            return record
+        holder = None
+        try:
+            record["check"] = checks.check(case, self.corpora[case.corpus], server.port)
+            pids = measure.process_tree(server.process.pid)
+            record.update(rss_before_kib=measure.rss_kib(pids),
+                          pss_before_kib=measure.pss_kib(pids))
+            holder = measure.IdleHolder(server.port, IDLE_WEIGHED, case.path, protocol,
+                                        timeout_s=IDLE_OPEN_TIMEOUT_S + 60,
+                                        env=self.client_env)
+            record["opened"] = holder.wait_open()
+            record.update(rss_after_kib=measure.rss_kib(pids),
+                          pss_after_kib=measure.pss_kib(pids))
+            record["still_open"] = holder.finish()
+            opened = max(1, record["opened"])
+            record["rss_per_connection"] = round(
+                (record["rss_after_kib"] - record["rss_before_kib"]) * 1024 / opened)
+            record["pss_per_connection"] = round(
+                (record["pss_after_kib"] - record["pss_before_kib"]) * 1024 / opened)
+        except (checks.CheckError, measure.MeasureError) as err:
+            record["error"] = str(err)
+        finally:
+            if holder is not None and holder.process.poll() is None:
+                holder.process.kill()
+                holder.process.wait()
+            server.stop()
+        return record
+
 
 def describe(record: dict) -> str:
     """One console line for a finished run."""
@@ -330,7 +467,9 @@ def parse_args() -> argparse.Namespace:
                         "quick subset); known: " + ",".join(c.name for c in CASES))
     parser.add_argument("--set", choices=sorted(CASE_SETS),
                         help="a named set of cases (issue23: the HTTP/2 hello, handshake, "
-                        "HTTPS keep-alive and no-regression cases of issue 23)")
+                        "HTTPS keep-alive and no-regression cases of issue 23; issue24: "
+                        "the HTTP/3 cases and their HTTP/2 twins through oha, bytes on the "
+                        "wire and memory per idle connection, on kiln and Caddy)")
     parser.add_argument("--report-only", action="store_true",
                         help="only rewrite the report from the saved results")
     return parser.parse_args()
@@ -383,10 +522,11 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
                     print(describe(record), flush=True)
                     bench.results["runs"].append(record)
                     bench.save()
-    # The cleartext count always (the core's figure); the TLS one when HTTP/1.1 over TLS
-    # was measured.
+    # The cleartext count (the core's figure) unless only oha's cases ran (--set
+    # issue24); the TLS one when HTTP/1.1 over TLS was measured.
     any_tls = any(c.tls and not c.streams for c in cases)
-    for case in (c for c in STRACE_CASES if any_tls or not c.tls):
+    only_oha = all(c.oha for c in cases)
+    for case in (c for c in STRACE_CASES if not only_oha and (any_tls or not c.tls)):
         for entry in active:
             if entry.name in STRACED_SERVERS:
                 record = bench.count_syscalls(entry, case)
@@ -395,6 +535,28 @@ def measure_all(bench: Bench, cases: list[Case], active: list[servers.ServerEntr
                 print(f"syscalls {case.name:<16} {entry.name:<12} {shown}", flush=True)
                 bench.results["syscalls"].append(record)
                 bench.save()
+    if not any(c.http3 for c in cases):
+        return
+    http3_servers = [e for e in active if e.http3]
+    for case in (c for c in cases if c.name in WIRE_CASES):
+        for entry in http3_servers:
+            record = bench.count_wire_bytes(entry, case)
+            shown = (record.get("error", "").split("\n")[0]
+                     or f"{record['to_server_per_response']} B in, "
+                        f"{record['to_client_per_response']} B out per response")
+            print(f"wire {case.name:<20} {entry.name:<12} {shown}", flush=True)
+            bench.results["wire"].append(record)
+            bench.save()
+    for protocol in ("h3", "h2"):
+        for entry in http3_servers:
+            record = bench.weigh_idle(entry, protocol)
+            shown = (record.get("error", "").split("\n")[0]
+                     or f"{record['opened']} open, {record['still_open']} kept, "
+                        f"{record['rss_per_connection']:,} B RSS, "
+                        f"{record['pss_per_connection']:,} B PSS per connection")
+            print(f"idle {protocol} {entry.name:<12} {shown}", flush=True)
+            bench.results["idle_memory"].append(record)
+            bench.save()
 
 
 def main() -> int:
@@ -409,7 +571,8 @@ def main() -> int:
             return 1
         report.write(json.loads(results_path.read_text()), report_md, report_png)
         return 0
-    default = [n for n in SERVER_ORDER if n != "kiln-baseline" or args.baseline]
+    default = SET_SERVERS.get(args.set) or [n for n in SERVER_ORDER
+                                            if n != "kiln-baseline" or args.baseline]
     names = args.servers.split(",") if args.servers else default
     unknown = set(names) - set(SERVER_ORDER)
     if unknown:
@@ -422,6 +585,8 @@ def main() -> int:
         prepare.install_tools()
         if "caddy" in names:
             prepare.install_caddy()
+        if any(c.oha for c in cases):
+            prepare.install_oha()
     except prepare.SetupError as err:
         print(f"bench: error: {err}", file=sys.stderr)
         return 1
@@ -445,6 +610,8 @@ def main() -> int:
         "cases": [asdict(c) for c in cases],
         "runs": [],
         "syscalls": [],
+        "wire": [],
+        "idle_memory": [],
     }
     certificate = servers.make_certificate(WORK / "tls")
     bench = Bench(settings, prepared, packs, results, results_path, certificate)

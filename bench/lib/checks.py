@@ -7,7 +7,8 @@ file on disk, so a server that answers fast but wrong cannot score.
 HTTP/2 cases make the same checks over HTTP/2 (curl, one process per request) and fail
 when a response comes over HTTP/1.1; they also read the server's SETTINGS (nghttp) so
 that a server allowing fewer concurrent streams than the case opens fails too, rather
-than being measured under a lighter load than the others.
+than being measured under a lighter load than the others. HTTP/3 cases make them over
+HTTP/3 (h3.py, aioquic), with the QUIC stream limit and the TLS suite checked.
 """
 
 import gzip
@@ -104,6 +105,35 @@ class _Http2Connection:
         """Nothing to close: each request had its own curl process."""
 
 
+class _Http3Connection:
+    """_Http2Connection's interface over HTTP/3 (h3.py, on aioquic): a new QUIC
+    connection per request. Keeps the TLS suite and the stream limit the server gave."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.response = None
+        # What the last connection negotiated: the TLS 1.3 suite, the peer's limit on
+        # concurrent request streams (its initial_max_streams_bidi).
+        self.cipher: str | None = None
+        self.max_streams: int | None = None
+
+    def request(self, method: str, path: str, headers: dict[str, str]) -> None:
+        # Imported on use: bench/run pip-installs aioquic after this module is loaded.
+        import h3
+
+        try:
+            self.response, self.cipher, self.max_streams = h3.get(
+                self.port, method, path, headers, HTTP2_TIMEOUT_S)
+        except h3.H3Error as err:
+            raise CheckError(f"{path}: HTTP/3: {err}") from err
+
+    def getresponse(self):
+        return self.response
+
+    def close(self) -> None:
+        """Nothing to close: each request had its own QUIC connection."""
+
+
 def _max_concurrent_streams(port: int, tls: bool, path: str) -> int | None:
     """SETTINGS_MAX_CONCURRENT_STREAMS of the server's SETTINGS (None: not sent, so no
     limit), as nghttp -v shows it on a GET of `path` (h2c by prior knowledge, or h2 by
@@ -190,7 +220,9 @@ def tls_parameters(port: int, env: dict[str, str]) -> dict[str, str]:
 
 def check(case, corpus: Corpus, port: int) -> dict:
     """Check `port` serves `case` correctly; return what was checked, or raise CheckError."""
-    if case.streams:
+    if case.http3:
+        conn = _Http3Connection(port)
+    elif case.streams:
         conn = _Http2Connection(port, case.tls)
     elif case.tls:
         # The benchmark's certificate is self-signed: encryption is what is measured.
@@ -215,7 +247,17 @@ def check(case, corpus: Corpus, port: int) -> dict:
         raise CheckError(f"request failed: {err}") from err
     finally:
         conn.close()
-    if case.streams:
+    if case.http3:
+        # QUIC is TLS 1.3 only; the suite is the server's choice (h3.py offers oha's
+        # order), the group the server's too: kiln prefers X25519, Caddy is held to it.
+        if conn.cipher != measure.TLS_CIPHER:
+            raise CheckError(f"QUIC negotiated {conn.cipher}, expected {measure.TLS_CIPHER}")
+        if conn.max_streams is not None and conn.max_streams < case.streams:
+            raise CheckError(f"the server allows {conn.max_streams} concurrent streams, "
+                             f"the case opens {case.streams}")
+        checked.update(protocol="h3", quic_cipher=conn.cipher,
+                       max_concurrent_streams=conn.max_streams)
+    elif case.streams:
         path = case.path or sample_paths(corpus, 1, SAMPLE_SEED)[0]
         streams = _max_concurrent_streams(port, case.tls, path)
         if streams is not None and streams < case.streams:

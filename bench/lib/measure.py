@@ -1,11 +1,11 @@
-"""Measuring one run: the load (wrk, or h2load on the HTTP/2 cases), the server's CPU and
-memory, the machine's quiet.
+"""Measuring one run: the load (wrk, h2load on the HTTP/2 cases, oha on the HTTP/3 ones
+and their HTTP/2 twins), the server's CPU and memory, the machine's quiet.
 
 Server figures come from /proc, summed over the server's process tree (nginx runs a
 master and a worker). The load client's CPU time comes from the kernel's accounting of
 reaped children, so the harness can tell when the client, not the server, was the limit.
-Both clients' summaries have the same keys (those of bench/lua/report.lua, then the ones
-run_wrk adds), so the report reads an HTTP/2 run like an HTTP/1 one.
+The clients' summaries have the same keys (those of bench/lua/report.lua, then the ones
+run_wrk adds), so the report reads an HTTP/2 or HTTP/3 run like an HTTP/1 one.
 """
 
 import json
@@ -13,6 +13,7 @@ import math
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +119,22 @@ def rss_kib(pids: list[int]) -> int:
             continue
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+
+
+def pss_kib(pids: list[int]) -> int:
+    """Proportional set size (Pss of smaps_rollup) of the processes, summed, in KiB: their
+    resident memory with pages shared with other processes (the binary, libraries)
+    divided among those."""
+    total = 0
+    for pid in pids:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in rollup.splitlines():
+            if line.startswith("Pss:"):
                 total += int(line.split()[1])
     return total
 
@@ -317,16 +334,110 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
     return _client_figures(result, cpu, peak_rss)
 
 
-class IdleHolder:
-    """bench/lib/idle_conns.py on the client core, holding idle keep-alive connections."""
+def oha_binary() -> str:
+    """oha on PATH, or where `cargo install` puts it."""
+    installed = Path.home() / ".cargo" / "bin" / "oha"
+    return shutil.which("oha") or str(installed)
 
-    def __init__(self, port: int, count: int, path: str, tls: bool, timeout_s: float,
+
+def oha_argv(url: str, connections: int, streams: int, duration_s: int, http_version: str,
+             headers: dict[str, str], urls_file: Path | None) -> list[str]:
+    """The oha command line (one worker thread, on the client core): `connections`
+    connections with `streams` requests in flight on each, over HTTP/`http_version` (2:
+    h2 by ALPN; 3: QUIC), for `duration_s`. `url` is the request's URL, or with
+    `urls_file` (one URL per line) none: each request draws one of the file's at random.
+    oha's own Accept-Encoding is left out; `headers` may set one."""
+    argv = ["taskset", "-c", CLIENT_CORE, oha_binary(), "--no-tui", "--insecure",
+            "--http-version", http_version, "-c", str(connections), "-p", str(streams),
+            "-z", f"{duration_s}s", "--worker-threads", "1", "--disable-compression",
+            "--output-format", "json"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    return argv + (["--urls-from-file", str(urls_file)] if urls_file else [url])
+
+
+def run_oha(argv: list[str], duration_s: int, server_pids: list[int], protocol: str,
+            wait_s: float) -> dict:
+    """Run oha; return the keys run_wrk returns, and "server_cpu_s": the server's CPU
+    over the `duration_s` window alone.
+
+    oha stops sending at the end of its window, but over HTTP/3 it exits only once the
+    server has ended its connections (after the server's idle timeout): its own rate is
+    over that longer time. Here requests are its 200s (and other statuses) counted over
+    the window, and the server's CPU is read at the window's end. `wait_s`: how long oha
+    may take to exit after its window before it is killed and the run fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = cpu_seconds(server_pids)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    window_end = time.monotonic() + duration_s
+    peak_rss = 0
+    while time.monotonic() < window_end and process.poll() is None:
+        peak_rss = max(peak_rss, rss_kib(server_pids))
+        time.sleep(min(RSS_SAMPLE_S, max(0.0, window_end - time.monotonic())))
+    server_cpu = cpu_seconds(server_pids) - cpu_before
+    try:
+        stdout, stderr = process.communicate(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise MeasureError(f"oha did not exit within {wait_s:g} s after its "
+                           f"{duration_s} s run")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        report = None
+    if process.returncode != 0 or report is None:
+        output = (stdout + stderr).strip()[-600:]
+        raise MeasureError(f"oha failed (status {process.returncode}): {output}")
+    statuses = {int(code): count for code, count in report["statusCodeDistribution"].items()}
+    # oha cancels the requests in flight at the end of its window: not failures.
+    errors = {what: count for what, count in report["errorDistribution"].items()
+              if what != "aborted due to deadline"}
+    completed = sum(statuses.values())
+    if completed == 0:
+        raise MeasureError(f"oha completed no request: {report['errorDistribution']}")
+    latencies = report["latencyPercentiles"]
+    summary = report["summary"]
+
+    def us(seconds: float | None) -> float | None:
+        return None if seconds is None else round(seconds * 1e6, 1)
+
+    result = {
+        "client": "oha",
+        "protocol": protocol,
+        "requests": completed,
+        "rps": completed / duration_s,
+        "duration_us": duration_s * 1_000_000,
+        "bytes": summary.get("totalData"),
+        "header_bytes": None,
+        "status_2xx": sum(n for code, n in statuses.items() if 200 <= code < 300),
+        "non2xx": sum(n for code, n in statuses.items() if code >= 400),
+        "socket_errors": sum(errors.values()),
+        "errors": errors,
+        "p50_us": us(latencies.get("p50")), "p90_us": us(latencies.get("p90")),
+        "p99_us": us(latencies.get("p99")), "p999_us": us(latencies.get("p99.9")),
+        "max_us": us(summary.get("slowest")), "mean_us": us(summary.get("average")),
+        "server_cpu_s": server_cpu,
+    }
+    return _client_figures(result, client_cpu, peak_rss)
+
+
+class IdleHolder:
+    """bench/lib/idle_conns.py on the client core, holding idle keep-alive connections:
+    `protocol` h1 (HTTP/1.1), tls (HTTP/1.1 over TLS), h2 (over TLS) or h3 (QUIC)."""
+
+    FLAGS = {"h1": [], "tls": ["--tls"], "h2": ["--http2"], "h3": ["--http3"]}
+
+    def __init__(self, port: int, count: int, path: str, protocol: str, timeout_s: float,
                  env: dict[str, str] | None):
         script = Path(__file__).with_name("idle_conns.py")
         self.process = subprocess.Popen(
             ["taskset", "-c", CLIENT_CORE, sys.executable, str(script), "127.0.0.1",
              str(port), str(count), "--path", path, "--timeout", str(timeout_s),
-             *(["--tls"] if tls else [])],
+             *self.FLAGS[protocol]],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from corpora import PYDOCS_SOURCE
+from measure import oha_binary
 
 # Debian packages needed, each with the file whose presence shows it is installed.
 # nghttp2-client brings h2load (the HTTP/2 load) and nghttp (the check of the server's
@@ -19,15 +20,21 @@ APT_PACKAGES = {
     "nginx": "/usr/sbin/nginx",
     "h2o": "/usr/bin/h2o",
     "python3.11-doc": str(PYDOCS_SOURCE),
+    # nft counts the bytes on the wire of the HTTP/3 cases and their HTTP/2 twins.
+    "nftables": "/usr/sbin/nft",
 }
 # Python modules installed with pip when missing: (module, pip package, required).
 # brotli decodes the `br` responses checked before the pydocs runs; matplotlib draws the
 # chart, which the report skips (saying so) if it cannot be installed.
-PIP_MODULES = [("brotli", "Brotli", True), ("matplotlib", "matplotlib", False)]
+# aioquic speaks HTTP/3 for the HTTP/3 cases' checks and idle connections.
+PIP_MODULES = [("brotli", "Brotli", True), ("aioquic", "aioquic", True),
+               ("matplotlib", "matplotlib", False)]
 # Caddy, the Go peer: the release issue 23 measured, built with `go install` when missing
 # (it is in no Debian release this recent).
 CADDY_VERSION = "v2.11.9"
 CADDY_MODULE = f"github.com/caddyserver/caddy/v2/cmd/caddy@{CADDY_VERSION}"
+# oha, the HTTP/3 cases' load client (`cargo install`, with its http3 feature).
+OHA_VERSION = "1.16.0"
 # Other commands the harness runs; they come with the base system.
 REQUIRED_COMMANDS = ["taskset", "strace"]
 
@@ -90,6 +97,18 @@ def install_caddy() -> None:
         print(f"bench: warning: {err}", flush=True)
 
 
+def install_oha() -> None:
+    """`cargo install` oha with HTTP/3 when it is missing (the HTTP/3 cases' load client;
+    about 10 minutes to build)."""
+    if Path(oha_binary()).exists():
+        return
+    if shutil.which("cargo") is None:
+        raise SetupError("oha not found and cargo missing to install it")
+    print(f"bench: cargo install oha --version {OHA_VERSION} --features http3", flush=True)
+    _run_quiet(["cargo", "install", "oha", "--version", OHA_VERSION, "--locked",
+                "--features", "http3"], "cargo install")
+
+
 def build_kiln(repo: Path, log: Path) -> tuple[Path | None, str]:
     """`cargo build --release`; return (binary, "") or (None, why kiln cannot run)."""
     if shutil.which("cargo") is None:
@@ -128,6 +147,7 @@ def versions(kiln: Path | None, repo: Path) -> dict[str, str]:
     found = {
         "wrk": _first_line(["wrk", "--version"]),
         "h2load": _first_line(["h2load", "--version"]),
+        "oha": _first_line([oha_binary(), "--version"]),
         "nginx": _first_line(["nginx", "-v"]),
         "h2o": _first_line(["h2o", "--version"]),
     }

@@ -32,6 +32,9 @@ bench/run --servers nginx,h2o --cases hello-c128,tiles-c128   # any subset, repo
 bench/run --cases h2c-hello-c128x16,h2-hello-c128x16   # HTTP/2 (h2load) cases alone
 bench/run --set issue23   # issue 23's matrix: HTTP/2 hello, handshakes, HTTPS keep-alive,
                      # the no-regression cases; every server
+bench/run --set issue24   # issue 24: HTTP/3 (oha) and its HTTP/2 twins, bytes on the
+                     # wire, memory per idle connection; kiln and Caddy (~13 min;
+                     # --quick: 1 round of 2 s runs, ~2.5 min)
 bench/run --quick --baseline /path/to/older/kiln   # before/after a change, same run
 bench/report         # rewrite this file and results.png from bench/work/results.json
                      # (same as bench/run --report-only; add --quick for the smoke run's)
@@ -159,7 +162,7 @@ def _issue23_table(results: dict, summary: dict, servers: list[str]) -> list[str
              "mean ms | max ms | server CPU ms per request |",
              "|---|---|---|---|---|---|---|---|"]
     for case in results["cases"]:
-        if not case.get("streams") and not case.get("close"):
+        if case.get("oha") or (not case.get("streams") and not case.get("close")):
             continue
         for server in servers:
             s = summary.get((case["name"], server))
@@ -305,11 +308,31 @@ def _targets(results: dict, summary: dict) -> list[str]:
             return kiln >= factor * peer, f"{kiln / peer:.2f}×{unit}"
         return test
 
-    # The HTTP/1.1 targets are over the HTTP/1.1 cases, the HTTP/2 ones over the h2 cases.
+    # The HTTP/1.1 targets are over the HTTP/1.1 cases, the HTTP/2 ones over the h2 cases
+    # (h2load's), issue 24's over the HTTP/3 cases and their HTTP/2 twins (oha's).
     # Results saved before the TLS cases have no "tls" nor "close" fields, those saved
-    # before the h2 cases no "streams".
+    # before the h2 cases no "streams", those before the HTTP/3 cases no "oha".
     h1 = {n: c for n, c in cases.items() if not c.get("streams")}
-    h2 = {n: c for n, c in cases.items() if c.get("streams")}
+    h2 = {n: c for n, c in cases.items() if c.get("streams") and not c.get("oha")}
+    h3 = [n for n, c in cases.items() if c.get("http3")]
+
+    def h3_versus_caddy(case: str):
+        """Issue 24: kiln's requests per server CPU-second over HTTP/3 ≥ 10× Caddy's."""
+        kiln = summary.get((case, "kiln"), {}).get("per_cpu_s")
+        caddy = summary.get((case, "caddy"), {}).get("per_cpu_s")
+        if not kiln or not caddy:
+            return None, ""
+        return kiln >= 10 * caddy, f"{kiln / caddy:.1f}× ({_num(kiln)} vs {_num(caddy)})"
+
+    def h3_versus_h2(case: str):
+        """Issue 24: kiln's requests per server CPU-second over HTTP/3 ≥ 80 % of its own
+        over HTTP/2 with TLS, same client (oha), same file and shape."""
+        twin = _h2_twin(cases, case)
+        kiln_h3 = summary.get((case, "kiln"), {}).get("per_cpu_s")
+        kiln_h2 = summary.get((twin, "kiln"), {}).get("per_cpu_s")
+        if not kiln_h3 or not kiln_h2:
+            return None, ""
+        return kiln_h3 >= 0.8 * kiln_h2, f"{kiln_h3 / kiln_h2:.0%} of {twin}"
     clear = {n: c for n, c in h1.items() if not c.get("tls")}
     tls = {n: c for n, c in h1.items() if c.get("tls")}
     plain = [n for n, c in h1.items() if c["pipeline"] == 1]
@@ -447,8 +470,84 @@ def _targets(results: dict, summary: dict) -> list[str]:
          "client-bound)",
          check_all([n for n, c in h2.items() if c["tls"] and c["corpus"] == "hello"],
                    tls_share_test)),
+        ("issue 24: HTTP/3 ≥ 10× Caddy in requests per server CPU-s, every HTTP/3 case",
+         check_all(h3, h3_versus_caddy)),
+        ("issue 24: HTTP/3 ≥ 80 % of kiln's own HTTP/2 over TLS (same client, oha) in "
+         "requests per server CPU-s",
+         check_all(h3, h3_versus_h2)),
     ]
     return [_verdict(ok, f"{title}: {detail}") for title, (ok, detail) in rows]
+
+
+def _h2_twin(cases: dict[str, dict], case: str) -> str | None:
+    """The HTTP/2 case through oha of the same shape as the HTTP/3 `case`, if it was run."""
+    def shape(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k not in ("name", "http3", "quick")}
+    return next((n for n, c in cases.items()
+                 if c.get("oha") and not c.get("http3") and shape(c) == shape(cases[case])),
+                None)
+
+
+def _http3_table(results: dict, summary: dict, servers: list[str]) -> list[str]:
+    """Issue 24: each HTTP/3 case beside its HTTP/2 twin through the same client, per
+    server; requests per server CPU-second is the figure its goals are in."""
+    cases = {c["name"]: c for c in results["cases"]}
+    lines = ["| case | server | req/s | req per CPU-s | × Caddy per CPU-s | HTTP/2 twin "
+             "req per CPU-s | HTTP/3 / HTTP/2 | client core | p50 ms | p99 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, case in cases.items():
+        if not case.get("http3"):
+            continue
+        twin = _h2_twin(cases, name)
+        caddy = summary.get((name, "caddy"), {}).get("per_cpu_s")
+        for server in servers:
+            s = summary.get((name, server))
+            if s is None:
+                continue
+            h2 = summary.get((twin, server), {}).get("per_cpu_s")
+            share = s["per_cpu_s"] / h2 if s["per_cpu_s"] and h2 else None
+            versus = s["per_cpu_s"] / caddy if s["per_cpu_s"] and caddy else None
+            client = "–" if s["wrk_share"] is None else f"{s['wrk_share']:.0%}"
+            lines.append("| " + " | ".join([
+                name, server, _num(s["rps"]), _num(s["per_cpu_s"]),
+                _num(versus, 1) if server != "caddy" else "", _num(h2),
+                "–" if share is None else f"{share:.0%}", client,
+                _num(s["p50_ms"], 2), _num(s["p99_ms"], 2)]) + " |")
+    return lines
+
+
+def _wire_table(results: dict) -> list[str]:
+    lines = ["| case | server | responses | client → server B per response | "
+             "server → client B per response | packets seen each way |",
+             "|---|---|---|---|---|---|"]
+    for record in results.get("wire", []):
+        if "error" in record:
+            first = record["error"].splitlines()[0]
+            lines.append(f"| {record['case']} | {record['server']} | failed: {first} | | | |")
+            continue
+        lines.append(f"| {record['case']} | {record['server']} | {record['requests']:,} | "
+                     f"{record['to_server_per_response']:,.1f} | "
+                     f"{record['to_client_per_response']:,.1f} | "
+                     f"{record['to_server_packets']:,} / {record['to_client_packets']:,} |")
+    return lines
+
+
+def _idle_memory_table(results: dict) -> list[str]:
+    lines = ["| server | protocol | idle held | kept open by server | RSS before MiB | "
+             "RSS with idle MiB | RSS B per connection | PSS B per connection |",
+             "|---|---|---|---|---|---|---|---|"]
+    for record in results.get("idle_memory", []):
+        if "error" in record:
+            first = record["error"].splitlines()[0]
+            lines.append(f"| {record['server']} | {record['protocol']} | failed: {first} "
+                         "| | | | | |")
+            continue
+        lines.append(f"| {record['server']} | {record['protocol']} | {record['opened']} | "
+                     f"{record['still_open']} | {_num(record['rss_before_kib'] / 1024, 1)} | "
+                     f"{_num(record['rss_after_kib'] / 1024, 1)} | "
+                     f"{_num(record['rss_per_connection'])} | "
+                     f"{_num(record['pss_per_connection'])} |")
+    return lines
 
 
 def _commands(results: dict) -> list[str]:
@@ -500,7 +599,8 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
              f"warm-up, then {settings['duration_s']:g} s measured; a new server process per run",
              "", "## kiln's targets", "",
              "Ratios are of medians; \"[client-bound]\" marks cases where the load client "
-             "(wrk, or h2load on the HTTP/2 cases) used ≥ 95 % of its core in some kiln run, "
+             "(wrk, h2load on the HTTP/2 cases, oha on the HTTP/3 cases and their twins) used "
+             "≥ 95 % of its core in some kiln run, "
              "so kiln's figure is a lower bound.", "",
              *_targets(results, summary), ""]
     if chart_drawn:
@@ -515,6 +615,15 @@ def write_markdown(results: dict, summary: dict, target: Path, chart_drawn: bool
               *_idle_table(results, summary, servers), "",
               "## Syscalls per request (strace -c -f, hello, 128 connections)", "",
               *_syscall_table(results), ""]
+    if any(c.get("http3") for c in results["cases"]):
+        lines += ["## HTTP/3 (issue 24; oha; medians)", "",
+                  "Goals: ≥ 10× Caddy in requests per server CPU-second on every HTTP/3 "
+                  "case; ≥ 80 % of kiln's own HTTP/2 over TLS through the same client.", "",
+                  *_http3_table(results, summary, servers), "",
+                  "### Bytes on the wire per response (nftables counters, transport payload)",
+                  "", *_wire_table(results), "",
+                  "### Memory per idle connection (over TLS, one request each)", "",
+                  *_idle_memory_table(results), ""]
     if "kiln-epoll" in servers:
         lines += ["## io: kiln on io_uring (kiln) against kiln on epoll (kiln-epoll)", "",
                   "Goals (issue 10): syscalls per keep-alive request ≤ 0.25 at 128 "
@@ -590,6 +699,33 @@ METHOD = """\
 - HTTP/2 header bytes per response: h2load's count of HEADERS payload bytes received
   (its "traffic" line) over the responses completed; mean and max time per request are
   from its `--log-file`.
+- HTTP/3 cases (`h3-*`, issue 24) and their HTTP/2 twins (`h2-oha-*`): oha 1.16 (built
+  with its http3 feature) with one worker thread, `-c` connections and `-p` requests in
+  flight on each, over QUIC (`--http-version 3`) or h2 by ALPN (`--http-version 2`), on
+  kiln and Caddy only (`protocols h1 h2 h3` on these cases; nginx 1.22 and h2o 2.2 serve
+  no HTTP/3). Random-path cases give oha the corpus's path list as URLs
+  (`--urls-from-file`): one drawn at random per request. oha's own Accept-Encoding is
+  off (`--disable-compression`); the pydocs cases send `br, gzip`. oha stops at the end
+  of its window but, over QUIC, exits only once the server ends its connections, and its
+  printed rate is over that longer time: so the servers' idle timeout is 2 s on these
+  cases (kiln `--keepalive-timeout 2`, Caddy `idle 2s`), req/s is oha's responses over
+  the window, and the server's CPU is read at the window's end. QUIC is TLS 1.3; the
+  check before each run (aioquic, offering AES-256-GCM first as oha's rustls does)
+  requires TLS_AES_128_GCM_SHA256, which both servers choose by their own order, and
+  the TCP side is checked with `openssl s_client` as on the other TLS cases; kiln
+  prefers X25519 and Caddy is held to it (oha also offers X25519MLKEM768, which neither
+  picks).
+- Bytes on the wire per response (`h3-hello-c16x8`, `h2-oha-hello-c16x8`): a separate
+  bounded run per server, after a warm-up, with an nftables table counting, on the
+  `output` hook (which every loopback packet crosses once), the bytes to and from the
+  server's port; IP and UDP/TCP headers are taken off (TCP by data offset), so the figure
+  is transport payload (QUIC packets, or TLS records with TCP's ACKs carrying none),
+  handshakes and closes included, divided by the responses oha counted.
+- Memory per idle connection: kiln and Caddy each started afresh with their own idle
+  timeouts, RSS and PSS (smaps_rollup) summed over the server's processes before and
+  after bench/lib/idle_conns.py opens 1,000 connections (HTTP/3 over QUIC through
+  aioquic, or HTTP/2 over TLS) and makes one request on each; the HTTP/3 holder sends a
+  QUIC PING every 10 s so that quic-go's 30 s idle timeout does not end Caddy's.
 - Configurations: bench/conf/nginx.conf, bench/conf/h2o.conf and bench/conf/Caddyfile
   (Caddy built by `go install`, run with GOMAXPROCS=1). nginx's open_file_cache
   holds at most 6,000 descriptors: with max=200000 the worker hits the 20,000 descriptors

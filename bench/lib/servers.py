@@ -24,6 +24,9 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SERVER_CORE = "0"
 # How long a server may take to accept connections after it is started.
 START_TIMEOUT_S = 15.0
+# Caddy's idle timeout unless a case sets one: keep-alive connections, idle ones
+# included, live through a whole run.
+CADDY_IDLE_TIMEOUT_S = 300
 
 
 class ServerError(Exception):
@@ -54,20 +57,36 @@ def make_certificate(directory: Path) -> Certificate:
     return certificate
 
 
+@dataclass(frozen=True)
+class Listening:
+    """What a case needs the server to listen for."""
+
+    # The certificate to listen with over TLS, or None for cleartext.
+    tls: Certificate | None = None
+    # The case speaks HTTP/2 (h2 by ALPN over TLS, h2c by prior knowledge over cleartext).
+    http2: bool = False
+    # The case speaks HTTP/3: the server also serves QUIC on the UDP twin of its TLS port.
+    http3: bool = False
+    # Seconds an idle connection stays open, or None for the server's own setting. oha
+    # waits after its run until the server closes its QUIC connections (bench.py: the oha
+    # cases set a short one).
+    idle_timeout_s: int | None = None
+
+
 @dataclass
 class ServerEntry:
     """How to run one server."""
 
     # Name used by --servers, in results and in the report.
     name: str
-    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs, tls,
-    # http2), where `tls` is the Certificate to listen with TLS, or None for cleartext,
-    # and `http2` says the case speaks HTTP/2 (h2 by ALPN over TLS, h2c by prior
-    # knowledge over cleartext).
-    command: Callable[[Corpus, int, Path, dict, Certificate | None, bool], list[str]]
+    # Writes any configuration and returns the argv: (corpus, port, run_dir, packs,
+    # listening).
+    command: Callable[[Corpus, int, Path, dict, Listening], list[str]]
     # kiln --dummy: it answers `Hello World!` to anything, so it only measures the
     # core's ceiling on the plain hello cases.
     ceiling_only: bool = False
+    # It serves HTTP/3 (the HTTP/3 cases and their HTTP/2 twins run on these only).
+    http3: bool = False
     # Why the entry cannot run on this machine, or "" when it can.
     unavailable: str = ""
 
@@ -82,7 +101,8 @@ def _render(template: str, target: Path, values: dict[str, str]) -> Path:
 
 
 def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-           tls: Certificate | None, http2: bool) -> list[str]:
+           listening: Listening) -> list[str]:
+    tls, http2 = listening.tls, listening.http2
     tls_lines = "" if tls is None else _nginx_tls_lines(tls)
     conf = _render("nginx.conf", run_dir / "nginx.conf",
                    {"RUN_DIR": str(run_dir), "PORT": str(port), "ROOT": str(corpus.root),
@@ -93,7 +113,8 @@ def _nginx(corpus: Corpus, port: int, run_dir: Path, packs: dict,
 
 
 def _h2o(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-         tls: Certificate | None, http2: bool) -> list[str]:
+         listening: Listening) -> list[str]:
+    tls = listening.tls
     # h2o's listeners speak HTTP/1.1 and HTTP/2 alike (see bench/conf/h2o.conf).
     tls_lines = "" if tls is None else (
         f"  ssl:\n    certificate-file: {tls.cert}\n    key-file: {tls.key}\n"
@@ -113,15 +134,19 @@ def _nginx_tls_lines(tls: Certificate) -> str:
 
 
 def _caddy(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-           tls: Certificate | None, http2: bool) -> list[str]:
-    # The site block speaks HTTP/1.1 and HTTP/2 alike (see bench/conf/Caddyfile); Go's
-    # TLS 1.3 has no cipher setting: the clients' restriction picks AES-128-GCM.
+           listening: Listening) -> list[str]:
+    # The site block speaks HTTP/1.1 and HTTP/2 alike (see bench/conf/Caddyfile), and
+    # HTTP/3 on the HTTP/3 cases only. Go's TLS 1.3 has no cipher setting: it picks
+    # AES-128-GCM first on a CPU with AES instructions, whatever the client prefers.
+    tls = listening.tls
     tls_lines = "" if tls is None else (
         f"\ttls {tls.cert} {tls.key} {{\n\t\tprotocols tls1.3\n"
         f"\t\tcurves {TLS_GROUP.lower()}\n\t}}\n")
     conf = _render("Caddyfile", run_dir / "Caddyfile",
                    {"PORT": str(port), "ROOT": str(corpus.root), "TLS": tls_lines,
-                    "SCHEME": "https://" if tls else "http://"})
+                    "SCHEME": "https://" if tls else "http://",
+                    "PROTOCOLS": "h1 h2 h3" if listening.http3 else "h1 h2 h2c",
+                    "IDLE": f"{listening.idle_timeout_s or CADDY_IDLE_TIMEOUT_S}s"})
     return ["env", "GOMAXPROCS=1", f"XDG_DATA_HOME={run_dir}", f"XDG_CONFIG_HOME={run_dir}",
             str(caddy_binary()), "run", "--config", str(conf), "--adapter", "caddyfile"]
 
@@ -129,15 +154,20 @@ def _caddy(corpus: Corpus, port: int, run_dir: Path, packs: dict,
 def _kiln_command(kiln: Path, dummy: bool, io: str | None = None):
     """kiln serve on one thread; security headers off as nginx and h2o send none. Its
     listeners speak HTTP/1.1 and HTTP/2 alike: h2c by prior knowledge on --listen, h2
-    offered by ALPN on --listen-tls. `io`: the connection layer (--io), else kiln's
+    offered by ALPN on --listen-tls, and HTTP/3 on the UDP twin of --listen-tls (kiln's
+    default, on every TLS case). `io`: the connection layer (--io), else kiln's
     default (auto: io_uring where the kernel has it)."""
 
     def command(corpus: Corpus, port: int, run_dir: Path, packs: dict,
-                tls: Certificate | None, http2: bool) -> list[str]:
+                listening: Listening) -> list[str]:
+        tls = listening.tls
         argv = [str(kiln), "serve", str(packs[corpus.name]), "--threads", "1",
                 "--no-security-headers"]
         if io is not None:
             argv += ["--io", io]
+        if listening.idle_timeout_s is not None:
+            # Over QUIC too: kiln's QUIC idle timeout is its keep-alive timeout.
+            argv += ["--keepalive-timeout", str(listening.idle_timeout_s)]
         if tls is None:
             argv += ["--listen", f"127.0.0.1:{port}"]
         else:
@@ -155,29 +185,37 @@ def entries(kiln: Path | None, kiln_unavailable: str,
     kiln_path = kiln or Path("kiln")
     return {
         "kiln-baseline": ServerEntry(
-            "kiln-baseline", _kiln_command(baseline or Path("kiln"), False),
+            "kiln-baseline", _kiln_command(baseline or Path("kiln"), False), http3=True,
             unavailable="" if baseline else "no --baseline binary given"),
-        "kiln": ServerEntry("kiln", _kiln_command(kiln_path, False),
+        "kiln": ServerEntry("kiln", _kiln_command(kiln_path, False), http3=True,
                             unavailable=kiln_unavailable),
         # The same kiln on its epoll back end: the "io" comparison (kiln's default is
         # io_uring where the kernel has it, which this machine's has).
         "kiln-epoll": ServerEntry("kiln-epoll", _kiln_command(kiln_path, False, "epoll"),
-                                  unavailable=kiln_unavailable),
+                                  http3=True, unavailable=kiln_unavailable),
         "kiln-dummy": ServerEntry("kiln-dummy", _kiln_command(kiln_path, True),
                                   ceiling_only=True, unavailable=kiln_unavailable),
         "nginx": ServerEntry("nginx", _nginx),
         "h2o": ServerEntry("h2o", _h2o),
-        "caddy": ServerEntry("caddy", _caddy, unavailable="" if caddy_binary() else (
+        "caddy": ServerEntry("caddy", _caddy, http3=True, unavailable="" if caddy_binary() else (
             "caddy not found on PATH nor in ~/go/bin, and `go install "
             f"github.com/caddyserver/caddy/v2/cmd/caddy@{CADDY_VERSION}` did not make it")),
     }
 
 
 def free_port() -> int:
-    """A loopback port free right now (a new one per run keeps TIME_WAIT tuples apart)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A loopback port free right now for TCP and for UDP (the HTTP/3 twin of a TLS
+    port); a new one per run keeps TIME_WAIT tuples apart."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as twin:
+                try:
+                    twin.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
 
 
 @dataclass
@@ -215,12 +253,12 @@ def _log_tail(log: Path) -> str:
 
 
 def start(entry: ServerEntry, corpus: Corpus, packs: dict, run_dir: Path,
-          tls: Certificate | None = None, http2: bool = False) -> RunningServer:
-    """Start `entry` on core 0 for `corpus` (over TLS with `tls`, speaking HTTP/2 with
-    `http2`); return once it accepts connections."""
+          listening: Listening = Listening()) -> RunningServer:
+    """Start `entry` on core 0 for `corpus`, listening as `listening` says; return once
+    it accepts TCP connections."""
     run_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    argv = entry.command(corpus, port, run_dir, packs, tls, http2)
+    argv = entry.command(corpus, port, run_dir, packs, listening)
     log = run_dir / "server.log"
     log_file = log.open("w")
     process = subprocess.Popen(
