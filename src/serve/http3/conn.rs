@@ -831,11 +831,10 @@ fn encode_response(
     out.clear();
     out.extend_from_slice(&qpack::FIELD_SECTION_PREFIX);
     qpack::encode_status(resp.status, out);
-    qpack::encode_field(b"server", b"kiln", out);
-    let server = server_headers.lines(server_headers.key(resp.overrides));
-    for lines in [server, date.line()] {
-        qpack::encode_lines(lines, out);
-    }
+    // `server: kiln` and the server's own fields, then the date: prepared
+    // once (per start and per second), copied.
+    out.extend_from_slice(server_headers.qpack(resp.overrides));
+    out.extend_from_slice(date.qpack());
     // The pack's prepared field lines, copied; a built-in response's
     // few lines encoded now.
     match resp.qpack {
