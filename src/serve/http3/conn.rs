@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::frame::{self, Frame, FrameReader, ReadError};
 use crate::qpack;
@@ -48,7 +48,14 @@ pub struct Scratch {
     qpack: Vec<u8>,
     section: Vec<u8>,
     head: Vec<u8>,
+    /// Responses' frame heads, carved off one block with `split().freeze()`
+    /// so that one allocation serves many responses (QUIC holds each head
+    /// until it is acknowledged; a block is freed once its last head is).
+    heads: BytesMut,
 }
+
+/// The size of a `Scratch::heads` block: a few hundred heads.
+const HEADS_BLOCK: usize = 64 * 1024;
 
 /// The largest request field section kept (name + value + 32 per field,
 /// as SETTINGS_MAX_FIELD_SECTION_SIZE counts): beyond it, 431.
@@ -721,8 +728,13 @@ impl Conn {
         }
         let sent = body.len() as u64;
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
+        if scratch.heads.capacity() < head.len() {
+            scratch.heads.reserve(HEADS_BLOCK.max(head.len()));
+        }
+        scratch.heads.extend_from_slice(head);
+        let head = scratch.heads.split().freeze();
         let request = &mut self.requests[i];
-        request.unsent = Some([Bytes::copy_from_slice(head), body]);
+        request.unsent = Some([head, body]);
         ctx.count(Protocol::Http3, site, status, sent, encoding);
         if ctx.logs() {
             let fields = &scratch.fields;
