@@ -349,6 +349,7 @@ impl Conn {
         }
         if let Some(i) = self.requests.iter().position(|r| r.id == id) {
             self.send(i, streams);
+            self.stop_reading_once_answered(i, streams);
             self.retire(i);
         }
     }
@@ -559,6 +560,7 @@ impl Conn {
                 if fin {
                     self.requests[i].read_done = true;
                 }
+                self.stop_reading_once_answered(i, streams);
                 self.retire(i);
                 Ok(())
             }
@@ -764,12 +766,18 @@ impl Conn {
         if unsent.iter().all(Bytes::is_empty) {
             streams.finish(request.id);
             request.answered = true;
-            if !request.read_done {
-                // §4.1: the response is complete; the rest of the request
-                // is not needed.
-                streams.stop(request.id, frame::H3_NO_ERROR);
-                request.read_done = true;
-            }
+        }
+    }
+
+    /// §4.1: once the response is complete, the rest of the request is not
+    /// needed: reading stops. Called once the data that came with the
+    /// response's turn is read, so that a request whose end came with it
+    /// (the usual case) is not stopped: QUIC has forgotten that stream.
+    fn stop_reading_once_answered(&mut self, i: usize, streams: &mut impl Streams) {
+        let request = &mut self.requests[i];
+        if request.answered && !request.read_done {
+            streams.stop(request.id, frame::H3_NO_ERROR);
+            request.read_done = true;
         }
     }
 }
