@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # HTTP/3 on one server core (CPU 0) with oha on the other (CPU 1): kiln against Caddy
-# (GOMAXPROCS=1) on a 13-byte file, and kiln's own h2 over TLS (oha too) on the same file.
+# (GOMAXPROCS=1) on a 13-byte file, and kiln's own h2 over TLS (oha too) on the same file,
+# both shapes.
 # Prints requests (200s counted) per second and per server CPU-second. Usage: bench/http3.sh
 # (KILN=target/release/kiln CADDY=~/go/bin/caddy DUR=8 ROUNDS=3); stands in for HTTP/3 cases
 # in bench/run until those exist (oha waits out the idle timeout after each run: ~40 s a case).
@@ -71,4 +72,5 @@ for round in $(seq 1 "$ROUNDS"); do
   run_case kiln 3 128 16
   run_case caddy 3 128 16
   run_case kiln 2 16 8
+  run_case kiln 2 128 16
 done
