@@ -1,13 +1,14 @@
 //! The HPACK Huffman code (RFC 7541 §5.2, Appendix B): encoding and its
-//! length, and a table-driven decoder that takes four bits per step.
+//! length, and a table-driven decoder that reads a whole code per step.
 //!
-//! The decoder is a state machine over the code tree: a state is one of the
-//! tree's 256 internal nodes (the bits read since the last symbol), and
-//! `STEPS[state][nibble]` says where four more bits lead and which symbol,
-//! if any, they complete. No code is shorter than 5 bits, so one nibble
-//! completes at most one symbol. The tree and the step table are built at
-//! compile time from `CODES` by `const fn`s whose assertions make a table
-//! typo (a code that is a prefix of another, a missing code) a build error.
+//! The decoder keeps the unread bits in a 64-bit word and looks their first
+//! `PEEK_BITS` up in `SHORT`, which names the symbol and length of every
+//! code that short (the characters of URLs, hosts and most field values);
+//! a longer code is found by length in the canonical code (`CANONICAL`:
+//! RFC 7541's code is canonical, codes of one length consecutive in symbol
+//! order). Both tables are built at compile time from `CODES` by `const
+//! fn`s whose assertions make a table typo (a code out of canonical order,
+//! an incomplete code) a build error.
 
 use super::Error;
 
@@ -276,160 +277,167 @@ const CODES: [(u32, u8); 257] = [
 /// The end-of-string symbol: never sent inside a string (§5.2).
 const EOS: u16 = 256;
 
-/// A child in [`Tree::children`] with this bit set is a leaf: the low bits
-/// are its symbol.
-const LEAF: u16 = 0x8000;
-/// A child slot not filled yet, only while the tree is being built.
-const UNSET: u16 = u16::MAX;
+/// Bits the first lookup reads: a code this short or shorter is decoded in
+/// one step.
+const PEEK_BITS: u32 = 10;
+/// The longest code (EOS and a few control bytes).
+const MAX_LEN: usize = 30;
 
-/// The code tree: a full binary tree with 257 leaves, hence 256 internal
-/// nodes, so a node (a decoder state) fits in a `u8`. Node 0 is the root.
-struct Tree {
-    /// For each internal node, its 0-child and 1-child: an internal node's
-    /// index, or `LEAF | symbol`.
-    children: [[u16; 2]; 256],
-    /// For each internal node, its distance from the root: how many bits
-    /// of an unfinished code it stands for, which at the end of a string
-    /// is the padding length (at most 7 allowed).
-    depth: [u8; 256],
-    /// For each internal node, whether the path from the root is all ones:
-    /// padding must be a prefix of EOS, which is all ones.
-    all_ones: [bool; 256],
+/// The code by length, as a canonical code is decoded.
+struct Canonical {
+    /// For each length, its first code (right-aligned).
+    first: [u32; MAX_LEN + 1],
+    /// For each length, how many codes have it.
+    count: [u32; MAX_LEN + 1],
+    /// For each length, where its symbols start in `symbols`.
+    offset: [u16; MAX_LEN + 1],
+    /// The symbols by (length, symbol).
+    symbols: [u16; 257],
 }
 
-const fn build_tree() -> Tree {
-    let mut tree = Tree {
-        children: [[UNSET; 2]; 256],
-        depth: [0; 256],
-        all_ones: [true; 256],
+const fn build_canonical() -> Canonical {
+    let mut c = Canonical {
+        first: [0; MAX_LEN + 1],
+        count: [0; MAX_LEN + 1],
+        offset: [0; MAX_LEN + 1],
+        symbols: [0; 257],
     };
-    let mut nodes = 1;
+    let mut symbol = 0;
+    while symbol < CODES.len() {
+        let len = CODES[symbol].1 as usize;
+        assert!(len >= 5 && len <= MAX_LEN, "a code length out of range");
+        c.count[len] += 1;
+        symbol += 1;
+    }
+    let mut code = 0u32;
+    let mut placed = 0;
+    let mut kraft = 0u64;
+    let mut len = 1;
+    while len <= MAX_LEN {
+        code = (code + c.count[len - 1]) << 1;
+        c.first[len] = code;
+        c.offset[len] = placed as u16;
+        kraft += (c.count[len] as u64) << (MAX_LEN - len);
+        let mut symbol = 0;
+        let mut rank = 0;
+        while symbol < CODES.len() {
+            if CODES[symbol].1 as usize == len {
+                assert!(
+                    CODES[symbol].0 == code + rank,
+                    "a code out of canonical order"
+                );
+                c.symbols[placed] = symbol as u16;
+                placed += 1;
+                rank += 1;
+            }
+            symbol += 1;
+        }
+        len += 1;
+    }
+    assert!(kraft == 1 << MAX_LEN, "the code is not complete");
+    c
+}
+
+/// For each value of the next `PEEK_BITS` bits, the code they start with
+/// when it is at most that long: `symbol | length << 9`; 0 when longer.
+const fn build_short() -> [u16; 1 << PEEK_BITS] {
+    let mut short = [0u16; 1 << PEEK_BITS];
     let mut symbol = 0;
     while symbol < CODES.len() {
         let (code, len) = CODES[symbol];
-        let mut node = 0;
-        let mut i = 0;
-        while i < len {
-            let bit = ((code >> (len - 1 - i)) & 1) as usize;
-            let child = tree.children[node][bit];
-            if i == len - 1 {
-                assert!(child == UNSET, "a code is a prefix of another");
-                tree.children[node][bit] = LEAF | symbol as u16;
-            } else if child == UNSET {
-                assert!(nodes < 256, "more internal nodes than a 257-leaf tree has");
-                tree.children[node][bit] = nodes as u16;
-                tree.depth[nodes] = tree.depth[node] + 1;
-                tree.all_ones[nodes] = tree.all_ones[node] && bit == 1;
-                node = nodes;
-                nodes += 1;
-            } else {
-                assert!(child & LEAF == 0, "a code is a prefix of another");
-                node = child as usize;
+        if len as u32 <= PEEK_BITS {
+            let spare = PEEK_BITS - len as u32;
+            let base = (code << spare) as usize;
+            let mut i = 0;
+            while i < 1 << spare {
+                assert!(short[base + i] == 0, "a code is a prefix of another");
+                short[base + i] = symbol as u16 | (len as u16) << 9;
+                i += 1;
             }
-            i += 1;
         }
         symbol += 1;
     }
-    assert!(nodes == 256, "the code is not complete");
-    let mut n = 0;
-    while n < 256 {
-        assert!(
-            tree.children[n][0] != UNSET && tree.children[n][1] != UNSET,
-            "the code is not complete"
-        );
-        n += 1;
+    short
+}
+
+static CANONICAL: Canonical = build_canonical();
+/// 2 KiB, small enough to stay cached.
+static SHORT: [u16; 1 << PEEK_BITS] = build_short();
+
+/// The symbol and length of the code longer than `PEEK_BITS` at the top of
+/// `bits` (left-aligned); the code being complete, every bit string
+/// starts with one.
+fn long_code(bits: u64) -> (u16, u32) {
+    let c = &CANONICAL;
+    let mut len = PEEK_BITS as usize + 1;
+    while len < MAX_LEN {
+        let code = (bits >> (64 - len)) as u32;
+        let rank = code.wrapping_sub(c.first[len]);
+        if rank < c.count[len] {
+            return (
+                c.symbols[usize::from(c.offset[len]) + rank as usize],
+                len as u32,
+            );
+        }
+        len += 1;
     }
-    tree
+    let rank = (bits >> (64 - MAX_LEN)) as u32 - c.first[MAX_LEN];
+    (
+        c.symbols[usize::from(c.offset[MAX_LEN]) + rank as usize],
+        MAX_LEN as u32,
+    )
 }
 
-/// One decoder transition: four bits read from a state.
-#[derive(Clone, Copy)]
-struct Step {
-    /// The state after the four bits.
-    next: u8,
-    /// The symbol the four bits completed, if `flags & EMIT`.
-    symbol: u8,
-    /// `EMIT` and `FAIL`.
-    flags: u8,
-}
-
-/// The step completed a symbol (`Step::symbol`).
-const EMIT: u8 = 1;
-/// The step decoded EOS, which a string must not contain (§5.2).
-const FAIL: u8 = 2;
-
-const fn build_steps(tree: &Tree) -> [[Step; 16]; 256] {
-    let mut steps = [[Step {
-        next: 0,
-        symbol: 0,
-        flags: 0,
-    }; 16]; 256];
-    let mut state = 0;
-    while state < 256 {
-        let mut nibble = 0;
-        while nibble < 16 {
-            let mut node = state;
-            let mut step = Step {
-                next: 0,
-                symbol: 0,
-                flags: 0,
-            };
-            let mut i = 4;
-            while i > 0 {
-                i -= 1;
-                let child = tree.children[node][(nibble >> i) & 1];
-                if child & LEAF == 0 {
-                    node = child as usize;
-                } else if child & !LEAF == EOS {
-                    step.flags = FAIL;
-                    break;
-                } else {
-                    assert!(step.flags & EMIT == 0, "two symbols in one nibble");
-                    step.flags = EMIT;
-                    step.symbol = (child & !LEAF) as u8;
-                    node = 0;
+/// Decodes `src`, handing each symbol to `emit`; then checks the padding:
+/// the bits after the last code must be a prefix of EOS (ones) shorter
+/// than 8 (§5.2). EOS itself is an error.
+fn walk(src: &[u8], mut emit: impl FnMut(u8)) -> Result<(), Error> {
+    // The unread bits, left-aligned, and how many there are.
+    let mut word = 0u64;
+    let mut bits = 0u32;
+    let mut rest = src;
+    loop {
+        // At least 33 bits once `src` has them: a whole code of any length.
+        if bits <= 32 {
+            if let Some((four, tail)) = rest.split_first_chunk::<4>() {
+                word |= u64::from(u32::from_be_bytes(*four)) << (32 - bits);
+                bits += 32;
+                rest = tail;
+            } else {
+                while let Some((&byte, tail)) = rest.split_first() {
+                    word |= u64::from(byte) << (56 - bits);
+                    bits += 8;
+                    rest = tail;
                 }
             }
-            step.next = node as u8;
-            steps[state][nibble] = step;
-            nibble += 1;
         }
-        state += 1;
-    }
-    steps
-}
-
-/// How a string may end in each state.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum End {
-    /// At a symbol boundary, or inside at most 7 bits of ones: padding.
-    Ok,
-    /// Inside 8 or more bits of ones (§5.2: longer padding is an error).
-    PaddingTooLong,
-    /// Inside a code that is not a prefix of EOS.
-    PaddingNotOnes,
-}
-
-const fn build_ends(tree: &Tree) -> [End; 256] {
-    let mut ends = [End::Ok; 256];
-    let mut state = 1;
-    while state < 256 {
-        ends[state] = if !tree.all_ones[state] {
-            End::PaddingNotOnes
-        } else if tree.depth[state] > 7 {
-            End::PaddingTooLong
+        let short = SHORT[(word >> (64 - PEEK_BITS)) as usize];
+        let (symbol, len) = if short != 0 {
+            (short as u8, u32::from(short >> 9))
         } else {
-            End::Ok
+            let (symbol, len) = long_code(word);
+            if symbol == EOS && len <= bits {
+                return Err(Error::HuffmanEos);
+            }
+            (symbol as u8, len)
         };
-        state += 1;
+        // Past the end of `src` the word holds zeros: a code longer than
+        // the bits left means the string ended inside one, as padding.
+        if len > bits {
+            break;
+        }
+        emit(symbol);
+        word <<= len;
+        bits -= len;
     }
-    ends
+    if (!word).leading_zeros() < bits {
+        Err(Error::HuffmanPaddingNotOnes)
+    } else if bits > 7 {
+        Err(Error::HuffmanPaddingTooLong)
+    } else {
+        Ok(())
+    }
 }
-
-const TREE: Tree = build_tree();
-/// 12 KiB: 256 states × 16 nibbles × 3 bytes, small enough to stay cached.
-static STEPS: [[Step; 16]; 256] = build_steps(&TREE);
-static ENDS: [End; 256] = build_ends(&TREE);
 
 /// Most bytes `encoded_len` Huffman-coded bytes can decode to: every code is
 /// at least 5 bits long.
@@ -445,53 +453,27 @@ pub(super) fn max_decoded_len(encoded_len: usize) -> usize {
 /// reused buffer stops growing once warm.
 pub(super) fn decode(src: &[u8], out: &mut Vec<u8>, cap: usize) -> Result<bool, Error> {
     let room = cap.min(max_decoded_len(src.len()));
-    out.reserve(room);
-    let end = out.len() + room;
-    let mut fits = true;
-    let mut state = 0usize;
-    for &byte in src {
-        for nibble in [byte >> 4, byte & 0x0f] {
-            let step = STEPS[state][usize::from(nibble)];
-            if step.flags & FAIL != 0 {
-                return Err(Error::HuffmanEos);
-            }
-            if step.flags & EMIT != 0 {
-                if out.len() < end {
-                    out.push(step.symbol);
-                } else {
-                    fits = false;
-                }
-            }
-            state = usize::from(step.next);
+    let start = out.len();
+    out.resize(start + room, 0);
+    let slots = &mut out[start..];
+    let mut decoded = 0usize;
+    let walked = walk(src, |symbol| {
+        if let Some(slot) = slots.get_mut(decoded) {
+            *slot = symbol;
         }
-    }
-    match ENDS[state] {
-        End::Ok => Ok(fits),
-        End::PaddingTooLong => Err(Error::HuffmanPaddingTooLong),
-        End::PaddingNotOnes => Err(Error::HuffmanPaddingNotOnes),
-    }
+        decoded += 1;
+    });
+    out.truncate(start + decoded.min(room));
+    walked?;
+    Ok(decoded <= room)
 }
 
 /// How many bytes `src` decodes to, checked as `decode` checks it; stores
 /// nothing.
 pub(super) fn decoded_len(src: &[u8]) -> Result<usize, Error> {
     let mut len = 0;
-    let mut state = 0usize;
-    for &byte in src {
-        for nibble in [byte >> 4, byte & 0x0f] {
-            let step = STEPS[state][usize::from(nibble)];
-            if step.flags & FAIL != 0 {
-                return Err(Error::HuffmanEos);
-            }
-            len += usize::from(step.flags & EMIT != 0);
-            state = usize::from(step.next);
-        }
-    }
-    match ENDS[state] {
-        End::Ok => Ok(len),
-        End::PaddingTooLong => Err(Error::HuffmanPaddingTooLong),
-        End::PaddingNotOnes => Err(Error::HuffmanPaddingNotOnes),
-    }
+    walk(src, |_| len += 1)?;
+    Ok(len)
 }
 
 /// Length in bytes of the Huffman coding of `bytes`, padding included.
@@ -552,8 +534,8 @@ mod tests {
     /// The table is the canonical code of its lengths (RFC 7541's code is
     /// canonical: codes of one length are consecutive, in symbol order, and
     /// follow the last shorter code), so a typo in any one code shows here;
-    /// and it is complete (Kraft sum exactly 1), which `build_tree` also
-    /// checks at compile time.
+    /// and it is complete (Kraft sum exactly 1), which `build_canonical`
+    /// also checks at compile time.
     #[test]
     fn code_table_is_the_canonical_complete_code() {
         let mut order: Vec<usize> = (0..257).collect();

@@ -1,5 +1,5 @@
-//! The `Date` line and its HPACK field, formatted at most once per second
-//! per thread, and the access log's timestamp.
+//! The `Date` line and its HPACK and QPACK fields, formatted at most once
+//! per second per thread, and the access log's timestamp.
 
 use crate::httpdate::format_imf;
 
@@ -7,6 +7,9 @@ use crate::httpdate::format_imf;
 /// (two bytes: 33 does not fit the 4-bit prefix), the value's length (one
 /// byte) and the 29-byte value, Huffman-coded only when that is shorter.
 const DATE_HPACK_MAX: usize = 2 + 1 + 29;
+/// Most bytes the `date` field takes QPACK-encoded: the name's static
+/// index (6, one byte), the value's length (one byte) and the value.
+const DATE_QPACK_MAX: usize = 1 + 1 + 29;
 
 /// Writes the access-log timestamp `22/Nov/2026:04:30:14 +0000`.
 pub fn format_clf(unix: i64, out: &mut [u8; 26]) {
@@ -33,6 +36,9 @@ pub struct DateCache {
     /// HTTP/2 connection sends once per second and then names by index
     /// (`hpack::SharedState::write_date`). Same capacity rule.
     hpack_indexing: Vec<u8>,
+    /// The same field as a QPACK field line (static name index 6), for
+    /// HTTP/3. Same capacity rule.
+    qpack: Vec<u8>,
 }
 
 impl Default for DateCache {
@@ -48,6 +54,7 @@ impl DateCache {
             line: *b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n",
             hpack: Vec::with_capacity(DATE_HPACK_MAX),
             hpack_indexing: Vec::with_capacity(DATE_HPACK_MAX),
+            qpack: Vec::with_capacity(DATE_QPACK_MAX),
         };
         cache.update(0);
         cache
@@ -65,6 +72,9 @@ impl DateCache {
             self.hpack_indexing.clear();
             crate::hpack::encode_field_indexing(b"date", &imf, &mut self.hpack_indexing);
             debug_assert!(self.hpack.len().max(self.hpack_indexing.len()) <= DATE_HPACK_MAX);
+            self.qpack.clear();
+            crate::qpack::encode_field(b"date", &imf, &mut self.qpack);
+            debug_assert!(self.qpack.len() <= DATE_QPACK_MAX);
         }
     }
 
@@ -81,6 +91,11 @@ impl DateCache {
     /// The same `date` field as a literal with incremental indexing.
     pub fn hpack_indexing(&self) -> &[u8] {
         &self.hpack_indexing
+    }
+
+    /// The same `date` field as a QPACK field line, for HTTP/3.
+    pub fn qpack(&self) -> &[u8] {
+        &self.qpack
     }
 
     pub fn second(&self) -> i64 {
@@ -120,11 +135,27 @@ mod tests {
         date.unwrap()
     }
 
+    /// The `date` field `cache.qpack()` decodes to, as a field section.
+    fn decoded_qpack(cache: &DateCache) -> Vec<u8> {
+        let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
+        section.extend_from_slice(cache.qpack());
+        let mut date = None;
+        crate::qpack::decode_field_section(&section, &mut Vec::new(), usize::MAX, |name, value| {
+            assert_eq!(name, b"date");
+            assert!(date.replace(value.to_vec()).is_none(), "one field");
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        date.unwrap()
+    }
+
     #[test]
-    fn the_hpack_field_follows_the_line() {
+    fn the_hpack_and_qpack_fields_follow_the_line() {
         let mut cache = DateCache::new();
         assert_eq!(decoded(&cache), b"Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(decoded_qpack(&cache), b"Thu, 01 Jan 1970 00:00:00 GMT");
         let capacity = cache.hpack.capacity();
+        let qpack_capacity = cache.qpack.capacity();
         // Every day of the week and month, all hours, both ends of the
         // range the format expresses.
         for unix in (0..400)
@@ -136,6 +167,10 @@ mod tests {
             assert_eq!(cache.hpack()[..2], [0x0f, 0x12]);
             assert_eq!(decoded(&cache), cache.line()[6..35], "{unix}");
             assert_eq!(cache.hpack.capacity(), capacity, "no reallocation");
+            // Static name index 6 (0x56), a literal.
+            assert_eq!(cache.qpack()[0], 0x56);
+            assert_eq!(decoded_qpack(&cache), cache.line()[6..35], "{unix}");
+            assert_eq!(cache.qpack.capacity(), qpack_capacity, "no reallocation");
         }
     }
 }

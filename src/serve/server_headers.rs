@@ -2,8 +2,8 @@
 //! headers (on by default) and HSTS (`--hsts`). A site may set any of them in
 //! `_headers`; the pack then marks the variant (`Variant::overrides`) and the
 //! site's line is the one sent. Every combination is prepared once at start,
-//! as HTTP/1 lines and as HPACK blocks for HTTP/2, so a response only
-//! indexes a table.
+//! as HTTP/1 lines, as HPACK blocks for HTTP/2 and as QPACK field lines
+//! (with `server: kiln`) for HTTP/3, so a response only indexes a table.
 //!
 //! HTTP/2 sends these fields, with `server: kiln`, on every response of a
 //! connection: about 150 of a small response's 260 header bytes. So a
@@ -50,6 +50,9 @@ pub struct ServerHeaders {
     blocks: Vec<Vec<u8>>,
     /// The same fields HPACK-encoded (`hpack::encode_lines`), same index.
     hpack_blocks: Vec<Vec<u8>>,
+    /// `server: kiln` and the same fields as QPACK field lines
+    /// (`qpack::encode_lines`), same index.
+    qpack_blocks: Vec<Vec<u8>>,
     /// `server: kiln` and the same fields, inserted into the dynamic table
     /// as they are decoded; same index.
     indexing_blocks: Vec<Vec<u8>>,
@@ -148,6 +151,15 @@ impl ServerHeaders {
                 block
             })
             .collect();
+        let qpack_blocks = blocks
+            .iter()
+            .map(|lines| {
+                let mut block = Vec::new();
+                crate::qpack::encode_field(SERVER_FIELD.0, SERVER_FIELD.1, &mut block);
+                crate::qpack::encode_lines(lines, &mut block);
+                block
+            })
+            .collect();
         let (mut indexing_blocks, mut indexed_refs, mut entry_sizes) =
             (Vec::new(), Vec::new(), Vec::new());
         for lines in &blocks {
@@ -159,6 +171,7 @@ impl ServerHeaders {
         ServerHeaders {
             blocks,
             hpack_blocks,
+            qpack_blocks,
             indexing_blocks,
             indexed_refs,
             entry_sizes,
@@ -196,6 +209,12 @@ impl ServerHeaders {
     /// table, for HTTP/2.
     pub fn hpack(&self, overrides: u8) -> &[u8] {
         &self.hpack_blocks[overrides as usize & (self.hpack_blocks.len() - 1)]
+    }
+
+    /// `server: kiln` and the fields of `lines(overrides)` as QPACK field
+    /// lines (no dynamic table), for HTTP/3.
+    pub fn qpack(&self, overrides: u8) -> &[u8] {
+        &self.qpack_blocks[usize::from(self.key(overrides))]
     }
 
     /// `server: kiln` and the fields of `lines(overrides)`, inserted into
@@ -280,15 +299,36 @@ mod tests {
         );
     }
 
+    /// Each HPACK block decodes to its lines' fields, and each QPACK one
+    /// to `server: kiln` and the same fields, with Alt-Svc and without.
     #[test]
-    fn hpack_blocks_carry_the_lines() {
+    fn hpack_and_qpack_blocks_carry_the_lines() {
         for (security, hsts) in [(true, true), (true, false), (false, true), (false, false)] {
-            let headers = ServerHeaders::new(security, hsts);
-            for overrides in 0..=u8::MAX {
-                let mut fields = Vec::new();
-                crate::hpack::Decoder::new(0)
-                    .decode(
-                        headers.hpack(overrides),
+            for alt_svc in [None, Some("h3=\":443\"; ma=86400")] {
+                let headers = ServerHeaders::new(security, hsts).with_alt_svc(alt_svc);
+                for overrides in 0..=u8::MAX {
+                    let lines: Vec<_> = crate::hpack::fields(headers.lines(overrides))
+                        .map(|(name, value)| (name.to_ascii_lowercase(), value.to_vec()))
+                        .collect();
+                    let mut fields = Vec::new();
+                    crate::hpack::Decoder::new(0)
+                        .decode(
+                            headers.hpack(overrides),
+                            &mut Vec::new(),
+                            usize::MAX,
+                            |name, value| {
+                                fields.push((name.to_vec(), value.to_vec()));
+                                Ok::<(), ()>(())
+                            },
+                        )
+                        .unwrap();
+                    let case = format!("{security} {hsts} {alt_svc:?} {overrides:#b}");
+                    assert_eq!(fields, lines, "HPACK {case}");
+                    let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
+                    section.extend_from_slice(headers.qpack(overrides));
+                    let mut fields = Vec::new();
+                    crate::qpack::decode_field_section(
+                        &section,
                         &mut Vec::new(),
                         usize::MAX,
                         |name, value| {
@@ -297,10 +337,10 @@ mod tests {
                         },
                     )
                     .unwrap();
-                let lines: Vec<_> = crate::hpack::fields(headers.lines(overrides))
-                    .map(|(name, value)| (name.to_ascii_lowercase(), value.to_vec()))
-                    .collect();
-                assert_eq!(fields, lines, "{security} {hsts} {overrides:#b}");
+                    let server = (SERVER_FIELD.0.to_vec(), SERVER_FIELD.1.to_vec());
+                    assert_eq!(fields[0], server, "QPACK {case}");
+                    assert_eq!(fields[1..], lines, "QPACK {case}");
+                }
             }
         }
         let all = ServerHeaders::new(true, true);

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::frame::{self, Frame, FrameReader, ReadError};
 use crate::qpack;
@@ -48,7 +48,14 @@ pub struct Scratch {
     qpack: Vec<u8>,
     section: Vec<u8>,
     head: Vec<u8>,
+    /// Responses' frame heads, carved off one block with `split().freeze()`
+    /// so that one allocation serves many responses (QUIC holds each head
+    /// until it is acknowledged; a block is freed once its last head is).
+    heads: BytesMut,
 }
+
+/// The size of a `Scratch::heads` block: a few hundred heads.
+const HEADS_BLOCK: usize = 64 * 1024;
 
 /// The largest request field section kept (name + value + 32 per field,
 /// as SETTINGS_MAX_FIELD_SECTION_SIZE counts): beyond it, 431.
@@ -342,6 +349,7 @@ impl Conn {
         }
         if let Some(i) = self.requests.iter().position(|r| r.id == id) {
             self.send(i, streams);
+            self.stop_reading_once_answered(i, streams);
             self.retire(i);
         }
     }
@@ -552,6 +560,7 @@ impl Conn {
                 if fin {
                     self.requests[i].read_done = true;
                 }
+                self.stop_reading_once_answered(i, streams);
                 self.retire(i);
                 Ok(())
             }
@@ -721,8 +730,13 @@ impl Conn {
         }
         let sent = body.len() as u64;
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
+        if scratch.heads.capacity() < head.len() {
+            scratch.heads.reserve(HEADS_BLOCK.max(head.len()));
+        }
+        scratch.heads.extend_from_slice(head);
+        let head = scratch.heads.split().freeze();
         let request = &mut self.requests[i];
-        request.unsent = Some([Bytes::copy_from_slice(head), body]);
+        request.unsent = Some([head, body]);
         ctx.count(Protocol::Http3, site, status, sent, encoding);
         if ctx.logs() {
             let fields = &scratch.fields;
@@ -752,12 +766,18 @@ impl Conn {
         if unsent.iter().all(Bytes::is_empty) {
             streams.finish(request.id);
             request.answered = true;
-            if !request.read_done {
-                // §4.1: the response is complete; the rest of the request
-                // is not needed.
-                streams.stop(request.id, frame::H3_NO_ERROR);
-                request.read_done = true;
-            }
+        }
+    }
+
+    /// §4.1: once the response is complete, the rest of the request is not
+    /// needed: reading stops. Called once the data that came with the
+    /// response's turn is read, so that a request whose end came with it
+    /// (the usual case) is not stopped: QUIC has forgotten that stream.
+    fn stop_reading_once_answered(&mut self, i: usize, streams: &mut impl Streams) {
+        let request = &mut self.requests[i];
+        if request.answered && !request.read_done {
+            streams.stop(request.id, frame::H3_NO_ERROR);
+            request.read_done = true;
         }
     }
 }
@@ -831,11 +851,10 @@ fn encode_response(
     out.clear();
     out.extend_from_slice(&qpack::FIELD_SECTION_PREFIX);
     qpack::encode_status(resp.status, out);
-    qpack::encode_field(b"server", b"kiln", out);
-    let server = server_headers.lines(server_headers.key(resp.overrides));
-    for lines in [server, date.line()] {
-        qpack::encode_lines(lines, out);
-    }
+    // `server: kiln` and the server's own fields, then the date: prepared
+    // once (per start and per second), copied.
+    out.extend_from_slice(server_headers.qpack(resp.overrides));
+    out.extend_from_slice(date.qpack());
     // The pack's prepared field lines, copied; a built-in response's
     // few lines encoded now.
     match resp.qpack {
