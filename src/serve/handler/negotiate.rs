@@ -92,8 +92,9 @@ fn preferences(accept: &FieldLines<'_>) -> [Preference; 4] {
 }
 
 /// The variant to send: the client's strongest preference, then the
-/// smallest body; identity if nothing stored is acceptable. `None` only for
-/// a corrupt route without identity.
+/// smallest body; identity if nothing stored is acceptable, or if the
+/// variant chosen is corrupt. `None` only for a corrupt route without
+/// identity.
 pub fn choose<'p>(route: &Route<'p>, accept: &FieldLines<'_>) -> Option<Variant<'p>> {
     let prefs = preferences(accept);
     // Compared by their records' lengths: only the variant picked is read
