@@ -1,11 +1,13 @@
 #!/bin/bash
 # The load client's cost per HTTP/2 response, a count that does not depend on
 # what else the machine does: bench/client_callgrind.sh KILN_BINARY OUT_DIR runs
-# h2load (4 connections x 16 streams, h2c, `Hello World!`) under callgrind
-# against kiln and against h2o (when installed) and prints h2load's
-# instructions per response (the difference between 20,000 and 60,000
-# requests cancels start-up). Issue 23's goal: kiln's <= h2o's.
+# h2load (CONNS connections x STREAMS streams, default 128 x 16 as bench/run's
+# h2c-hello case; h2c, `Hello World!`) under callgrind against kiln and against
+# h2o (when installed) and prints h2load's instructions per response (the
+# difference between 20,000 and 60,000 requests cancels start-up). Issue 23's
+# goal: kiln's <= h2o's.
 set -u
+CONNS=${CONNS:-128}; STREAMS=${STREAMS:-16}
 K=$(realpath "$1"); OUT=$2; CONF=$(dirname "$(realpath "$0")")/conf
 mkdir -p "$OUT/site"; cd "$OUT" || exit 1
 printf 'Hello World!' > site/index.txt
@@ -15,7 +17,7 @@ count() { # name port: h2load's instructions per response
   local n a b
   for n in 20000 60000; do
     valgrind --tool=callgrind --callgrind-out-file="cg.client.$1.$n" \
-      h2load -n $n -c 4 -m 16 "http://127.0.0.1:$2/index.txt" > "h2load.$1.$n.txt" 2>&1
+      h2load -n $n -c "$CONNS" -m "$STREAMS" "http://127.0.0.1:$2/index.txt" > "h2load.$1.$n.txt" 2>&1
     grep -q "$n succeeded" "h2load.$1.$n.txt" || { echo "$1: h2load failed (h2load.$1.$n.txt)"; return; }
   done
   a=$(awk '/^summary:/{print $2}' "cg.client.$1.20000"); b=$(awk '/^summary:/{print $2}' "cg.client.$1.60000")

@@ -799,7 +799,7 @@ pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     }
     let mut out = Vec::new();
     for token in list.split(',').map(str::trim) {
-        match Encoding::from_token(token) {
+        match Encoding::from_token(token.as_bytes()) {
             Some(Encoding::Identity) | None => {
                 bail!("--compress: unknown encoding {token:?} (expected br, zstd, gzip or none)")
             }

@@ -36,12 +36,22 @@ const STATUS_NAME_INDEX: usize = 8;
 /// Appends `value` as an integer with a `prefix_bits`-bit prefix (§5.1),
 /// the first byte's high bits being `flags`. QPACK's integers are the same
 /// (RFC 9204 §4.1.1).
+///
+/// Inlined for the one-byte case, what almost every call writes (indices
+/// and lengths of prepared blocks); the longer forms are out of line.
+#[inline]
 pub(crate) fn encode_integer(value: usize, prefix_bits: u32, flags: u8, out: &mut Vec<u8>) {
     let mask = (1usize << prefix_bits) - 1;
     if value < mask {
         out.push(flags | value as u8);
         return;
     }
+    encode_long_integer(value, mask, flags, out);
+}
+
+/// [`encode_integer`] of a `value` at least `mask`, the prefix's maximum.
+#[inline(never)]
+fn encode_long_integer(value: usize, mask: usize, flags: u8, out: &mut Vec<u8>) {
     out.push(flags | mask as u8);
     let mut rest = value - mask;
     while rest >= 0x80 {

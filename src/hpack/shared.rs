@@ -485,22 +485,26 @@ impl SharedState {
             };
             let end = start + usize::from(span.len);
             let entry = usize::from(span.entry);
-            if start < copied || end > block.len() {
+            if start < copied || end > block.len() || entry >= set.len() {
                 continue;
             }
-            let Some(inserting) = set.entry(entry) else {
-                continue;
-            };
-            out.extend_from_slice(&block[copied..start]);
+            // Spans mostly follow each other: nothing to copy between.
+            if start > copied {
+                out.extend_from_slice(&block[copied..start]);
+            }
             if let Some(index) = self.table.index(self.entries[entry]) {
                 encode_indexed(index, out);
             } else {
-                match inserted_entry_size(inserting) {
-                    Some(size) if size <= self.table.max => {
+                // Read only to insert: once per entry and connection.
+                match set.entry(entry).and_then(|inserting| {
+                    let size = inserted_entry_size(inserting)?;
+                    (size <= self.table.max).then_some((inserting, size))
+                }) {
+                    Some((inserting, size)) => {
                         out.extend_from_slice(inserting);
                         self.entries[entry] = self.table.insert(size).unwrap_or(NEVER);
                     }
-                    _ => out.extend_from_slice(&block[start..end]),
+                    None => out.extend_from_slice(&block[start..end]),
                 }
             }
             copied = end;

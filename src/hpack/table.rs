@@ -180,8 +180,18 @@ impl DynamicTable {
             return None;
         }
         // Index 1 is the newest entry (§2.3.3).
-        let position = (self.oldest + self.len - index) % self.slots.len();
-        Some(self.slots[position])
+        Some(self.slots[self.wrap(self.oldest + self.len - index)])
+    }
+
+    /// `position`, below twice the ring's length (`oldest` and `len` are
+    /// each at most that length), as a place in the ring: a subtraction
+    /// rather than a division on every field a client names by index.
+    fn wrap(&self, position: usize) -> usize {
+        if position >= self.slots.len() {
+            position - self.slots.len()
+        } else {
+            position
+        }
     }
 
     /// Name and value of entry `index` (1 = newest).
@@ -212,7 +222,7 @@ impl DynamicTable {
     fn evict_oldest(&mut self) {
         let slot = self.slots[self.oldest];
         self.size -= slot.name_len as usize + slot.value_len as usize + ENTRY_OVERHEAD;
-        self.oldest = (self.oldest + 1) % self.slots.len();
+        self.oldest = self.wrap(self.oldest + 1);
         self.len -= 1;
     }
 
@@ -275,7 +285,7 @@ impl DynamicTable {
         }
         self.bytes[start + name_len..start + len].copy_from_slice(value);
         self.write = start + len;
-        let position = (self.oldest + self.len) % self.slots.len();
+        let position = self.wrap(self.oldest + self.len);
         self.slots[position] = Slot {
             offset: start as u32,
             name_len: name_len as u32,

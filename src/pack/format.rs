@@ -286,12 +286,13 @@ impl Encoding {
             Encoding::Dcz => "dcz",
         }
     }
-    /// A plain encoding by its token (delta tokens are not plain).
-    pub fn from_token(t: &str) -> Option<Encoding> {
+    /// A plain encoding by its token, in any case (delta tokens are not
+    /// plain). Bytes, as requests carry it: no UTF-8 check per request.
+    pub fn from_token(t: &[u8]) -> Option<Encoding> {
         ENCODINGS
             .iter()
             .copied()
-            .find(|e| e.token().eq_ignore_ascii_case(t))
+            .find(|e| e.token().as_bytes().eq_ignore_ascii_case(t))
     }
 }
 

@@ -439,12 +439,17 @@ impl Pack {
         }
     }
 
-    fn variant(&self, index: u64) -> Option<Variant<'_>> {
+    /// The record of variant `index`, if in range.
+    fn variant_record(&self, index: u64) -> Option<&[u8]> {
         if index >= self.variant_count {
             return None;
         }
         let at = index as usize * VARIANT_LEN;
-        let r = &self.section_bytes(Section::Variants)[at..at + VARIANT_LEN];
+        Some(&self.section_bytes(Section::Variants)[at..at + VARIANT_LEN])
+    }
+
+    fn variant(&self, index: u64) -> Option<Variant<'_>> {
+        let r = self.variant_record(index)?;
         let head = self.slice(get_u64(r, V_HEAD_OFF), get_u32(r, V_HEAD_LEN) as u64)?;
         let repr_at = get_u32(r, V_REPR_AT) as usize;
         let length_at = get_u32(r, V_LENGTH_AT) as usize;
@@ -565,16 +570,32 @@ impl<'p> Route<'p> {
         get_u16(self.rec, R_FLAGS) & RF_VALIDATORS != 0
     }
 
-    /// The stored variant in `encoding`, if any.
-    pub fn variant(&self, encoding: Encoding) -> Option<Variant<'p>> {
+    /// The index of the stored variant in `encoding`, if any.
+    fn variant_index(&self, encoding: Encoding) -> Option<u64> {
         let set = self.encodings();
         if set & encoding.bit() == 0 {
             return None;
         }
         let below = (set & (encoding.bit() - 1)).count_ones() as u64;
-        let first = get_u32(self.rec, R_VARIANT_FIRST) as u64;
-        let v = self.pack.variant(first + below)?;
+        Some(get_u32(self.rec, R_VARIANT_FIRST) as u64 + below)
+    }
+
+    /// The stored variant in `encoding`, if any.
+    pub fn variant(&self, encoding: Encoding) -> Option<Variant<'p>> {
+        let v = self.pack.variant(self.variant_index(encoding)?)?;
         (v.encoding == encoding).then_some(v)
+    }
+
+    /// The body length of each stored plain variant, in `Encoding` order,
+    /// read from its record alone: what negotiation compares, so that only
+    /// the variant it picks has its slices read and checked
+    /// ([`Route::variant`]), not every stored one on every request.
+    pub fn variant_lengths(&self) -> impl Iterator<Item = (Encoding, u64)> + 'p {
+        let route = *self;
+        ENCODINGS.into_iter().filter_map(move |e| {
+            let r = route.pack.variant_record(route.variant_index(e)?)?;
+            (r[V_ENCODING] == e as u8).then(|| (e, get_u64(r, V_BODY_LEN)))
+        })
     }
 
     /// All stored plain variants in `Encoding` order.

@@ -140,7 +140,7 @@ impl RequestFields {
             return Ok(());
         }
         self.regular = true;
-        check_name(name)?;
+        // The names matched below are valid; only another is checked.
         match name {
             b"connection" | b"proxy-connection" | b"keep-alive" | b"transfer-encoding"
             | b"upgrade" => {
@@ -174,7 +174,7 @@ impl RequestFields {
             b"sec-fetch-mode" => self.sec_fetch_mode = Some(self.keep(value)),
             b"referer" => self.referer = Some(self.keep(value)),
             b"user-agent" => self.user_agent = Some(self.keep(value)),
-            _ => {}
+            _ => check_name(name)?,
         }
         Ok(())
     }

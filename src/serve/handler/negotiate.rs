@@ -76,10 +76,7 @@ fn preferences(accept: &FieldLines<'_>) -> [Preference; 4] {
         let token = token.trim_ascii();
         if token == b"*" {
             star = Some(qvalue(params));
-        } else if let Some(e) = std::str::from_utf8(token)
-            .ok()
-            .and_then(Encoding::from_token)
-        {
+        } else if let Some(e) = Encoding::from_token(token) {
             listed[e as usize] = Some(qvalue(params));
         }
     }
@@ -95,27 +92,30 @@ fn preferences(accept: &FieldLines<'_>) -> [Preference; 4] {
 }
 
 /// The variant to send: the client's strongest preference, then the
-/// smallest body; identity if nothing stored is acceptable. `None` only for
-/// a corrupt route without identity.
+/// smallest body; identity if nothing stored is acceptable, or if the
+/// variant chosen is corrupt. `None` only for a corrupt route without
+/// identity.
 pub fn choose<'p>(route: &Route<'p>, accept: &FieldLines<'_>) -> Option<Variant<'p>> {
     let prefs = preferences(accept);
-    let mut best: Option<(Preference, Variant<'p>)> = None;
-    for v in route.variants() {
-        let pref = prefs[v.encoding as usize];
+    // Compared by their records' lengths: only the variant picked is read
+    // whole (its slices checked, the QPACK one included).
+    let mut best: Option<(Preference, Encoding, u64)> = None;
+    for (encoding, len) in route.variant_lengths() {
+        let pref = prefs[encoding as usize];
         if pref == Preference::Refused {
             continue;
         }
-        let better = match &best {
+        let better = match best {
             None => true,
-            Some((best_pref, best_v)) => {
-                pref > *best_pref || (pref == *best_pref && v.body.len() < best_v.body.len())
+            Some((best_pref, _, best_len)) => {
+                pref > best_pref || (pref == best_pref && len < best_len)
             }
         };
         if better {
-            best = Some((pref, v));
+            best = Some((pref, encoding, len));
         }
     }
-    best.map(|(_, v)| v)
+    best.and_then(|(_, encoding, _)| route.variant(encoding))
         .or_else(|| route.variant(Encoding::Identity))
 }
 
