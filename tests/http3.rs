@@ -485,3 +485,195 @@ fn concurrent_large_responses_arrive_whole() {
         }
     }
 }
+
+/// ngtcp2's `gtlsclient` (Debian's `ngtcp2-client`; `./test` installs it
+/// where it can): a second QUIC stack that resumes, updates keys and
+/// moves, which aioquic's client does not.
+fn have_gtlsclient() -> bool {
+    let found = Command::new("gtlsclient")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("gtlsclient (Debian's ngtcp2-client) is not installed; skipped");
+    }
+    found
+}
+
+/// One `gtlsclient` run fetching `/` from `port`: its log (stdout and
+/// stderr in the order written, for the order of events) and the body it
+/// saved, once it exits.
+struct Gtls {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    download: std::path::PathBuf,
+}
+
+impl Gtls {
+    fn start(port: u16, dir: &std::path::Path, name: &str, flags: &[&str]) -> Gtls {
+        let log = dir.join(format!("{name}.log"));
+        let download = dir.join(name);
+        std::fs::create_dir_all(&download).unwrap();
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("gtlsclient")
+            .args(["--exit-on-all-streams-close", "--timeout=5s"])
+            .arg(format!("--download={}", download.display()))
+            .args(flags)
+            .args(["127.0.0.1", &port.to_string()])
+            .arg(format!("https://127.0.0.1:{port}/"))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("gtlsclient");
+        Gtls {
+            child,
+            log,
+            download,
+        }
+    }
+
+    /// Waits for the exit: the log, and the body saved.
+    fn finish(mut self) -> (String, Vec<u8>) {
+        let status = self.child.wait().unwrap();
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        assert!(status.success(), "gtlsclient: {status}\n{log}");
+        let body = std::fs::read(self.download.join("index.html")).unwrap_or_default();
+        (log, body)
+    }
+}
+
+/// The TLS handshake messages' types the server sent at the Handshake
+/// level, from gtlsclient's dump of that CRYPTO stream (a resumed
+/// handshake has no Certificate, 11).
+fn handshake_messages(log: &str) -> Vec<u8> {
+    let bytes: Vec<u8> = log
+        .lines()
+        .skip_while(|l| *l != "Ordered CRYPTO data in Handshake crypto level")
+        .skip(1)
+        .map_while(|l| l.split_once("  |").map(|(dump, _)| dump))
+        .flat_map(|dump| dump.split_whitespace().skip(1).map(str::to_owned))
+        .map(|b| u8::from_str_radix(&b, 16).unwrap())
+        .collect();
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        types.push(bytes[at]);
+        at += 4
+            + (usize::from(bytes[at + 1]) << 16
+                | usize::from(bytes[at + 2]) << 8
+                | usize::from(bytes[at + 3]));
+    }
+    types
+}
+
+/// The log from the line starting with `from` on.
+fn after<'a>(log: &'a str, from: &str) -> &'a str {
+    log.find(from).map_or("", |at| &log[at..])
+}
+
+/// The local port gtlsclient moved to (`--change-local-addr`).
+fn moved_to(log: &str) -> String {
+    let line = after(log, "Local address is now ")
+        .lines()
+        .next()
+        .unwrap_or("");
+    line.rsplit(':').next().unwrap_or("").to_owned()
+}
+
+/// A second QUIC stack, ngtcp2's, against both back ends: a session
+/// resumed with the first connection's ticket (its early data refused,
+/// the request answered after the handshake: 0-RTT is off), a key update,
+/// a migration to a new local port (path validated) and a NAT rebinding
+/// (the server validates the new path): each gets the page whole after
+/// the event. The events come 10 ms after the handshake, the request
+/// 200 ms after it.
+#[test]
+fn gtlsclient_resumes_updates_keys_and_moves() {
+    if !have_gtlsclient() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let port = server.tls_port.unwrap();
+        let page = server.get("/", "").body;
+        let work = dir.path().join(backend);
+        let session = format!("--session-file={}", work.join("session").display());
+        let params = format!("--tp-file={}", work.join("params").display());
+        let delayed = "--delay-stream=200ms";
+        let runs = [
+            Gtls::start(port, &work, "first", &[&session, &params]),
+            Gtls::start(port, &work, "key-update", &[delayed, "--key-update=10ms"]),
+            Gtls::start(
+                port,
+                &work,
+                "migration",
+                &[delayed, "--change-local-addr=10ms"],
+            ),
+            Gtls::start(
+                port,
+                &work,
+                "nat-rebinding",
+                &[delayed, "--change-local-addr=10ms", "--nat-rebinding"],
+            ),
+        ];
+        let [first, key_update, migration, rebinding] = runs.map(Gtls::finish);
+        for (name, (log, body)) in [
+            ("first", &first),
+            ("key update", &key_update),
+            ("migration", &migration),
+            ("NAT rebinding", &rebinding),
+        ] {
+            assert!(*body == page, "{backend} {name}: the page differs\n{log}");
+        }
+        assert!(handshake_messages(&first.0).contains(&11), "{}", first.0);
+
+        let (resumed, body) = Gtls::start(port, &work, "resumed", &[&session, &params]).finish();
+        assert_eq!(body, page, "{backend}: resumed: the page differs");
+        let messages = handshake_messages(&resumed);
+        assert!(
+            messages.contains(&20) && !messages.contains(&11),
+            "{backend}: not resumed ({messages:?})\n{resumed}"
+        );
+        // gtlsclient sent its request as 0-RTT; the server took none of
+        // it and the request went again once the handshake completed.
+        assert!(resumed.contains("type=0RTT"), "{resumed}");
+        let refused = after(&resumed, "Early data was rejected by server");
+        assert!(
+            refused.contains("submit request headers"),
+            "{backend}: early data not refused\n{resumed}"
+        );
+
+        let updated = after(&key_update.0, "Initiate key update");
+        assert!(
+            updated.contains("type=1RTT k=1") && updated.contains("pkt rx"),
+            "{backend}: no key update\n{}",
+            key_update.0
+        );
+
+        let (log, _) = &migration;
+        let new_port = moved_to(log);
+        assert!(
+            log.contains(&format!(
+                "{new_port}, remote:[127.0.0.1]:{port}}} succeeded"
+            )),
+            "{backend}: migration: the new path not validated\n{log}"
+        );
+        let answered = format!("Received packet: local=[127.0.0.1]:{new_port} ");
+        assert!(
+            after(log, "submit request headers").contains(&answered),
+            "{backend}: migration: no answer on the new path\n{log}"
+        );
+
+        let (log, _) = &rebinding;
+        let new_port = moved_to(log);
+        let answered = format!("Received packet: local=[127.0.0.1]:{new_port} ");
+        assert!(
+            after(log, "Local address is now")
+                .lines()
+                .any(|l| l.contains(" frm rx ") && l.contains("PATH_CHALLENGE"))
+                && after(log, "submit request headers").contains(&answered),
+            "{backend}: NAT rebinding: no validation or no answer on the new path\n{log}"
+        );
+    }
+}
