@@ -677,3 +677,77 @@ fn gtlsclient_resumes_updates_keys_and_moves() {
         );
     }
 }
+
+/// What each client got, as `(retries, status or connection error)`.
+fn retries(results: &[serde_json::Value]) -> Vec<(u64, String)> {
+    results
+        .iter()
+        .map(|r| {
+            let outcome = match (&r["status"], &r["connection_error"]) {
+                (serde_json::Value::Null, e) => format!("connection error {e}"),
+                (status, _) => format!("status {status}"),
+            };
+            (r["retries"].as_u64().unwrap_or(99), outcome)
+        })
+        .collect()
+}
+
+/// `--quic-retry always`: every new client gets a Retry (aioquic takes
+/// it, kiln counts it) and then its answer; a token that is not kiln's is
+/// no proof (another Retry); a good token sent from another address is
+/// refused with INVALID_TOKEN (0x0b, RFC 9000 §8.1.3), without a Retry.
+#[test]
+fn quic_retry_always_validates_every_new_client() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start_with(dir.path(), backend, &["--quic-retry", "always"]);
+        let results = h3client(
+            server.tls_port.unwrap(),
+            &["retry", "new", "replayed", "forged"],
+        );
+        let ok = || "status 200".to_owned();
+        assert_eq!(
+            retries(&results),
+            [(1, ok()), (0, "connection error 11".to_owned()), (1, ok())],
+            "{backend}: {results:?}"
+        );
+        let metrics = server.metrics();
+        assert_eq!(sample(&metrics, "kiln_quic_retries_total"), 2, "{metrics}");
+        assert_eq!(
+            sample(&metrics, "kiln_quic_handshakes_total"),
+            2,
+            "{metrics}"
+        );
+    }
+}
+
+/// `--quic-retry auto` (the default) on one thread: no Retry while 63
+/// handshakes are in flight, a Retry once there are 64
+/// (`quic::HANDSHAKES_BEFORE_RETRY`), the client answered after it. The
+/// handshakes are clients' first Initials, never continued. One back end:
+/// the choice is the QUIC endpoint's, which both loops share.
+#[test]
+fn quic_retry_auto_begins_at_64_handshakes_in_flight() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with(dir.path(), "epoll", &["--threads", "1"]);
+    let results = h3client(
+        server.tls_port.unwrap(),
+        &["retry", "half-open:63", "half-open:1"],
+    );
+    let ok = || "status 200".to_owned();
+    assert_eq!(retries(&results), [(0, ok()), (1, ok())], "{results:?}");
+    let metrics = server.metrics();
+    assert_eq!(sample(&metrics, "kiln_quic_retries_total"), 1, "{metrics}");
+    // 64 half-open, and the two clients.
+    assert_eq!(
+        sample(&metrics, "kiln_quic_connections_total"),
+        66,
+        "{metrics}"
+    );
+}

@@ -224,6 +224,20 @@ pub struct ServeArgs {
         env = "KILN_ALT_SVC_MAX_AGE"
     )]
     pub alt_svc_max_age: u64,
+    /// When a new HTTP/3 client must first prove its address with a QUIC
+    /// Retry, which costs it a round trip: `auto` while a thread has 64
+    /// handshakes in flight (a flood of Initials, perhaps from forged
+    /// addresses), `always` for every new client (nginx's `quic_retry
+    /// on`; a Retry token is good for 15 s, from the address it was sent
+    /// to).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = QuicRetry::Auto,
+        value_name = "auto|always",
+        env = "KILN_QUIC_RETRY"
+    )]
+    pub quic_retry: QuicRetry,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
     /// terminates TLS).
@@ -431,7 +445,11 @@ fn quic_sockets(
     let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age));
     let config = quic::QuicConfig {
         idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
-        retry_above: 64,
+        retry_from: match args.quic_retry {
+            QuicRetry::Auto => quic::HANDSHAKES_BEFORE_RETRY,
+            QuicRetry::Always => 0,
+        },
+        token_key: quic::token_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
         max_connections: loop_config.max_connections,
         shared: Arc::clone(shared),
     };
@@ -825,6 +843,16 @@ pub enum IoChoice {
     Uring,
     /// epoll.
     Epoll,
+}
+
+/// What `--quic-retry` asks for: when new QUIC clients get a Retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuicRetry {
+    /// While a thread has 64 handshakes in flight
+    /// (`quic::HANDSHAKES_BEFORE_RETRY`).
+    Auto,
+    /// Every new client.
+    Always,
 }
 
 /// Which connection layer serves: io_uring when asked or usable, else

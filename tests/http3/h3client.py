@@ -10,6 +10,17 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
   h3client.py PORT many N PATH        N GETs of PATH at once on one
                                       connection: one JSON line with each
                                       status and the SHA-256 of each body
+  h3client.py PORT retry STEP...      one client per step, one JSON line
+                                      each: a GET's status (or the
+                                      connection error), the Retry packets
+                                      the client took and the token it sent
+                                      after. STEP: `new`; `forged` (its
+                                      first Initial carries a token not the
+                                      server's); `replayed` (the token the
+                                      previous client got, from a new port);
+                                      `half-open:N` (N handshakes begun from
+                                      another socket and left so, then a
+                                      `new` client)
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -26,6 +37,7 @@ import pylsqpack
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import (
     ConnectionTerminated,
     StreamDataReceived,
@@ -143,15 +155,20 @@ class Client(QuicConnectionProtocol):
         return status, headers, bytes(body)
 
 
-async def session(port, fn):
+def configuration(token=b""):
     config = QuicConfiguration(is_client=True, alpn_protocols=["h3"])
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
     # A server that does not answer is given up on after this long.
     config.idle_timeout = 5.0
+    config.token = token
+    return config
+
+
+async def session(port, fn, token=b"", wait_connected=True):
     async with connect(
-        "127.0.0.1", port, configuration=config, create_protocol=Client,
-        wait_connected=True,
+        "127.0.0.1", port, configuration=configuration(token), create_protocol=Client,
+        wait_connected=wait_connected,
     ) as client:
         return await fn(client)
 
@@ -355,6 +372,59 @@ async def many(port, n, path):
     return await session(port, go)
 
 
+def half_open(port, n):
+    """n handshakes begun (each client's first Initial sent) and never
+    continued: the socket is returned, to keep until the end."""
+    import socket
+    import time
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    addr = ("127.0.0.1", port)
+    for _ in range(n):
+        conn = QuicConnection(configuration=configuration())
+        conn.connect(addr, now=time.time())
+        for data, _ in conn.datagrams_to_send(now=time.time()):
+            sock.sendto(data, addr)
+    return sock
+
+
+async def retry(port, steps):
+    held, previous = [], {}
+    for step in steps:
+        token = b""
+        if step == "forged":
+            token = bytes(range(40))
+        elif step == "replayed":
+            token = bytes.fromhex(previous["token"])
+        elif step.startswith("half-open:"):
+            # Sent first: with one server thread they are in its socket's
+            # queue ahead of this client's Initial.
+            held.append(half_open(port, int(step.split(":")[1])))
+        elif step != "new":
+            raise SystemExit(f"unknown step {step}")
+        previous = await retry_one(port, token)
+        print(json.dumps({"step": step, **previous}), flush=True)
+    for sock in held:
+        sock.close()
+
+
+async def retry_one(port, token):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended or c.terminated is not None, timeout=5.0)
+        result = {
+            "retries": c._quic._retry_count,
+            "token": c._quic._peer_token.hex(),
+        }
+        if c.terminated is not None:
+            result["connection_error"] = c.terminated
+        else:
+            result["status"] = c.response(sid)[0]
+        return result
+
+    return await session(port, go, token=token, wait_connected=False)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -366,12 +436,16 @@ def main():
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
     sub.add_parser("hold")
+    pr = sub.add_parser("retry")
+    pr.add_argument("steps", nargs="+")
     pm = sub.add_parser("many")
     pm.add_argument("n", type=int)
     pm.add_argument("path")
     a = p.parse_args()
     if a.cmd == "many":
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
+    elif a.cmd == "retry":
+        asyncio.run(retry(a.port, a.steps))
     elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
     elif a.cmd == "cases":

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use quinn_proto::crypto::HandshakeTokenKey;
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
     Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
@@ -60,17 +61,39 @@ impl ConnectionIdGenerator for ThreadCids {
     }
 }
 
+/// Handshakes in flight on one endpoint from which `--quic-retry auto`
+/// asks new clients to prove their address with a Retry first: far more
+/// than a thread sees from real clients at once (a handshake takes a
+/// round trip or two), few enough that a flood of Initials from forged
+/// addresses meets Retry before it costs much of the thread's crypto.
+pub const HANDSHAKES_BEFORE_RETRY: usize = 64;
+
 /// Settings every thread's endpoints share.
 pub struct QuicConfig {
     /// The idle timeout both sides agree on (the lower one wins).
     pub idle_timeout: Duration,
-    /// Connections past this many unvalidated handshakes in flight on
-    /// one endpoint get a Retry first (address validation under load).
-    pub retry_above: usize,
+    /// New clients get a Retry first (address validation) while this
+    /// many handshakes are in flight on their endpoint: 0 for every
+    /// client (`--quic-retry always`).
+    pub retry_from: usize,
+    /// The key Retry tokens are sealed with, one per process: a token
+    /// one thread made is good on every other, and across certificate
+    /// reloads (each makes a new QUIC server configuration).
+    pub token_key: Arc<dyn HandshakeTokenKey>,
     /// `--max-connections`, shared with TCP: a new connection is refused
     /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
     pub shared: Arc<Shared>,
+}
+
+/// A random key for Retry tokens, made once at start.
+pub fn token_key() -> Result<Arc<dyn HandshakeTokenKey>, aws_lc_rs::error::Unspecified> {
+    use aws_lc_rs::hkdf;
+    let mut secret = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut secret)?;
+    Ok(Arc::new(
+        hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&secret),
+    ))
 }
 
 /// The QUIC-side TLS configuration made from the TCP one: the same
@@ -79,12 +102,13 @@ pub struct QuicConfig {
 pub fn server_config(
     tls: &Arc<rustls::ServerConfig>,
     transport: &Arc<TransportConfig>,
+    token_key: &Arc<dyn HandshakeTokenKey>,
 ) -> Option<Arc<quinn_proto::ServerConfig>> {
     let mut config = (**tls).clone();
     config.alpn_protocols = vec![ALPN_H3.to_vec()];
     config.max_early_data_size = 0;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(config).ok()?;
-    let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut server = quinn_proto::ServerConfig::new(Arc::new(crypto), Arc::clone(token_key));
     server.transport_config(Arc::clone(transport));
     // Migration is allowed: the BPF steering keeps a moved client's
     // datagrams on the connection's thread.
@@ -163,7 +187,8 @@ impl Endpoint {
             return;
         }
         self.tls = tls.cloned();
-        let server = tls.and_then(|tls| server_config(tls, &self.transport));
+        let server =
+            tls.and_then(|tls| server_config(tls, &self.transport, &self.config.token_key));
         self.endpoint.set_server_config(server);
     }
 
@@ -208,7 +233,7 @@ impl Endpoint {
                     return;
                 }
                 let handshaking = self.conns.iter().flatten().filter(|c| !c.started).count();
-                if handshaking >= self.config.retry_above
+                if handshaking >= self.config.retry_from
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
