@@ -10,6 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::Server;
+use common::h3client::{available as have_aioquic, run as h3client};
 
 /// The back ends that serve HTTP/3.
 const BACKENDS: [&str; 2] = ["epoll", "uring"];
@@ -66,36 +67,6 @@ fn sample(metrics: &str, name: &str) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {metrics}"))
-}
-
-fn have_aioquic() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import aioquic, pylsqpack"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        eprintln!("Python's aioquic is not installed (./test installs it with pip); skipped");
-    }
-    found
-}
-
-/// Runs the client: one JSON object per line of its output.
-fn h3client(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
-    let output = Command::new("python3")
-        .arg("tests/http3/h3client.py")
-        .arg(port.to_string())
-        .args(args)
-        .output()
-        .expect("python3");
-    assert!(
-        output.status.success(),
-        "h3client {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
 }
 
 /// Each case and what RFC 9114 (or RFC 9204) requires of the server:

@@ -6,6 +6,7 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       server did (connection or stream
                                       error code, or the response status)
   h3client.py PORT get PATH [--method M] [--header 'name: value']...
+                     [--authority HOST]
                                       one JSON line: status, fields, body
   h3client.py PORT many N PATH        N GETs of PATH at once on one
                                       connection: one JSON line with each
@@ -320,11 +321,11 @@ async def run_case(port, name):
         return {"failed": str(e)}
 
 
-async def fetch(port, path, method, headers):
+async def fetch(port, path, method, headers, authority):
     async def go(c):
         control(c)
         extra = [tuple(h.split(": ", 1)) for h in headers]
-        sid = get(c, fields(method, path, extra))
+        sid = get(c, fields(method, path, extra, authority))
         ok = await c.until(lambda: sid in c.ended or sid in c.resets or c.terminated is not None)
         if not ok or sid not in c.ended:
             return {"failed": "no response", "resets": c.resets, "terminated": c.terminated}
@@ -435,6 +436,7 @@ def main():
     pg.add_argument("path")
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
+    pg.add_argument("--authority", default="localhost")
     sub.add_parser("hold")
     pr = sub.add_parser("retry")
     pr.add_argument("steps", nargs="+")
@@ -453,7 +455,7 @@ def main():
             result = asyncio.run(run_case(a.port, name))
             print(json.dumps({"case": name, **result}), flush=True)
     else:
-        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header))))
+        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header, a.authority))))
 
 
 if __name__ == "__main__":

@@ -328,6 +328,8 @@ impl Endpoint {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
+        // For the access log: the client's address now (it may move).
+        cx.ctx.peer = Some(conn.quic.remote_address().ip());
         loop {
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 if let Some(event) = self.endpoint.handle_event(ConnectionHandle(slot), event) {
