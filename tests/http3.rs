@@ -722,3 +722,59 @@ fn quic_retry_auto_begins_at_64_handshakes_in_flight() {
         "{metrics}"
     );
 }
+
+/// A reload with an HTTP/3 connection open does as HTTP/1.1 and HTTP/2
+/// do (`serve_reload`): no GOAWAY, the connection stays, and its next
+/// request is answered from the new pack.
+#[test]
+fn a_reload_reaches_open_connections_without_goaway() {
+    use std::io::{BufRead, Write};
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("site.pack");
+    for backend in BACKENDS {
+        common::version_pack(&pack, "v0");
+        let server = Server::start(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--io",
+            backend,
+        ]);
+        let mut client = Command::new("python3")
+            .arg("tests/http3/h3client.py")
+            .arg(server.tls_port.unwrap().to_string())
+            .arg("session")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut paths = client.stdin.take().unwrap();
+        let mut answers = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        let mut version = || {
+            paths.write_all(b"/version.txt\n").unwrap();
+            let line = answers.next().expect("an answer").unwrap();
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+        let before = version();
+        assert_eq!(before["body"], "v0", "{backend}: {before}");
+
+        common::version_pack(&pack, "v1");
+        let start = std::time::Instant::now();
+        while server.get("/version.txt", "").body != b"v1" {
+            assert!(start.elapsed() < std::time::Duration::from_secs(20));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let after = version();
+        assert_eq!(
+            (&after["status"], &after["body"], &after["control_frames"]),
+            (&200.into(), &"v1".into(), &serde_json::json!([0x04])),
+            "{backend}: {after}"
+        );
+        drop(paths);
+        assert!(client.wait().unwrap().success());
+    }
+}

@@ -22,6 +22,10 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       `half-open:N` (N handshakes begun from
                                       another socket and left so, then a
                                       `new` client)
+  h3client.py PORT session            one connection; a GET of each path
+                                      read from stdin, one JSON line each:
+                                      status, body (text), the frame types
+                                      on the server's control stream so far
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -426,6 +430,22 @@ async def retry_one(port, token):
     return await session(port, go, token=token, wait_connected=False)
 
 
+async def gets_from_stdin(port):
+    async def go(c):
+        control(c)
+        loop = asyncio.get_running_loop()
+        while path := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            sid = get(c, fields("GET", path))
+            await c.until(lambda: sid in c.ended or c.terminated is not None, timeout=5.0)
+            status, _, body = c.response(sid)
+            print(json.dumps({
+                "status": status,
+                "body": body.decode(errors="replace"),
+                "control_frames": control_frames(bytes(c.data.get(3, b""))),
+            }), flush=True)
+    await session(port, go)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -438,6 +458,7 @@ def main():
     pg.add_argument("--header", action="append", default=[])
     pg.add_argument("--authority", default="localhost")
     sub.add_parser("hold")
+    sub.add_parser("session")
     pr = sub.add_parser("retry")
     pr.add_argument("steps", nargs="+")
     pm = sub.add_parser("many")
@@ -448,6 +469,8 @@ def main():
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
     elif a.cmd == "retry":
         asyncio.run(retry(a.port, a.steps))
+    elif a.cmd == "session":
+        asyncio.run(gets_from_stdin(a.port))
     elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
     elif a.cmd == "cases":
