@@ -778,3 +778,43 @@ fn a_reload_reaches_open_connections_without_goaway() {
         assert!(client.wait().unwrap().success());
     }
 }
+
+/// A datagram for a connection the server no longer has (closed by the
+/// client, drained) gets a stateless reset (RFC 9000 §10.3): smaller than
+/// the datagram, looking like a short-header packet, ending with the
+/// token the server announced with that connection ID.
+#[test]
+fn a_datagram_for_a_forgotten_connection_gets_a_stateless_reset() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let port = server.tls_port.unwrap();
+        let issued = h3client(port, &["ids"]).remove(0);
+        assert_eq!(issued["status"], 200, "{issued}");
+        let [id, token] = [0, 1].map(|i| hex_decode(issued["ids"][0][i].as_str().unwrap()));
+        assert_eq!((id.len(), token.len()), (8, 16), "{issued}");
+        let start = std::time::Instant::now();
+        while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // A short-header packet: its first byte, the ID, 40 bytes more.
+        let mut datagram = vec![0x41];
+        datagram.extend(&id);
+        datagram.extend([0x5a; 40]);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
+        let mut reply = [0u8; 1500];
+        let n = socket.recv(&mut reply).expect("a stateless reset");
+        let reply = &reply[..n];
+        assert!(n < datagram.len() && n >= 21, "{backend}: {reply:02x?}");
+        assert_eq!(reply[0] & 0xc0, 0x40, "{backend}: {reply:02x?}");
+        assert_eq!(reply[n - 16..], token[..], "{backend}: {reply:02x?}");
+    }
+}

@@ -450,6 +450,7 @@ fn quic_sockets(
             QuicRetry::Always => 0,
         },
         token_key: quic::token_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
+        reset_key: quic::reset_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
         max_connections: loop_config.max_connections,
         shared: Arc::clone(shared),
     };

@@ -26,6 +26,11 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       read from stdin, one JSON line each:
                                       status, body (text), the frame types
                                       on the server's control stream so far
+  h3client.py PORT ids                a GET answered, then the connection
+                                      closed: one JSON line with the
+                                      connection IDs the server issued and
+                                      not used yet, each with its
+                                      stateless-reset token
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -446,6 +451,21 @@ async def gets_from_stdin(port):
     await session(port, go)
 
 
+async def issued_ids(port):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended)
+        return {
+            "status": c.response(sid)[0],
+            "ids": [
+                [cid.cid.hex(), cid.stateless_reset_token.hex()]
+                for cid in c._quic._peer_cid_available
+            ],
+        }
+    return await session(port, go)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
@@ -459,6 +479,7 @@ def main():
     pg.add_argument("--authority", default="localhost")
     sub.add_parser("hold")
     sub.add_parser("session")
+    sub.add_parser("ids")
     pr = sub.add_parser("retry")
     pr.add_argument("steps", nargs="+")
     pm = sub.add_parser("many")
@@ -469,6 +490,8 @@ def main():
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
     elif a.cmd == "retry":
         asyncio.run(retry(a.port, a.steps))
+    elif a.cmd == "ids":
+        print(json.dumps(asyncio.run(issued_ids(a.port))))
     elif a.cmd == "session":
         asyncio.run(gets_from_stdin(a.port))
     elif a.cmd == "hold":

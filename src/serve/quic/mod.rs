@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use quinn_proto::crypto::HandshakeTokenKey;
+use quinn_proto::crypto::{HandshakeTokenKey, HmacKey};
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
     Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
@@ -80,6 +80,12 @@ pub struct QuicConfig {
     /// one thread made is good on every other, and across certificate
     /// reloads (each makes a new QUIC server configuration).
     pub token_key: Arc<dyn HandshakeTokenKey>,
+    /// The key of the stateless-reset tokens, one per process: the token
+    /// a datagram for a forgotten connection gets is the one its issuer
+    /// announced, whichever endpoint the datagram reaches. A new process
+    /// has a new key (its resets are not recognised by clients of the
+    /// last one, which time out instead).
+    pub reset_key: Arc<dyn HmacKey>,
     /// `--max-connections`, shared with TCP: a new connection is refused
     /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
@@ -94,6 +100,14 @@ pub fn token_key() -> Result<Arc<dyn HandshakeTokenKey>, aws_lc_rs::error::Unspe
     Ok(Arc::new(
         hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&secret),
     ))
+}
+
+/// A random key for stateless-reset tokens, made once at start.
+pub fn reset_key() -> Result<Arc<dyn HmacKey>, aws_lc_rs::error::Unspecified> {
+    use aws_lc_rs::hmac;
+    let mut secret = [0u8; 64];
+    aws_lc_rs::rand::fill(&mut secret)?;
+    Ok(Arc::new(hmac::Key::new(hmac::HMAC_SHA256, &secret)))
 }
 
 /// The QUIC-side TLS configuration made from the TCP one: the same
@@ -149,7 +163,7 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(thread: usize, config: Arc<QuicConfig>) -> Endpoint {
         let thread = thread as u8;
-        let mut endpoint_config = EndpointConfig::default();
+        let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.reset_key));
         endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
         let mut transport = TransportConfig::default();
         transport
