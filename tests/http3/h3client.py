@@ -8,6 +8,11 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
   h3client.py PORT get PATH [--method M] [--header 'name: value']...
                      [--authority HOST]
                                       one JSON line: status, fields, body
+  h3client.py PORT gets JSON          `get` for each [method, path,
+                                      [header...]] of the JSON list, each
+                                      on a connection of its own: one line
+                                      each
+                                      one JSON line: status, fields, body
   h3client.py PORT many N PATH        N GETs of PATH at once on one
                                       connection: one JSON line with each
                                       status and the SHA-256 of each body
@@ -477,6 +482,8 @@ def main():
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
     pg.add_argument("--authority", default="localhost")
+    pgs = sub.add_parser("gets")
+    pgs.add_argument("requests")
     sub.add_parser("hold")
     sub.add_parser("session")
     sub.add_parser("ids")
@@ -490,6 +497,10 @@ def main():
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
     elif a.cmd == "retry":
         asyncio.run(retry(a.port, a.steps))
+    elif a.cmd == "gets":
+        for method, path, headers in json.loads(a.requests):
+            answer = asyncio.run(fetch(a.port, path, method, headers, "localhost"))
+            print(json.dumps(answer), flush=True)
     elif a.cmd == "ids":
         print(json.dumps(asyncio.run(issued_ids(a.port))))
     elif a.cmd == "session":
