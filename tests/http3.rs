@@ -10,6 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::Server;
+use common::h3client::{available as have_aioquic, run as h3client};
 
 /// The back ends that serve HTTP/3.
 const BACKENDS: [&str; 2] = ["epoll", "uring"];
@@ -66,36 +67,6 @@ fn sample(metrics: &str, name: &str) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {metrics}"))
-}
-
-fn have_aioquic() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import aioquic, pylsqpack"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        eprintln!("Python's aioquic is not installed (./test installs it with pip); skipped");
-    }
-    found
-}
-
-/// Runs the client: one JSON object per line of its output.
-fn h3client(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
-    let output = Command::new("python3")
-        .arg("tests/http3/h3client.py")
-        .arg(port.to_string())
-        .args(args)
-        .output()
-        .expect("python3");
-    assert!(
-        output.status.success(),
-        "h3client {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
 }
 
 /// Each case and what RFC 9114 (or RFC 9204) requires of the server:
@@ -281,9 +252,13 @@ fn every_kind_of_request_gets_what_http1_gets() {
                 (*method, *path, headers.collect())
             })
             .collect();
-        let listed = serde_json::to_string(&requests).unwrap();
-        let results = h3client(server.tls_port.unwrap(), &["fetches", &listed]);
-        assert_eq!(results.len(), requests.len(), "{backend}: {results:?}");
+        // One client for them all (a Python start each would cost more
+        // than the requests).
+        let results = h3client(
+            server.tls_port.unwrap(),
+            &["gets", &serde_json::json!(requests).to_string()],
+        );
+        assert_eq!(results.len(), requests.len());
         for ((method, path, headers), result) in requests.iter().zip(&results) {
             let lines: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
             let http1 = server.request(method, path, &lines);
@@ -487,5 +462,367 @@ fn concurrent_large_responses_arrive_whole() {
                 "{backend}: a body differs"
             );
         }
+    }
+}
+
+/// ngtcp2's `gtlsclient` (Debian's `ngtcp2-client`; `./test` installs it
+/// where it can): a second QUIC stack that resumes, updates keys and
+/// moves, which aioquic's client does not.
+fn have_gtlsclient() -> bool {
+    let found = Command::new("gtlsclient")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("gtlsclient (Debian's ngtcp2-client) is not installed; skipped");
+    }
+    found
+}
+
+/// One `gtlsclient` run fetching `/` from `port`: its log (stdout and
+/// stderr in the order written, for the order of events) and the body it
+/// saved, once it exits.
+struct Gtls {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    download: std::path::PathBuf,
+}
+
+impl Gtls {
+    fn start(port: u16, dir: &std::path::Path, name: &str, flags: &[&str]) -> Gtls {
+        let log = dir.join(format!("{name}.log"));
+        let download = dir.join(name);
+        std::fs::create_dir_all(&download).unwrap();
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new("gtlsclient")
+            .args(["--exit-on-all-streams-close", "--timeout=5s"])
+            .arg(format!("--download={}", download.display()))
+            .args(flags)
+            .args(["127.0.0.1", &port.to_string()])
+            .arg(format!("https://127.0.0.1:{port}/"))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("gtlsclient");
+        Gtls {
+            child,
+            log,
+            download,
+        }
+    }
+
+    /// Waits for the exit: the log, and the body saved.
+    fn finish(mut self) -> (String, Vec<u8>) {
+        let status = self.child.wait().unwrap();
+        let log = std::fs::read_to_string(&self.log).unwrap();
+        assert!(status.success(), "gtlsclient: {status}\n{log}");
+        let body = std::fs::read(self.download.join("index.html")).unwrap_or_default();
+        (log, body)
+    }
+}
+
+/// The TLS handshake messages' types the server sent at the Handshake
+/// level, from gtlsclient's dump of that CRYPTO stream (a resumed
+/// handshake has no Certificate, 11).
+fn handshake_messages(log: &str) -> Vec<u8> {
+    let bytes: Vec<u8> = log
+        .lines()
+        .skip_while(|l| *l != "Ordered CRYPTO data in Handshake crypto level")
+        .skip(1)
+        .map_while(|l| l.split_once("  |").map(|(dump, _)| dump))
+        .flat_map(|dump| dump.split_whitespace().skip(1).map(str::to_owned))
+        .map(|b| u8::from_str_radix(&b, 16).unwrap())
+        .collect();
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        types.push(bytes[at]);
+        at += 4
+            + (usize::from(bytes[at + 1]) << 16
+                | usize::from(bytes[at + 2]) << 8
+                | usize::from(bytes[at + 3]));
+    }
+    types
+}
+
+/// The log from the line starting with `from` on.
+fn after<'a>(log: &'a str, from: &str) -> &'a str {
+    log.find(from).map_or("", |at| &log[at..])
+}
+
+/// The local port gtlsclient moved to (`--change-local-addr`).
+fn moved_to(log: &str) -> String {
+    let line = after(log, "Local address is now ")
+        .lines()
+        .next()
+        .unwrap_or("");
+    line.rsplit(':').next().unwrap_or("").to_owned()
+}
+
+/// A second QUIC stack, ngtcp2's, against both back ends: a session
+/// resumed with the first connection's ticket (its early data refused,
+/// the request answered after the handshake: 0-RTT is off), a key update,
+/// a migration to a new local port (path validated) and a NAT rebinding
+/// (the server validates the new path): each gets the page whole after
+/// the event. The events come 10 ms after the handshake, the request
+/// 200 ms after it.
+#[test]
+fn gtlsclient_resumes_updates_keys_and_moves() {
+    if !have_gtlsclient() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let port = server.tls_port.unwrap();
+        let page = server.get("/", "").body;
+        let work = dir.path().join(backend);
+        let session = format!("--session-file={}", work.join("session").display());
+        let params = format!("--tp-file={}", work.join("params").display());
+        let delayed = "--delay-stream=200ms";
+        let runs = [
+            Gtls::start(port, &work, "first", &[&session, &params]),
+            Gtls::start(port, &work, "key-update", &[delayed, "--key-update=10ms"]),
+            Gtls::start(
+                port,
+                &work,
+                "migration",
+                &[delayed, "--change-local-addr=10ms"],
+            ),
+            Gtls::start(
+                port,
+                &work,
+                "nat-rebinding",
+                &[delayed, "--change-local-addr=10ms", "--nat-rebinding"],
+            ),
+        ];
+        let [first, key_update, migration, rebinding] = runs.map(Gtls::finish);
+        for (name, (log, body)) in [
+            ("first", &first),
+            ("key update", &key_update),
+            ("migration", &migration),
+            ("NAT rebinding", &rebinding),
+        ] {
+            assert!(*body == page, "{backend} {name}: the page differs\n{log}");
+        }
+        assert!(handshake_messages(&first.0).contains(&11), "{}", first.0);
+
+        let (resumed, body) = Gtls::start(port, &work, "resumed", &[&session, &params]).finish();
+        assert_eq!(body, page, "{backend}: resumed: the page differs");
+        let messages = handshake_messages(&resumed);
+        assert!(
+            messages.contains(&20) && !messages.contains(&11),
+            "{backend}: not resumed ({messages:?})\n{resumed}"
+        );
+        // gtlsclient sent its request as 0-RTT; the server took none of
+        // it and the request went again once the handshake completed.
+        assert!(resumed.contains("type=0RTT"), "{resumed}");
+        let refused = after(&resumed, "Early data was rejected by server");
+        assert!(
+            refused.contains("submit request headers"),
+            "{backend}: early data not refused\n{resumed}"
+        );
+
+        let updated = after(&key_update.0, "Initiate key update");
+        assert!(
+            updated.contains("type=1RTT k=1") && updated.contains("pkt rx"),
+            "{backend}: no key update\n{}",
+            key_update.0
+        );
+
+        let (log, _) = &migration;
+        let new_port = moved_to(log);
+        assert!(
+            log.contains(&format!(
+                "{new_port}, remote:[127.0.0.1]:{port}}} succeeded"
+            )),
+            "{backend}: migration: the new path not validated\n{log}"
+        );
+        let answered = format!("Received packet: local=[127.0.0.1]:{new_port} ");
+        assert!(
+            after(log, "submit request headers").contains(&answered),
+            "{backend}: migration: no answer on the new path\n{log}"
+        );
+
+        let (log, _) = &rebinding;
+        let new_port = moved_to(log);
+        let answered = format!("Received packet: local=[127.0.0.1]:{new_port} ");
+        assert!(
+            after(log, "Local address is now")
+                .lines()
+                .any(|l| l.contains(" frm rx ") && l.contains("PATH_CHALLENGE"))
+                && after(log, "submit request headers").contains(&answered),
+            "{backend}: NAT rebinding: no validation or no answer on the new path\n{log}"
+        );
+    }
+}
+
+/// What each client got, as `(retries, status or connection error)`.
+fn retries(results: &[serde_json::Value]) -> Vec<(u64, String)> {
+    results
+        .iter()
+        .map(|r| {
+            let outcome = match (&r["status"], &r["connection_error"]) {
+                (serde_json::Value::Null, e) => format!("connection error {e}"),
+                (status, _) => format!("status {status}"),
+            };
+            (r["retries"].as_u64().unwrap_or(99), outcome)
+        })
+        .collect()
+}
+
+/// `--quic-retry always`: every new client gets a Retry (aioquic takes
+/// it, kiln counts it) and then its answer; a token that is not kiln's is
+/// no proof (another Retry); a good token sent from another address is
+/// refused with INVALID_TOKEN (0x0b, RFC 9000 §8.1.3), without a Retry.
+#[test]
+fn quic_retry_always_validates_every_new_client() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start_with(dir.path(), backend, &["--quic-retry", "always"]);
+        let results = h3client(
+            server.tls_port.unwrap(),
+            &["retry", "new", "replayed", "forged"],
+        );
+        let ok = || "status 200".to_owned();
+        assert_eq!(
+            retries(&results),
+            [(1, ok()), (0, "connection error 11".to_owned()), (1, ok())],
+            "{backend}: {results:?}"
+        );
+        let metrics = server.metrics();
+        assert_eq!(sample(&metrics, "kiln_quic_retries_total"), 2, "{metrics}");
+        assert_eq!(
+            sample(&metrics, "kiln_quic_handshakes_total"),
+            2,
+            "{metrics}"
+        );
+    }
+}
+
+/// `--quic-retry auto` (the default) on one thread: no Retry while 63
+/// handshakes are in flight, a Retry once there are 64
+/// (`quic::HANDSHAKES_BEFORE_RETRY`), the client answered after it. The
+/// handshakes are clients' first Initials, never continued. One back end:
+/// the choice is the QUIC endpoint's, which both loops share.
+#[test]
+fn quic_retry_auto_begins_at_64_handshakes_in_flight() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with(dir.path(), "epoll", &["--threads", "1"]);
+    let results = h3client(
+        server.tls_port.unwrap(),
+        &["retry", "half-open:63", "half-open:1"],
+    );
+    let ok = || "status 200".to_owned();
+    assert_eq!(retries(&results), [(0, ok()), (1, ok())], "{results:?}");
+    let metrics = server.metrics();
+    assert_eq!(sample(&metrics, "kiln_quic_retries_total"), 1, "{metrics}");
+    // 64 half-open, and the two clients.
+    assert_eq!(
+        sample(&metrics, "kiln_quic_connections_total"),
+        66,
+        "{metrics}"
+    );
+}
+
+/// A reload with an HTTP/3 connection open does as HTTP/1.1 and HTTP/2
+/// do (`serve_reload`): no GOAWAY, the connection stays, and its next
+/// request is answered from the new pack.
+#[test]
+fn a_reload_reaches_open_connections_without_goaway() {
+    use std::io::{BufRead, Write};
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("site.pack");
+    for backend in BACKENDS {
+        common::version_pack(&pack, "v0");
+        let server = Server::start(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--io",
+            backend,
+        ]);
+        let mut client = Command::new("python3")
+            .arg("tests/http3/h3client.py")
+            .arg(server.tls_port.unwrap().to_string())
+            .arg("session")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut paths = client.stdin.take().unwrap();
+        let mut answers = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        let mut version = || {
+            paths.write_all(b"/version.txt\n").unwrap();
+            let line = answers.next().expect("an answer").unwrap();
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+        let before = version();
+        assert_eq!(before["body"], "v0", "{backend}: {before}");
+
+        common::version_pack(&pack, "v1");
+        let start = std::time::Instant::now();
+        while server.get("/version.txt", "").body != b"v1" {
+            assert!(start.elapsed() < std::time::Duration::from_secs(20));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let after = version();
+        assert_eq!(
+            (&after["status"], &after["body"], &after["control_frames"]),
+            (&200.into(), &"v1".into(), &serde_json::json!([0x04])),
+            "{backend}: {after}"
+        );
+        drop(paths);
+        assert!(client.wait().unwrap().success());
+    }
+}
+
+/// A datagram for a connection the server no longer has (closed by the
+/// client, drained) gets a stateless reset (RFC 9000 §10.3): smaller than
+/// the datagram, looking like a short-header packet, ending with the
+/// token the server announced with that connection ID.
+#[test]
+fn a_datagram_for_a_forgotten_connection_gets_a_stateless_reset() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        let server = start(dir.path(), backend);
+        let port = server.tls_port.unwrap();
+        let issued = h3client(port, &["ids"]).remove(0);
+        assert_eq!(issued["status"], 200, "{issued}");
+        let [id, token] = [0, 1].map(|i| hex_decode(issued["ids"][0][i].as_str().unwrap()));
+        assert_eq!((id.len(), token.len()), (8, 16), "{issued}");
+        let start = std::time::Instant::now();
+        while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // A short-header packet: its first byte, the ID, 40 bytes more.
+        let mut datagram = vec![0x41];
+        datagram.extend(&id);
+        datagram.extend([0x5a; 40]);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
+        let mut reply = [0u8; 1500];
+        let n = socket.recv(&mut reply).expect("a stateless reset");
+        let reply = &reply[..n];
+        assert!(n < datagram.len() && n >= 21, "{backend}: {reply:02x?}");
+        assert_eq!(reply[0] & 0xc0, 0x40, "{backend}: {reply:02x?}");
+        assert_eq!(reply[n - 16..], token[..], "{backend}: {reply:02x?}");
     }
 }

@@ -1,6 +1,6 @@
 //! The access log: combined format (to a file, to stdout) and JSON lines
 //! (`--access-log-format json`), each line parsed back and its fields
-//! checked against the requests sent, over HTTP/1.1 and HTTP/2.
+//! checked against the requests sent, over HTTP/1.1, HTTP/2 and HTTP/3.
 
 mod common;
 
@@ -125,8 +125,23 @@ fn access_log_as_json_lines() {
     let sites = dir.path().join("sites");
     std::fs::create_dir(&sites).unwrap();
     std::fs::rename(sample_pack(dir.path()), sites.join("a.example.pack")).unwrap();
-    let mut server = start_logging_to_stdout(&sites, &["--access-log-format", "json"]);
-    let mut s = server.connect();
+    // A TLS listener of its own, whose UDP twin serves HTTP/3; HTTP/1.1
+    // over TLS only in TLS mode, as the other tests.
+    let mut server = start_logging_to_stdout(
+        &sites,
+        &[
+            "--access-log-format",
+            "json",
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+        ],
+    );
+    let mut s = if tls_mode() {
+        server.connect()
+    } else {
+        Client::Plain(server.connect_plain())
+    };
     std::io::Write::write_all(
         &mut s,
         b"GET /?q=%22x%22 HTTP/1.1\r\nHost: a.example\r\nAccept-Encoding: br\r\n\
@@ -136,23 +151,11 @@ fn access_log_as_json_lines() {
     .unwrap();
     assert_eq!(read_response(&mut s, false).unwrap().body, HOME_BR);
     assert_eq!(read_response(&mut s, true).unwrap().status, 421);
-    // HTTP/2, by prior knowledge.
-    let url = format!("http://127.0.0.1:{}/hello.txt", server.port);
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
-        .args(["-H", "Host: a.example", "-A", "curl-h2", &url])
-        .output()
-        .expect("curl");
-    assert_eq!(
-        out.stdout,
-        HELLO,
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let later = hello_over_later_protocols(&server);
     server.signal(libc::SIGTERM);
     assert!(server.wait_exit(Duration::from_secs(15)).is_some());
-    let lines = stdout_lines(&server, 3);
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    let lines = stdout_lines(&server, 2 + later.len());
+    assert_eq!(lines.len(), 2 + later.len(), "{lines:?}");
     let parsed: Vec<serde_json::Value> = lines
         .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -188,13 +191,58 @@ fn access_log_as_json_lines() {
     );
     assert!(second["encoding"].is_null() && second["referer"].is_null());
 
-    let third = &parsed[2];
-    assert_eq!(third["protocol"], "HTTP/2.0");
-    assert_eq!(third["host"], "a.example");
-    assert_eq!(third["status"], 200);
-    assert_eq!(third["bytes"], HELLO.len());
-    assert_eq!(third["encoding"], "identity");
-    assert_eq!(third["user_agent"], "curl-h2");
+    let fields = [
+        "protocol",
+        "remote",
+        "host",
+        "status",
+        "bytes",
+        "encoding",
+        "user_agent",
+    ];
+    for (protocol, entry) in later.iter().zip(&parsed[2..]) {
+        let logged: Vec<serde_json::Value> = fields.iter().map(|f| entry[f].clone()).collect();
+        let want: [serde_json::Value; 7] = [
+            (*protocol).into(),
+            "127.0.0.1".into(),
+            "a.example".into(),
+            200.into(),
+            HELLO.len().into(),
+            "identity".into(),
+            "agent-h".into(),
+        ];
+        assert_eq!(logged, want, "{entry}");
+    }
+}
+
+/// `GET /hello.txt` for `a.example` with the user agent `agent-h`, over
+/// h2c by prior knowledge (curl) and over HTTP/3 (aioquic, where it is
+/// installed): the protocols each was sent over, as the log names them.
+fn hello_over_later_protocols(server: &Server) -> Vec<&'static str> {
+    let url = format!("http://127.0.0.1:{}/hello.txt", server.port);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
+        .args(["-H", "Host: a.example", "-A", "agent-h", &url])
+        .output()
+        .expect("curl");
+    assert_eq!(
+        out.stdout,
+        HELLO,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut sent = vec!["HTTP/2.0"];
+    if h3client::available() {
+        let port = server.tls_port.expect("a TLS listener");
+        let args = ["get", "/hello.txt", "--authority", "a.example"];
+        let answer = &h3client::run(
+            port,
+            &[&args[..], &["--header", "user-agent: agent-h"]].concat(),
+        )[0];
+        assert_eq!(answer["status"], 200, "{answer}");
+        sent.push("HTTP/3");
+    }
+    sent
 }
 
 #[test]

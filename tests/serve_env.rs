@@ -38,6 +38,9 @@ fn help_lists_a_variable_for_every_flag() {
         "no-sandbox",
         "watch",
         "compression",
+        "no-http3",
+        "alt-svc-max-age",
+        "quic-retry",
     ] {
         let var = format!("KILN_{}", flag.to_uppercase().replace('-', "_"));
         assert!(help.contains(&format!("--{flag}")), "--{flag} in:\n{help}");

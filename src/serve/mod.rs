@@ -224,6 +224,20 @@ pub struct ServeArgs {
         env = "KILN_ALT_SVC_MAX_AGE"
     )]
     pub alt_svc_max_age: u64,
+    /// When a new HTTP/3 client must first prove its address with a QUIC
+    /// Retry, which costs it a round trip: `auto` while a thread has 64
+    /// handshakes in flight (a flood of Initials, perhaps from forged
+    /// addresses), `always` for every new client (nginx's `quic_retry
+    /// on`; a Retry token is good for 15 s, from the address it was sent
+    /// to).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = QuicRetry::Auto,
+        value_name = "auto|always",
+        env = "KILN_QUIC_RETRY"
+    )]
+    pub quic_retry: QuicRetry,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
     /// terminates TLS).
@@ -373,10 +387,20 @@ fn no_ipv6(addr: SocketAddr, e: &std::io::Error) -> bool {
         )
 }
 
+/// Ports the kernel offers for a TLS listener before one whose UDP twin
+/// is free too (HTTP/3 serves there): a port free for TCP may be a UDP
+/// client's, as the kernel picks both from one range.
+const TLS_PORT_TRIES: usize = 64;
+
 /// Binds every address once per thread, each address once however many
-/// values name it. The first bind of a value resolves port 0, and its
+/// values name it. The first bind of a value resolves port 0 (for TLS
+/// with `udp_twins`, to a port whose UDP twin is free as well), and its
 /// other addresses get the same port.
-fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Listeners>> {
+fn bind_all(
+    listens: &[(Listen, u32)],
+    threads: usize,
+    udp_twins: bool,
+) -> anyhow::Result<Vec<Listeners>> {
     let mut per_thread: Vec<Listeners> = (0..threads).map(|_| Vec::new()).collect();
     let mut bound: Vec<SocketAddr> = Vec::new();
     for (listen, tag) in listens {
@@ -389,7 +413,8 @@ fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Lis
             if addr.port() != 0 && bound.contains(&addr) {
                 continue;
             }
-            let first = match net::check_free(addr).and_then(|()| net::bind(addr)) {
+            let needs_twin = udp_twins && *tag == stack::TLS && addr.port() == 0;
+            let first = match bind_first(addr, needs_twin) {
                 Ok(l) => l,
                 Err(e) if listen.implied && no_ipv6(addr, &e) => {
                     tracing::info!("not listening on {addr}: no IPv6 on this machine ({e})");
@@ -408,6 +433,22 @@ fn bind_all(listens: &[(Listen, u32)], threads: usize) -> anyhow::Result<Vec<Lis
         }
     }
     Ok(per_thread)
+}
+
+/// The first listener of `addr`; with `needs_twin` (port 0 for TLS), on a
+/// port whose UDP twin is free too.
+fn bind_first(addr: SocketAddr, needs_twin: bool) -> std::io::Result<std::net::TcpListener> {
+    net::check_free(addr)?;
+    if !needs_twin {
+        return net::bind(addr);
+    }
+    for _ in 1..TLS_PORT_TRIES {
+        let listener = net::bind(addr)?;
+        if net::udp::check_free(listener.local_addr()?).is_ok() {
+            return Ok(listener);
+        }
+    }
+    net::bind(addr)
 }
 
 /// HTTP/3's sockets and settings, unless `--no-http3` or no listener
@@ -431,7 +472,12 @@ fn quic_sockets(
     let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age));
     let config = quic::QuicConfig {
         idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
-        retry_above: 64,
+        retry_from: match args.quic_retry {
+            QuicRetry::Auto => quic::HANDSHAKES_BEFORE_RETRY,
+            QuicRetry::Always => 0,
+        },
+        token_key: quic::token_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
+        reset_key: quic::reset_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
         max_connections: loop_config.max_connections,
         shared: Arc::clone(shared),
     };
@@ -825,6 +871,16 @@ pub enum IoChoice {
     Uring,
     /// epoll.
     Epoll,
+}
+
+/// What `--quic-retry` asks for: when new QUIC clients get a Retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuicRetry {
+    /// While a thread has 64 handshakes in flight
+    /// (`quic::HANDSHAKES_BEFORE_RETRY`).
+    Auto,
+    /// Every new client.
+    Always,
 }
 
 /// Which connection layer serves: io_uring when asked or usable, else
@@ -1258,7 +1314,7 @@ fn bind_listeners(
     threads: usize,
     activated: Activated,
 ) -> anyhow::Result<(Vec<Listeners>, Vec<std::net::TcpListener>)> {
-    let mut listeners = bind_all(listens, threads)?;
+    let mut listeners = bind_all(listens, threads, !args.no_http3)?;
     add_activated(&mut listeners, activated.serving)?;
     let mut metrics_listeners = activated.metrics;
     if let Some(value) = &args.metrics {

@@ -5,13 +5,37 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
   h3client.py PORT cases NAME...      one JSON line per case: what the
                                       server did (connection or stream
                                       error code, or the response status)
-  h3client.py PORT fetches JSON       each request of JSON, a list of
-                                      [method, path, ["name: value", ...]],
-                                      on its own connection: one JSON line
-                                      each with status, fields, body (hex)
+  h3client.py PORT get PATH [--method M] [--header 'name: value']...
+                     [--authority HOST]
+                                      one JSON line: status, fields, body
+  h3client.py PORT gets JSON          `get` for each [method, path,
+                                      [header...]] of the JSON list, each
+                                      on a connection of its own: one line
+                                      each
+                                      one JSON line: status, fields, body
   h3client.py PORT many N PATH        N GETs of PATH at once on one
                                       connection: one JSON line with each
                                       status and the SHA-256 of each body
+  h3client.py PORT retry STEP...      one client per step, one JSON line
+                                      each: a GET's status (or the
+                                      connection error), the Retry packets
+                                      the client took and the token it sent
+                                      after. STEP: `new`; `forged` (its
+                                      first Initial carries a token not the
+                                      server's); `replayed` (the token the
+                                      previous client got, from a new port);
+                                      `half-open:N` (N handshakes begun from
+                                      another socket and left so, then a
+                                      `new` client)
+  h3client.py PORT session            one connection; a GET of each path
+                                      read from stdin, one JSON line each:
+                                      status, body (text), the frame types
+                                      on the server's control stream so far
+  h3client.py PORT ids                a GET answered, then the connection
+                                      closed: one JSON line with the
+                                      connection IDs the server issued and
+                                      not used yet, each with its
+                                      stateless-reset token
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -28,6 +52,7 @@ import pylsqpack
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import (
     ConnectionTerminated,
     StreamDataReceived,
@@ -145,15 +170,20 @@ class Client(QuicConnectionProtocol):
         return status, headers, bytes(body)
 
 
-async def session(port, fn):
+def configuration(token=b""):
     config = QuicConfiguration(is_client=True, alpn_protocols=["h3"])
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
     # A server that does not answer is given up on after this long.
     config.idle_timeout = 5.0
+    config.token = token
+    return config
+
+
+async def session(port, fn, token=b"", wait_connected=True):
     async with connect(
-        "127.0.0.1", port, configuration=config, create_protocol=Client,
-        wait_connected=True,
+        "127.0.0.1", port, configuration=configuration(token), create_protocol=Client,
+        wait_connected=wait_connected,
     ) as client:
         return await fn(client)
 
@@ -305,11 +335,11 @@ async def run_case(port, name):
         return {"failed": str(e)}
 
 
-async def fetch(port, path, method, headers):
+async def fetch(port, path, method, headers, authority):
     async def go(c):
         control(c)
         extra = [tuple(h.split(": ", 1)) for h in headers]
-        sid = get(c, fields(method, path, extra))
+        sid = get(c, fields(method, path, extra, authority))
         ok = await c.until(lambda: sid in c.ended or sid in c.resets or c.terminated is not None)
         if not ok or sid not in c.ended:
             return {"failed": "no response", "resets": c.resets, "terminated": c.terminated}
@@ -357,32 +387,132 @@ async def many(port, n, path):
     return await session(port, go)
 
 
+def half_open(port, n):
+    """n handshakes begun (each client's first Initial sent) and never
+    continued: the socket is returned, to keep until the end."""
+    import socket
+    import time
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    addr = ("127.0.0.1", port)
+    for _ in range(n):
+        conn = QuicConnection(configuration=configuration())
+        conn.connect(addr, now=time.time())
+        for data, _ in conn.datagrams_to_send(now=time.time()):
+            sock.sendto(data, addr)
+    return sock
+
+
+async def retry(port, steps):
+    held, previous = [], {}
+    for step in steps:
+        token = b""
+        if step == "forged":
+            token = bytes(range(40))
+        elif step == "replayed":
+            token = bytes.fromhex(previous["token"])
+        elif step.startswith("half-open:"):
+            # Sent first: with one server thread they are in its socket's
+            # queue ahead of this client's Initial.
+            held.append(half_open(port, int(step.split(":")[1])))
+        elif step != "new":
+            raise SystemExit(f"unknown step {step}")
+        previous = await retry_one(port, token)
+        print(json.dumps({"step": step, **previous}), flush=True)
+    for sock in held:
+        sock.close()
+
+
+async def retry_one(port, token):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended or c.terminated is not None, timeout=5.0)
+        result = {
+            "retries": c._quic._retry_count,
+            "token": c._quic._peer_token.hex(),
+        }
+        if c.terminated is not None:
+            result["connection_error"] = c.terminated
+        else:
+            result["status"] = c.response(sid)[0]
+        return result
+
+    return await session(port, go, token=token, wait_connected=False)
+
+
+async def gets_from_stdin(port):
+    async def go(c):
+        control(c)
+        loop = asyncio.get_running_loop()
+        while path := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
+            sid = get(c, fields("GET", path))
+            await c.until(lambda: sid in c.ended or c.terminated is not None, timeout=5.0)
+            status, _, body = c.response(sid)
+            print(json.dumps({
+                "status": status,
+                "body": body.decode(errors="replace"),
+                "control_frames": control_frames(bytes(c.data.get(3, b""))),
+            }), flush=True)
+    await session(port, go)
+
+
+async def issued_ids(port):
+    async def go(c):
+        control(c)
+        sid = get(c)
+        await c.until(lambda: sid in c.ended)
+        return {
+            "status": c.response(sid)[0],
+            "ids": [
+                [cid.cid.hex(), cid.stateless_reset_token.hex()]
+                for cid in c._quic._peer_cid_available
+            ],
+        }
+    return await session(port, go)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
     sub = p.add_subparsers(dest="cmd", required=True)
     pc = sub.add_parser("cases")
     pc.add_argument("names", nargs="+")
-    pf = sub.add_parser("fetches")
-    pf.add_argument("requests")
+    pg = sub.add_parser("get")
+    pg.add_argument("path")
+    pg.add_argument("--method", default="GET")
+    pg.add_argument("--header", action="append", default=[])
+    pg.add_argument("--authority", default="localhost")
+    pgs = sub.add_parser("gets")
+    pgs.add_argument("requests")
     sub.add_parser("hold")
+    sub.add_parser("session")
+    sub.add_parser("ids")
+    pr = sub.add_parser("retry")
+    pr.add_argument("steps", nargs="+")
     pm = sub.add_parser("many")
     pm.add_argument("n", type=int)
     pm.add_argument("path")
     a = p.parse_args()
     if a.cmd == "many":
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
+    elif a.cmd == "retry":
+        asyncio.run(retry(a.port, a.steps))
+    elif a.cmd == "gets":
+        for method, path, headers in json.loads(a.requests):
+            answer = asyncio.run(fetch(a.port, path, method, headers, "localhost"))
+            print(json.dumps(answer), flush=True)
+    elif a.cmd == "ids":
+        print(json.dumps(asyncio.run(issued_ids(a.port))))
+    elif a.cmd == "session":
+        asyncio.run(gets_from_stdin(a.port))
     elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
-    elif a.cmd == "fetches":
-        # One process for many requests: starting Python and importing
-        # aioquic costs more than a request.
-        for method, path, headers in json.loads(a.requests):
-            print(json.dumps(asyncio.run(fetch(a.port, path, method, headers))), flush=True)
-    else:
+    elif a.cmd == "cases":
         for name in a.names:
             result = asyncio.run(run_case(a.port, name))
             print(json.dumps({"case": name, **result}), flush=True)
+    else:
+        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header, a.authority))))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@ const SLOT: usize = 64 * 1024;
 /// The receive arena: a batch of slots.
 const ARENA: usize = SLOT * DATAGRAM_BATCH;
 
+/// Fails if a UDP socket (any process's, `SO_REUSEPORT` or not) holds
+/// `addr` already: for a TCP port the kernel chose, whose UDP twin HTTP/3
+/// needs too.
+pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
+    let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
 /// Binds one thread's UDP socket on `addr`, in the `SO_REUSEPORT` group of
 /// the other threads' on the same address. `steer` (given for the first
 /// socket of a group, with the group's size): the kernel then hands each

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use quinn_proto::crypto::{HandshakeTokenKey, HmacKey};
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
     Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
@@ -60,17 +61,53 @@ impl ConnectionIdGenerator for ThreadCids {
     }
 }
 
+/// Handshakes in flight on one endpoint from which `--quic-retry auto`
+/// asks new clients to prove their address with a Retry first: far more
+/// than a thread sees from real clients at once (a handshake takes a
+/// round trip or two), few enough that a flood of Initials from forged
+/// addresses meets Retry before it costs much of the thread's crypto.
+pub const HANDSHAKES_BEFORE_RETRY: usize = 64;
+
 /// Settings every thread's endpoints share.
 pub struct QuicConfig {
     /// The idle timeout both sides agree on (the lower one wins).
     pub idle_timeout: Duration,
-    /// Connections past this many unvalidated handshakes in flight on
-    /// one endpoint get a Retry first (address validation under load).
-    pub retry_above: usize,
+    /// New clients get a Retry first (address validation) while this
+    /// many handshakes are in flight on their endpoint: 0 for every
+    /// client (`--quic-retry always`).
+    pub retry_from: usize,
+    /// The key Retry tokens are sealed with, one per process: a token
+    /// one thread made is good on every other, and across certificate
+    /// reloads (each makes a new QUIC server configuration).
+    pub token_key: Arc<dyn HandshakeTokenKey>,
+    /// The key of the stateless-reset tokens, one per process: the token
+    /// a datagram for a forgotten connection gets is the one its issuer
+    /// announced, whichever endpoint the datagram reaches. A new process
+    /// has a new key (its resets are not recognised by clients of the
+    /// last one, which time out instead).
+    pub reset_key: Arc<dyn HmacKey>,
     /// `--max-connections`, shared with TCP: a new connection is refused
     /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
     pub shared: Arc<Shared>,
+}
+
+/// A random key for Retry tokens, made once at start.
+pub fn token_key() -> Result<Arc<dyn HandshakeTokenKey>, aws_lc_rs::error::Unspecified> {
+    use aws_lc_rs::hkdf;
+    let mut secret = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut secret)?;
+    Ok(Arc::new(
+        hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&secret),
+    ))
+}
+
+/// A random key for stateless-reset tokens, made once at start.
+pub fn reset_key() -> Result<Arc<dyn HmacKey>, aws_lc_rs::error::Unspecified> {
+    use aws_lc_rs::hmac;
+    let mut secret = [0u8; 64];
+    aws_lc_rs::rand::fill(&mut secret)?;
+    Ok(Arc::new(hmac::Key::new(hmac::HMAC_SHA256, &secret)))
 }
 
 /// The QUIC-side TLS configuration made from the TCP one: the same
@@ -79,12 +116,13 @@ pub struct QuicConfig {
 pub fn server_config(
     tls: &Arc<rustls::ServerConfig>,
     transport: &Arc<TransportConfig>,
+    token_key: &Arc<dyn HandshakeTokenKey>,
 ) -> Option<Arc<quinn_proto::ServerConfig>> {
     let mut config = (**tls).clone();
     config.alpn_protocols = vec![ALPN_H3.to_vec()];
     config.max_early_data_size = 0;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(config).ok()?;
-    let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut server = quinn_proto::ServerConfig::new(Arc::new(crypto), Arc::clone(token_key));
     server.transport_config(Arc::clone(transport));
     // Migration is allowed: the BPF steering keeps a moved client's
     // datagrams on the connection's thread.
@@ -125,7 +163,7 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(thread: usize, config: Arc<QuicConfig>) -> Endpoint {
         let thread = thread as u8;
-        let mut endpoint_config = EndpointConfig::default();
+        let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.reset_key));
         endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
         let mut transport = TransportConfig::default();
         transport
@@ -163,7 +201,8 @@ impl Endpoint {
             return;
         }
         self.tls = tls.cloned();
-        let server = tls.and_then(|tls| server_config(tls, &self.transport));
+        let server =
+            tls.and_then(|tls| server_config(tls, &self.transport, &self.config.token_key));
         self.endpoint.set_server_config(server);
     }
 
@@ -208,7 +247,7 @@ impl Endpoint {
                     return;
                 }
                 let handshaking = self.conns.iter().flatten().filter(|c| !c.started).count();
-                if handshaking >= self.config.retry_above
+                if handshaking >= self.config.retry_from
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -303,6 +342,8 @@ impl Endpoint {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
+        // For the access log: the client's address now (it may move).
+        cx.ctx.peer = Some(conn.quic.remote_address().ip());
         loop {
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 if let Some(event) = self.endpoint.handle_event(ConnectionHandle(slot), event) {

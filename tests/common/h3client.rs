@@ -1,0 +1,38 @@
+//! `tests/http3/h3client.py`, the HTTP/3 client on aioquic's QUIC layer
+//! (kiln shares no code with it), for the HTTP/3 tests and the tests of
+//! what every protocol does alike (the access log). A test skips, saying
+//! so, without Python's `aioquic` (`./test` installs it).
+
+use std::process::Command;
+
+/// Whether Python's aioquic (and pylsqpack, which comes with it) is here.
+pub fn available() -> bool {
+    let found = Command::new("python3")
+        .args(["-c", "import aioquic, pylsqpack"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        eprintln!("Python's aioquic is not installed (./test installs it with pip); skipped");
+    }
+    found
+}
+
+/// Runs the client against UDP `port`: one JSON object per line of its
+/// output.
+pub fn run(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    let output = Command::new("python3")
+        .arg("tests/http3/h3client.py")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        output.status.success(),
+        "h3client {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
