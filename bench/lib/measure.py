@@ -283,6 +283,10 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
     """Run h2load; return the keys run_wrk returns, from h2load's summary and its log
     (latencies: None without `log`), and the protocols negotiated. Raises MeasureError
     when h2load did not speak `protocol` (h2, or h2c) or completed no request."""
+    if log is not None:
+        # h2load appends to its log file: without this, every run's percentiles, mean
+        # and max would include the earlier runs' requests.
+        log.unlink(missing_ok=True)
     status, stdout, stderr, cpu, peak_rss = _run_client(argv, duration_s, server_pids, None)
     output = stdout + stderr
     finished, requests = H2LOAD_FINISHED.search(output), H2LOAD_REQUESTS.search(output)
