@@ -40,6 +40,18 @@ fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
     server
 }
 
+/// Runs `check` against a server with `extra` flags (`start_with`) on each
+/// back end; nothing without aioquic (`have_aioquic` says so).
+fn on_each_backend(extra: &[&str], mut check: impl FnMut(&str, Server)) {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for backend in BACKENDS {
+        check(backend, start_with(dir.path(), backend, extra));
+    }
+}
+
 /// Starts `h3client.py PORT hold` and waits for its GET's answer.
 fn hold(
     port: u16,
@@ -155,12 +167,7 @@ const CASES: &[(&str, &str, u64)] = &[
 
 #[test]
 fn each_case_gets_the_error_code_the_rfc_names() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start(dir.path(), backend);
+    on_each_backend(&[], |backend, server| {
         let names: Vec<&str> = CASES.iter().map(|(name, _, _)| *name).collect();
         let mut args = vec!["cases"];
         args.extend(&names);
@@ -174,7 +181,7 @@ fn each_case_gets_the_error_code_the_rfc_names() {
                 server.stderr_text()
             );
         }
-    }
+    });
 }
 
 /// The fields compared with HTTP/1.1's: a response's representation and
@@ -238,12 +245,7 @@ fn compared(fields: impl Iterator<Item = (String, String)>) -> Vec<String> {
 
 #[test]
 fn every_kind_of_request_gets_what_http1_gets() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start(dir.path(), backend);
+    on_each_backend(&[], |backend, server| {
         let etag = server.get("/", "").header("etag").expect("an ETag");
         let requests: Vec<(&str, &str, Vec<String>)> = REQUESTS
             .iter()
@@ -293,7 +295,7 @@ fn every_kind_of_request_gets_what_http1_gets() {
         assert_eq!(sample(&metrics, "kiln_quic_handshakes_total"), n);
         let ok = "kiln_requests_total{site=\"_default\",protocol=\"h3\",scheme=\"https\",status=\"2xx\"}";
         assert!(sample(&metrics, ok) > 0, "{metrics}");
-    }
+    });
 }
 
 /// The body as the client prints it, in hex.
@@ -357,12 +359,7 @@ fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
 /// exits.
 #[test]
 fn shutdown_sends_goaway_then_closes_without_error() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let mut server = start(dir.path(), backend);
+    on_each_backend(&[], |backend, mut server| {
         let (mut client, mut lines) = hold(server.tls_port.unwrap());
         server.signal(libc::SIGTERM);
         let end: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
@@ -373,7 +370,7 @@ fn shutdown_sends_goaway_then_closes_without_error() {
         assert_eq!(end["connection_error"], 0x100, "{end}");
         let status = server.wait_exit(std::time::Duration::from_secs(10));
         assert!(status.is_some_and(|s| s.success()), "{backend}: {status:?}");
-    }
+    });
 }
 
 /// `--max-connections` counts QUIC connections with TCP ones: with one
@@ -381,12 +378,7 @@ fn shutdown_sends_goaway_then_closes_without_error() {
 /// refused (and counted).
 #[test]
 fn quic_connections_take_from_the_connection_budget() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start_with(dir.path(), backend, &["--max-connections", "1"]);
+    on_each_backend(&["--max-connections", "1"], |backend, server| {
         let port = server.tls_port.unwrap();
         let (mut holder, _lines) = hold(port);
         let second = &h3client(port, &["cases", "second_settings"])[0];
@@ -396,7 +388,7 @@ fn quic_connections_take_from_the_connection_budget() {
         assert_eq!(sample(&metrics, "kiln_quic_connections_open"), 1);
         let _ = holder.kill();
         let _ = holder.wait();
-    }
+    });
 }
 
 /// An HTTP/3 connection left idle is closed at `--keepalive-timeout`
@@ -404,12 +396,7 @@ fn quic_connections_take_from_the_connection_budget() {
 /// falls back to 0 while the client still holds it.
 #[test]
 fn an_idle_quic_connection_ends_at_the_keepalive_timeout() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start_with(dir.path(), backend, &["--keepalive-timeout", "1"]);
+    on_each_backend(&["--keepalive-timeout", "1"], |backend, server| {
         let (mut client, _lines) = hold(server.tls_port.unwrap());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
         while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
@@ -421,7 +408,7 @@ fn an_idle_quic_connection_ends_at_the_keepalive_timeout() {
         }
         let _ = client.kill();
         let _ = client.wait();
-    }
+    });
 }
 
 /// Many requests at once on one connection, for a body far beyond QUIC's
@@ -677,12 +664,7 @@ fn retries(results: &[serde_json::Value]) -> Vec<(u64, String)> {
 /// refused with INVALID_TOKEN (0x0b, RFC 9000 §8.1.3), without a Retry.
 #[test]
 fn quic_retry_always_validates_every_new_client() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start_with(dir.path(), backend, &["--quic-retry", "always"]);
+    on_each_backend(&["--quic-retry", "always"], |backend, server| {
         let results = h3client(
             server.tls_port.unwrap(),
             &["retry", "new", "replayed", "forged"],
@@ -700,7 +682,7 @@ fn quic_retry_always_validates_every_new_client() {
             2,
             "{metrics}"
         );
-    }
+    });
 }
 
 /// `--quic-retry auto` (the default) on one thread: no Retry while 63
@@ -793,12 +775,7 @@ fn a_reload_reaches_open_connections_without_goaway() {
 /// token the server announced with that connection ID.
 #[test]
 fn a_datagram_for_a_forgotten_connection_gets_a_stateless_reset() {
-    if !have_aioquic() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    for backend in BACKENDS {
-        let server = start(dir.path(), backend);
+    on_each_backend(&[], |backend, server| {
         let port = server.tls_port.unwrap();
         let issued = h3client(port, &["ids"]).remove(0);
         assert_eq!(issued["status"], 200, "{issued}");
@@ -824,5 +801,5 @@ fn a_datagram_for_a_forgotten_connection_gets_a_stateless_reset() {
         assert!(n < datagram.len() && n >= 21, "{backend}: {reply:02x?}");
         assert_eq!(reply[0] & 0xc0, 0x40, "{backend}: {reply:02x?}");
         assert_eq!(reply[n - 16..], token[..], "{backend}: {reply:02x?}");
-    }
+    });
 }
