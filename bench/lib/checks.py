@@ -49,12 +49,13 @@ class CheckError(Exception):
     """A response was wrong; the message names the path and what was wrong."""
 
 
-class _Http2Response:
-    """What _Http2Connection received: http.client.HTTPResponse's part used here."""
+class Response:
+    """What _Http2Connection (or h3.get) received: http.client.HTTPResponse's part used
+    here."""
 
     def __init__(self, status: int, headers: dict[str, list[str]], body: bytes):
         self.status = status
-        # Lower-case name -> values, as curl's %{header_json} gives them.
+        # Lower-case name -> values, as curl's %{header_json} gives them (h3.py: the same).
         self.headers = headers
         self.body = body
 
@@ -75,7 +76,7 @@ class _Http2Connection:
         self.base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
         self.options = (["--http2", "--tlsv1.3", "--insecure"] if tls
                         else ["--http2-prior-knowledge"])
-        self.response: _Http2Response | None = None
+        self.response: Response | None = None
 
     def request(self, method: str, path: str, headers: dict[str, str]) -> None:
         argv = ["curl", "--silent", "--show-error", "--max-time", str(HTTP2_TIMEOUT_S),
@@ -95,10 +96,10 @@ class _Http2Connection:
         version, status = report.split("\n", 1)[0].split()
         if version != "2":
             raise CheckError(f"{path}: answered over HTTP/{version}, not HTTP/2")
-        self.response = _Http2Response(int(status), json.loads(report.split("\n", 1)[1]),
+        self.response = Response(int(status), json.loads(report.split("\n", 1)[1]),
                                        done.stdout)
 
-    def getresponse(self) -> _Http2Response:
+    def getresponse(self) -> Response:
         return self.response
 
     def close(self) -> None:

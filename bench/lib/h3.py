@@ -18,6 +18,8 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated
 from aioquic.tls import CipherSuite
 
+from checks import Response
+
 # The suites oha 1.16's rustls (aws-lc-rs) offers, in its order.
 OHA_CIPHER_ORDER = [CipherSuite.AES_256_GCM_SHA384, CipherSuite.AES_128_GCM_SHA256,
                     CipherSuite.CHACHA20_POLY1305_SHA256]
@@ -29,23 +31,6 @@ CIPHER_NAMES = {CipherSuite.AES_128_GCM_SHA256: "TLS_AES_128_GCM_SHA256",
 
 class H3Error(Exception):
     """The connection or a request failed; the message says how."""
-
-
-class Response:
-    """One HTTP/3 response: the part of http.client.HTTPResponse that checks.py reads."""
-
-    def __init__(self, status: int, headers: dict[str, list[str]], body: bytes):
-        self.status = status
-        # Lower-case name -> values.
-        self.headers = headers
-        self.body = body
-
-    def read(self) -> bytes:
-        return self.body
-
-    def getheader(self, name: str) -> str | None:
-        values = self.headers.get(name.lower())
-        return ", ".join(values) if values else None
 
 
 class Client(QuicConnectionProtocol):
