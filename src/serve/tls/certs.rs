@@ -76,12 +76,27 @@ pub struct Acme {
     pub challenges: Vec<(String, Arc<CertifiedKey>)>,
 }
 
+/// The longest DNS name (RFC 1035 §2.3.4, without the root's dot); rustls
+/// refuses a longer SNI name.
+const MAX_DNS_NAME: usize = 253;
+
+/// `name` in lower case, written into `buf`: no allocation in the
+/// handshake. `None` when it is longer than a DNS name can be.
+fn lower_case<'b>(name: &str, buf: &'b mut [u8; MAX_DNS_NAME]) -> Option<&'b str> {
+    let lowered = buf.get_mut(..name.len())?;
+    lowered.copy_from_slice(name.as_bytes());
+    let lowered = std::str::from_utf8_mut(lowered).ok()?;
+    lowered.make_ascii_lowercase();
+    Some(lowered)
+}
+
 impl SniResolver {
     /// The certificate for a ClientHello naming `server_name`; `acme_alpn`:
     /// it offers `acme-tls/1` and no other protocol. `None` refuses the
     /// handshake.
     fn choose(&self, server_name: Option<&str>, acme_alpn: bool) -> Option<&Arc<CertifiedKey>> {
-        let name = server_name.map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+        let mut lowered = [0u8; MAX_DNS_NAME];
+        let name = server_name.and_then(|n| lower_case(n.trim_end_matches('.'), &mut lowered));
         if let Some(acme) = &self.acme
             && acme_alpn
         {
@@ -91,14 +106,18 @@ impl SniResolver {
             return acme
                 .challenges
                 .iter()
-                .find(|(n, _)| *n == name)
+                .find(|(n, _)| n == name)
                 .map(|(_, key)| key);
         }
-        if let Some(name) = &name {
+        if let Some(name) = name {
             if let Some(e) = self.covering(name) {
                 return Some(&e.key);
             }
-            if self.acme.as_ref().is_some_and(|a| a.managed.contains(name)) {
+            if self
+                .acme
+                .as_ref()
+                .is_some_and(|a| a.managed.iter().any(|m| m == name))
+            {
                 return None;
             }
         }
@@ -114,8 +133,9 @@ impl SniResolver {
             .find(|e| e.names.iter().any(|n| n == name));
         exact.or_else(|| {
             let (_, parent) = name.split_once('.')?;
-            let wildcard = format!("*.{parent}");
-            self.entries.iter().find(|e| e.names.contains(&wildcard))
+            self.entries
+                .iter()
+                .find(|e| e.names.iter().any(|n| n.strip_prefix("*.") == Some(parent)))
         })
     }
 
@@ -473,6 +493,8 @@ mod tests {
             "a wildcard covers one label"
         );
         assert_eq!(pick(Some("other.test")), 0);
+        let too_long = format!("{}.example.com", "a".repeat(MAX_DNS_NAME));
+        assert_eq!(pick(Some(&too_long)), 0, "longer than any DNS name");
         assert_eq!(pick(None), 0);
     }
 
