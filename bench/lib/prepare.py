@@ -5,6 +5,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from corpora import PYDOCS_SOURCE
@@ -51,6 +52,17 @@ def _run_quiet(command: list[str], what: str) -> None:
         raise SetupError(f"{what} failed ({' '.join(command)}):\n{tail}")
 
 
+def _pip_install(package: str) -> None:
+    """pip install `package`, with --break-system-packages where the system Python is
+    marked externally managed (PEP 668: Debian 12 and later) and no virtual environment
+    is active, as ./test does for aioquic."""
+    command = [sys.executable, "-m", "pip", "install", "-q", package]
+    managed = Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED"
+    if managed.exists() and sys.prefix == sys.base_prefix:
+        command.append("--break-system-packages")
+    _run_quiet(command, "pip install")
+
+
 def install_tools() -> None:
     """apt-get install the missing packages, pip install the missing modules."""
     missing = [name for name, marker in APT_PACKAGES.items() if not os.path.exists(marker)]
@@ -70,8 +82,7 @@ def install_tools() -> None:
         except ImportError:
             print(f"bench: pip install {package}", flush=True)
             try:
-                _run_quiet([sys.executable, "-m", "pip", "install", "-q", package],
-                           "pip install")
+                _pip_install(package)
             except SetupError as err:
                 if required:
                     raise
