@@ -23,11 +23,17 @@ fn start(dir: &std::path::Path, backend: &str) -> Server {
 
 /// `start` with `extra` flags.
 fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
+    start_on(dir, backend, "127.0.0.1:0", extra)
+}
+
+/// `start_with` on the TLS address `tls` (a port taken again after a
+/// restart).
+fn start_on(dir: &std::path::Path, backend: &str, tls: &str, extra: &[&str]) -> Server {
     let pack = common::example_pack(dir);
     let mut args = vec![
         pack.to_str().unwrap(),
         "--listen-tls",
-        "127.0.0.1:0",
+        tls,
         "--tls-self-signed",
         "--io",
         backend,
@@ -769,37 +775,228 @@ fn a_reload_reaches_open_connections_without_goaway() {
     }
 }
 
+/// A short-header datagram for connection `id` sent to `port`: the
+/// stateless reset it gets (RFC 9000 §10.3), checked for its form
+/// (smaller than the datagram, looking like a short-header packet); its
+/// last 16 bytes are the token.
+fn stateless_reset(port: u16, id: &[u8]) -> Vec<u8> {
+    // A short-header packet: its first byte, the ID, 40 bytes more.
+    let mut datagram = vec![0x41];
+    datagram.extend(id);
+    datagram.extend([0x5a; 40]);
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
+    let mut reply = [0u8; 1500];
+    let n = socket.recv(&mut reply).expect("a stateless reset");
+    let reply = reply[..n].to_vec();
+    assert!(n < datagram.len() && n >= 21, "{reply:02x?}");
+    assert_eq!(reply[0] & 0xc0, 0x40, "{reply:02x?}");
+    reply
+}
+
+/// The first connection ID (and its stateless-reset token) the server
+/// issued to an `ids` client, which then closed.
+fn issued_id(port: u16) -> (Vec<u8>, Vec<u8>) {
+    let issued = h3client(port, &["ids"]).remove(0);
+    assert_eq!(issued["status"], 200, "{issued}");
+    let [id, token] = [0, 1].map(|i| hex_decode(issued["ids"][0][i].as_str().unwrap()));
+    assert_eq!((id.len(), token.len()), (8, 16), "{issued}");
+    (id, token)
+}
+
 /// A datagram for a connection the server no longer has (closed by the
-/// client, drained) gets a stateless reset (RFC 9000 §10.3): smaller than
-/// the datagram, looking like a short-header packet, ending with the
-/// token the server announced with that connection ID.
+/// client, drained) gets a stateless reset ending with the token the
+/// server announced with that connection ID.
 #[test]
 fn a_datagram_for_a_forgotten_connection_gets_a_stateless_reset() {
     on_each_backend(&[], |backend, server| {
         let port = server.tls_port.unwrap();
-        let issued = h3client(port, &["ids"]).remove(0);
-        assert_eq!(issued["status"], 200, "{issued}");
-        let [id, token] = [0, 1].map(|i| hex_decode(issued["ids"][0][i].as_str().unwrap()));
-        assert_eq!((id.len(), token.len()), (8, 16), "{issued}");
+        let (id, token) = issued_id(port);
         let start = std::time::Instant::now();
         while sample(&server.metrics(), "kiln_quic_connections_open") != 0 {
             assert!(start.elapsed() < std::time::Duration::from_secs(10));
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        // A short-header packet: its first byte, the ID, 40 bytes more.
-        let mut datagram = vec![0x41];
-        datagram.extend(&id);
-        datagram.extend([0x5a; 40]);
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        socket
-            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
-        let mut reply = [0u8; 1500];
-        let n = socket.recv(&mut reply).expect("a stateless reset");
-        let reply = &reply[..n];
-        assert!(n < datagram.len() && n >= 21, "{backend}: {reply:02x?}");
-        assert_eq!(reply[0] & 0xc0, 0x40, "{backend}: {reply:02x?}");
-        assert_eq!(reply[n - 16..], token[..], "{backend}: {reply:02x?}");
+        let reply = stateless_reset(port, &id);
+        assert_eq!(
+            reply[reply.len() - 16..],
+            token[..],
+            "{backend}: {reply:02x?}"
+        );
     });
+}
+
+/// `h3client.py PORT held-retry`: a client stopped after the server's
+/// Retry, and what it said then (its address, its original destination
+/// connection ID, the token).
+struct HeldRetry {
+    client: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    held: serde_json::Value,
+}
+
+impl HeldRetry {
+    fn start(port: u16) -> HeldRetry {
+        use std::io::BufRead;
+        let mut client = Command::new("python3")
+            .arg("tests/http3/h3client.py")
+            .arg(port.to_string())
+            .arg("held-retry")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let stdin = client.stdin.take().unwrap();
+        let mut stdout = std::io::BufReader::new(client.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let held: serde_json::Value = serde_json::from_str(&line).expect("a Retry taken");
+        HeldRetry {
+            client,
+            stdin,
+            stdout,
+            held,
+        }
+    }
+
+    /// Goes on with `token` in place of the server's (hex; empty: the
+    /// server's): the kind of the server's first answer, and the GET's
+    /// status or the connection error.
+    fn finish(mut self, token: &str) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{token}").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(self.client.wait().unwrap().success());
+        serde_json::from_str(&line).expect("an outcome")
+    }
+}
+
+/// The keys of Retry tokens and stateless resets outlive a restart with
+/// `--quic-host-key` (the same file), and only with it: a datagram for a
+/// connection of the server before gets a stateless reset with the token
+/// announced then, and a client that took a Retry before the restart is
+/// served after it with that Retry's token. Without the file, the reset's
+/// token is another (the client would time out) and the token is no
+/// proof (another Retry). One back end: the keys are the QUIC endpoint's,
+/// which both loops share.
+#[test]
+fn retry_tokens_and_resets_outlive_a_restart_with_a_host_key() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("quic-host-key");
+    std::fs::write(&key, b"thirty-two bytes of test secret!").unwrap();
+    let with_key = [
+        "--quic-retry",
+        "always",
+        "--quic-host-key",
+        key.to_str().unwrap(),
+    ];
+    for (flags, kept) in [(&with_key[..], true), (&with_key[..2], false)] {
+        let before = start_with(dir.path(), "epoll", flags);
+        let port = before.tls_port.unwrap();
+        let (id, token) = issued_id(port);
+        let held = HeldRetry::start(port);
+        drop(before);
+        let tls = format!("127.0.0.1:{port}");
+        let after = start_on(dir.path(), "epoll", &tls, flags);
+        let reply = stateless_reset(port, &id);
+        assert_eq!(
+            reply[reply.len() - 16..] == token[..],
+            kept,
+            "{flags:?}: {reply:02x?} against {token:02x?}"
+        );
+        let outcome = held.finish("");
+        let expected = match kept {
+            true => serde_json::json!({"first_reply": "initial", "status": 200}),
+            false => serde_json::json!({"first_reply": "retry"}),
+        };
+        assert_eq!(outcome, expected, "{flags:?}\n{}", after.stderr_text());
+    }
+}
+
+/// A Retry token as quinn-proto 0.11 seals one (its `token.rs`): type 0
+/// (Retry), the client's address, the original destination connection
+/// ID, the issue time in Unix seconds, sealed with AES-256-GCM under a key
+/// expanded from the token key (`Keys::derive` of the host key's secret)
+/// with the nonce, which follows.
+fn retry_token(
+    secret: &[u8],
+    address: std::net::SocketAddrV4,
+    odcid: &[u8],
+    age: std::time::Duration,
+) -> Vec<u8> {
+    let keys = kiln::serve::quic::Keys::derive(secret).unwrap();
+    let issued = (std::time::SystemTime::now() - age)
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut token = vec![0, 0];
+    token.extend(address.ip().octets());
+    token.extend(address.port().to_be_bytes());
+    token.push(odcid.len() as u8);
+    token.extend(odcid);
+    token.extend(issued.to_be_bytes());
+    let nonce = u128::from(issued).to_le_bytes();
+    keys.token
+        .aead_from_hkdf(&nonce)
+        .seal(&mut token, &[])
+        .unwrap();
+    token.extend(nonce);
+    token
+}
+
+/// `bytes` in hex, as `h3client.py held-retry` reads a token.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A Retry token lasts 15 s (quinn's `retry_token_lifetime`): one issued
+/// 20 s ago for the client's own address and handshake is refused with
+/// `INVALID_TOKEN`, one issued now is taken. The tokens are sealed by the
+/// test with the host key's token key, as the server seals them, so no
+/// test waits for one to expire; the one issued now shows that they are
+/// the server's kind. One back end: tokens are the QUIC endpoint's.
+#[test]
+fn an_expired_retry_token_is_refused() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("quic-host-key");
+    let secret = b"thirty-two bytes of test secret!";
+    std::fs::write(&key, secret).unwrap();
+    let server = start_with(
+        dir.path(),
+        "epoll",
+        &[
+            "--quic-retry",
+            "always",
+            "--quic-host-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    for (age, expected) in [
+        (
+            0,
+            serde_json::json!({"first_reply": "initial", "status": 200}),
+        ),
+        (
+            20,
+            serde_json::json!({"first_reply": "initial", "connection_error": 0x0b}),
+        ),
+    ] {
+        let held = HeldRetry::start(server.tls_port.unwrap());
+        let address = held.held["address"].as_str().unwrap().parse().unwrap();
+        let odcid = hex_decode(held.held["odcid"].as_str().unwrap());
+        let token = retry_token(secret, address, &odcid, std::time::Duration::from_secs(age));
+        let outcome = held.finish(&hex(&token));
+        assert_eq!(outcome, expected, "{age} s old\n{}", server.stderr_text());
+    }
 }

@@ -41,6 +41,7 @@ fn help_lists_a_variable_for_every_flag() {
         "no-http3",
         "alt-svc-max-age",
         "quic-retry",
+        "quic-host-key",
     ] {
         let var = format!("KILN_{}", flag.to_uppercase().replace('-', "_"));
         assert!(help.contains(&format!("--{flag}")), "--{flag} in:\n{help}");

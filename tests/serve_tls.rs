@@ -1,7 +1,7 @@
-//! HTTPS: certificates chosen by SNI, bad pairs refused at start with one
-//! line, certificates reloaded (a bad new pair keeps the old one), the
-//! self-signed mode, protocol versions and ALPN, `--redirect-https`, HSTS
-//! only on TLS, and a stalled handshake cut by the header deadline. (The
+//! HTTPS: certificates chosen by SNI, bad pairs (and bad QUIC host keys)
+//! refused at start with one line, certificates reloaded (a bad new pair
+//! keeps the old one), the self-signed mode, protocol versions and ALPN,
+//! `--redirect-https`, HSTS only on TLS, and a stalled handshake cut by the header deadline. (The
 //! whole HTTP/1 suite also runs over TLS: `KILN_TEST_TLS=1`.)
 
 mod common;
@@ -187,6 +187,47 @@ fn bad_pairs_are_refused_at_start_with_one_line() {
         &path(&good_cert),
     ]);
     assert!(!ok && stderr.contains("pairs"), "{stderr}");
+}
+
+#[test]
+fn bad_quic_host_keys_are_refused_at_start_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    let short = dir.path().join("short.key");
+    std::fs::write(&short, [7u8; 31]).unwrap();
+    let long = dir.path().join("long.key");
+    std::fs::write(&long, [7u8; 4097]).unwrap();
+    let missing = dir.path().join("missing.key");
+    let folder = dir.path().to_path_buf();
+    for (file, reason) in [
+        (&short, "31 bytes, fewer than the 32 a key needs"),
+        (&long, "more than 4096 bytes"),
+        (&missing, "cannot read"),
+        (&folder, "cannot read"),
+    ] {
+        let (ok, stderr) = refused(&[
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--tls-self-signed",
+            "--quic-host-key",
+            file.to_str().unwrap(),
+        ]);
+        assert!(!ok, "{file:?} was accepted");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        let named = format!("kiln: error: --quic-host-key {}: ", file.display());
+        assert!(lines[0].starts_with(&named), "{stderr}");
+        assert!(lines[0].contains(reason), "{reason}: {stderr}");
+    }
+    // The keys are HTTP/3's: a key with HTTP/3 off is a mistake.
+    let (ok, stderr) = refused(&[
+        pack.to_str().unwrap(),
+        "--no-http3",
+        "--quic-host-key",
+        short.to_str().unwrap(),
+    ]);
+    assert!(!ok && stderr.contains("--no-http3"), "{stderr}");
 }
 
 /// Waits until a new connection is served `expected`.

@@ -238,6 +238,20 @@ pub struct ServeArgs {
         env = "KILN_QUIC_RETRY"
     )]
     pub quic_retry: QuicRetry,
+    /// A file of secret bytes (at least 32, at most 4096; every byte
+    /// counts, a newline too) from which the keys of QUIC's Retry tokens
+    /// and stateless resets are derived, so that a restarted server
+    /// resets the connections of the one before and takes the Retry
+    /// tokens it sent (nginx's `quic_host_key`). Read once at start (a
+    /// reload keeps the keys). Keep it secret (mode 0600); make one with
+    /// `head -c 32 /dev/urandom > FILE`. Default: random keys per process.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "no_http3",
+        env = "KILN_QUIC_HOST_KEY"
+    )]
+    pub quic_host_key: Option<PathBuf>,
     /// Add `Strict-Transport-Security`: on TLS responses when kiln
     /// listens with TLS, else on every response (kiln behind a proxy that
     /// terminates TLS).
@@ -452,12 +466,14 @@ fn bind_first(addr: SocketAddr, needs_twin: bool) -> std::io::Result<std::net::T
 }
 
 /// HTTP/3's sockets and settings, unless `--no-http3` or no listener
-/// speaks TLS: once the TCP ports are known, before the sandbox.
+/// speaks TLS: once the TCP ports are known, before the sandbox. `keys`:
+/// those `--quic-host-key` gave, else random ones.
 fn quic_sockets(
     args: &ServeArgs,
     listeners: &[Listeners],
     threads: usize,
     loop_config: &LoopConfig,
+    keys: Option<quic::Keys>,
     shared: &Arc<Shared>,
 ) -> anyhow::Result<Option<Http3>> {
     let has_tls = listeners[0].iter().any(|(_, tag)| *tag == stack::TLS);
@@ -476,8 +492,10 @@ fn quic_sockets(
             QuicRetry::Auto => quic::HANDSHAKES_BEFORE_RETRY,
             QuicRetry::Always => 0,
         },
-        token_key: quic::token_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
-        reset_key: quic::reset_key().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
+        keys: match keys {
+            Some(keys) => keys,
+            None => quic::Keys::random().map_err(|_| anyhow::anyhow!("QUIC: no random key"))?,
+        },
         max_connections: loop_config.max_connections,
         shared: Arc::clone(shared),
     };
@@ -1075,6 +1093,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &listeners,
         settings.threads,
         &settings.loop_config,
+        settings.quic_keys,
         &shared,
     )?;
     let stack_config = stack_config(
@@ -1173,6 +1192,8 @@ struct Settings {
     threads: usize,
     /// The user the sandbox switches to; `None` with `--no-sandbox`.
     identity: Option<sandbox::Identity>,
+    /// The QUIC keys derived from `--quic-host-key`, if given.
+    quic_keys: Option<quic::Keys>,
 }
 
 /// Reads systemd's variables and checks the flags, first: systemd's
@@ -1222,6 +1243,14 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     } else {
         Some(sandbox::resolve_user(args.user.as_deref())?)
     };
+    // Read here, with the flags: the file is checked before anything is
+    // opened or bound, and read before the sandbox, which does not let
+    // it be read again (the keys are the process's, reloads keep them).
+    let quic_keys = args
+        .quic_host_key
+        .as_deref()
+        .map(quic::Keys::read)
+        .transpose()?;
     let loop_config = Arc::new(LoopConfig {
         header_timeout_ms,
         keepalive_timeout_ms,
@@ -1237,6 +1266,7 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         shutdown_delay,
         threads,
         identity,
+        quic_keys,
     })
 }
 

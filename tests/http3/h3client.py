@@ -36,6 +36,16 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       connection IDs the server issued and
                                       not used yet, each with its
                                       stateless-reset token
+  h3client.py PORT held-retry         one client whose handshake waits after
+                                      the server's Retry: one JSON line (its
+                                      address, original destination ID, the
+                                      token), then a line read from stdin (a
+                                      token in hex to send instead, or
+                                      nothing) before it goes on (the server
+                                      may have been restarted meanwhile): one
+                                      JSON line, the kind of the server's
+                                      first answer and, unless a Retry, the
+                                      GET's status or the connection error
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -440,6 +450,61 @@ async def retry_one(port, token):
     return await session(port, go, token=token, wait_connected=False)
 
 
+def packet_kind(datagram):
+    """The type of a datagram's first packet, read from its first byte."""
+    if not datagram[0] & 0x80:
+        return "short"
+    return ("initial", "0-rtt", "handshake", "retry")[(datagram[0] >> 4) & 3]
+
+
+async def held_retry(port):
+    import socket
+    loop = asyncio.get_running_loop()
+    addr = ("127.0.0.1", port)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(3.0)
+
+    def exchange(conn):
+        for data, _ in conn.datagrams_to_send(now=loop.time()):
+            sock.sendto(data, addr)
+        reply, _ = sock.recvfrom(65536)
+        return reply
+
+    conn = QuicConnection(configuration=configuration())
+    conn.connect(addr, now=loop.time())
+    odcid = conn.original_destination_connection_id
+    reply = exchange(conn)
+    if packet_kind(reply) != "retry":
+        return {"first_reply": packet_kind(reply)}
+    conn.receive_datagram(reply, addr, now=loop.time())
+    print(json.dumps({
+        "address": "%s:%d" % sock.getsockname(),
+        "odcid": odcid.hex(),
+        "token": conn._peer_token.hex(),
+    }), flush=True)
+    token = sys.stdin.readline().strip()
+    if token:
+        conn._peer_token = bytes.fromhex(token)
+    reply = exchange(conn)
+    result = {"first_reply": packet_kind(reply)}
+    if result["first_reply"] == "retry":
+        return result
+    sock.setblocking(False)
+    transport, c = await loop.create_datagram_endpoint(lambda: Client(conn), sock=sock)
+    c.datagram_received(reply, addr)
+    control(c)
+    sid = get(c)
+    await c.until(lambda: sid in c.ended or c.terminated is not None, timeout=5.0)
+    if c.terminated is not None:
+        result["connection_error"] = c.terminated
+    else:
+        result["status"] = c.response(sid)[0]
+    c.close()
+    transport.close()
+    return result
+
+
 async def gets_from_stdin(port):
     async def go(c):
         control(c)
@@ -487,6 +552,7 @@ def main():
     sub.add_parser("hold")
     sub.add_parser("session")
     sub.add_parser("ids")
+    sub.add_parser("held-retry")
     pr = sub.add_parser("retry")
     pr.add_argument("steps", nargs="+")
     pm = sub.add_parser("many")
@@ -501,6 +567,8 @@ def main():
         for method, path, headers in json.loads(a.requests):
             answer = asyncio.run(fetch(a.port, path, method, headers, "localhost"))
             print(json.dumps(answer), flush=True)
+    elif a.cmd == "held-retry":
+        print(json.dumps(asyncio.run(held_retry(a.port))))
     elif a.cmd == "ids":
         print(json.dumps(asyncio.run(issued_ids(a.port))))
     elif a.cmd == "session":

@@ -10,6 +10,7 @@
 //! thread when the client's address changes (ARCHITECTURE.md).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -76,38 +77,86 @@ pub struct QuicConfig {
     /// many handshakes are in flight on their endpoint: 0 for every
     /// client (`--quic-retry always`).
     pub retry_from: usize,
-    /// The key Retry tokens are sealed with, one per process: a token
-    /// one thread made is good on every other, and across certificate
-    /// reloads (each makes a new QUIC server configuration).
-    pub token_key: Arc<dyn HandshakeTokenKey>,
-    /// The key of the stateless-reset tokens, one per process: the token
-    /// a datagram for a forgotten connection gets is the one its issuer
-    /// announced, whichever endpoint the datagram reaches. A new process
-    /// has a new key (its resets are not recognised by clients of the
-    /// last one, which time out instead).
-    pub reset_key: Arc<dyn HmacKey>,
+    /// Retry tokens' and stateless resets' keys (`Keys`).
+    pub keys: Keys,
     /// `--max-connections`, shared with TCP: a new connection is refused
     /// while `shared.live` (TCP and QUIC, every thread) is at it.
     pub max_connections: usize,
     pub shared: Arc<Shared>,
 }
 
-/// A random key for Retry tokens, made once at start.
-pub fn token_key() -> Result<Arc<dyn HandshakeTokenKey>, aws_lc_rs::error::Unspecified> {
-    use aws_lc_rs::hkdf;
-    let mut secret = [0u8; 32];
-    aws_lc_rs::rand::fill(&mut secret)?;
-    Ok(Arc::new(
-        hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&secret),
-    ))
+/// Fewest bytes a `--quic-host-key` file holds: 256 bits of secret.
+pub const HOST_KEY_MIN: usize = 32;
+
+/// Most bytes a `--quic-host-key` file may hold: it is a key, not a
+/// stream (`/dev/urandom` named by mistake is refused, not read forever).
+pub const HOST_KEY_MAX: usize = 4096;
+
+/// The key Retry tokens are sealed with and the key stateless-reset
+/// tokens are made with: one pair per process, which every thread's
+/// endpoints share; random, or derived from `--quic-host-key`'s secret
+/// and then the same in the next process.
+pub struct Keys {
+    /// Seals Retry tokens: a token one thread made is good on every
+    /// other, and across certificate reloads (each makes a new QUIC
+    /// server configuration).
+    pub token: Arc<dyn HandshakeTokenKey>,
+    /// Makes the stateless-reset token of a connection ID: the token a
+    /// datagram for a forgotten connection gets is the one its issuer
+    /// announced, whichever endpoint the datagram reaches.
+    pub reset: Arc<dyn HmacKey>,
 }
 
-/// A random key for stateless-reset tokens, made once at start.
-pub fn reset_key() -> Result<Arc<dyn HmacKey>, aws_lc_rs::error::Unspecified> {
-    use aws_lc_rs::hmac;
-    let mut secret = [0u8; 64];
-    aws_lc_rs::rand::fill(&mut secret)?;
-    Ok(Arc::new(hmac::Key::new(hmac::HMAC_SHA256, &secret)))
+impl Keys {
+    /// Both keys from `secret` by HKDF-SHA256, each expanded with a label
+    /// of its own, so that neither tells anything about the other (or
+    /// about the secret). The same secret gives the same keys in every
+    /// process: a restarted server resets its predecessor's connections
+    /// and takes the Retry tokens it sent.
+    pub fn derive(secret: &[u8]) -> Result<Keys, aws_lc_rs::error::Unspecified> {
+        use aws_lc_rs::{hkdf, hmac};
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"kiln quic host key").extract(secret);
+        let token: hkdf::Prk = prk.expand(&[b"retry token key"], hkdf::HKDF_SHA256)?.into();
+        let reset: hmac::Key = prk
+            .expand(&[b"stateless reset key"], hmac::HMAC_SHA256)?
+            .into();
+        Ok(Keys {
+            token: Arc::new(token),
+            reset: Arc::new(reset),
+        })
+    }
+
+    /// Keys from a random secret, made once at start: good for this
+    /// process only.
+    pub fn random() -> Result<Keys, aws_lc_rs::error::Unspecified> {
+        let mut secret = [0u8; HOST_KEY_MIN];
+        aws_lc_rs::rand::fill(&mut secret)?;
+        Keys::derive(&secret)
+    }
+
+    /// Keys from the secret in `path` (`--quic-host-key`): every byte of
+    /// the file, from `HOST_KEY_MIN` to `HOST_KEY_MAX` of them; what is
+    /// wrong with it, in one line naming it.
+    pub fn read(path: &Path) -> anyhow::Result<Keys> {
+        use std::io::Read as _;
+        let name = path.display();
+        let mut secret = Vec::with_capacity(HOST_KEY_MAX + 1);
+        std::fs::File::open(path)
+            .and_then(|f| f.take(HOST_KEY_MAX as u64 + 1).read_to_end(&mut secret))
+            .map_err(|e| anyhow::anyhow!("--quic-host-key {name}: cannot read: {e}"))?;
+        if secret.len() < HOST_KEY_MIN {
+            anyhow::bail!(
+                "--quic-host-key {name}: {} bytes, fewer than the {HOST_KEY_MIN} a key needs \
+                 (make one with `head -c 32 /dev/urandom > FILE`)",
+                secret.len()
+            );
+        }
+        if secret.len() > HOST_KEY_MAX {
+            anyhow::bail!("--quic-host-key {name}: more than {HOST_KEY_MAX} bytes: not a key file");
+        }
+        Keys::derive(&secret)
+            .map_err(|_| anyhow::anyhow!("--quic-host-key {name}: cannot derive the keys"))
+    }
 }
 
 /// The QUIC-side TLS configuration made from the TCP one: the same
@@ -163,7 +212,7 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(thread: usize, config: Arc<QuicConfig>) -> Endpoint {
         let thread = thread as u8;
-        let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.reset_key));
+        let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.keys.reset));
         endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
         let mut transport = TransportConfig::default();
         transport
@@ -202,7 +251,7 @@ impl Endpoint {
         }
         self.tls = tls.cloned();
         let server =
-            tls.and_then(|tls| server_config(tls, &self.transport, &self.config.token_key));
+            tls.and_then(|tls| server_config(tls, &self.transport, &self.config.keys.token));
         self.endpoint.set_server_config(server);
     }
 
