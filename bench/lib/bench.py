@@ -279,7 +279,8 @@ class Bench:
         log = WORK / "run" / entry.name / "h2load-requests.tsv" if measured else None
         argv = h2load_command(case, corpus, port, duration_s, log)
         return argv, measure.run_h2load(argv, duration_s, pids, log,
-                                        "h2" if case.tls else "h2c")
+                                        "h2" if case.tls else "h2c",
+                                        case.connections * case.streams)
 
     def run_case(self, entry: servers.ServerEntry, case: Case, round_no: int) -> dict:
         """Check, warm up and measure one case on one server; return the run's record."""

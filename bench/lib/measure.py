@@ -54,6 +54,13 @@ RESULT_MARKER = "BENCH_RESULT "
 RSS_SAMPLE_S = 0.25
 # Latency figures in report.lua's line.
 LATENCY_KEYS = ["p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us"]
+# h2load's start-up: its requests that started this long after its first are past it. Its
+# one thread does every connection's TLS handshake first, in libev turns of up to 128
+# events; the requests a connection sends one turn after its handshake wait for the
+# next turn, which handles other connections' handshakes first. Its longest time per
+# request is that wait, tens of ms whatever the server (bench/FLOOR.md, "h2load's mean
+# and max").
+H2LOAD_STARTUP_US = 1_000_000
 # h2load's summary lines (nghttp2 1.52): its run time and req/s, the request counts, the
 # statuses, the bytes received, and the protocols negotiated (TLS lines over TLS only).
 H2LOAD_FINISHED = re.compile(r"^finished in ([\d.]+)(us|ms|s), ([\d.]+) req/s", re.M)
@@ -258,16 +265,21 @@ def h2load_argv(url: str, connections: int, streams: int, duration_s: int,
 def _percentiles(log: Path) -> dict:
     """LATENCY_KEYS from h2load's --log-file: tab-separated start time (µs since the epoch),
     status (-1 for a failed stream) and µs until the end of the response, one line per
-    request; failed streams have no latency. Nearest-rank percentiles."""
-    durations = []
+    request; failed streams have no latency. Nearest-rank percentiles. Also
+    `max_after_startup_us`: the longest time of a request started H2LOAD_STARTUP_US or
+    more after the first (None when none did)."""
+    starts, durations = [], []
     with log.open() as lines:
         for line in lines:
             # More columns may come in later versions: only the first three are read.
-            _, status, duration = line.split("\t", 3)[:3]
+            start, status, duration = line.split("\t", 3)[:3]
             if status != "-1":
+                starts.append(int(start))
                 durations.append(int(duration))
     if not durations:
-        return dict.fromkeys(LATENCY_KEYS)
+        return dict.fromkeys([*LATENCY_KEYS, "max_after_startup_us"])
+    past_startup = min(starts) + H2LOAD_STARTUP_US
+    after_startup = [d for s, d in zip(starts, durations) if s >= past_startup]
     durations.sort()
 
     def rank(percent: float) -> int:
@@ -275,14 +287,16 @@ def _percentiles(log: Path) -> dict:
 
     return {"p50_us": rank(50), "p90_us": rank(90), "p99_us": rank(99),
             "p999_us": rank(99.9), "max_us": durations[-1],
-            "mean_us": round(sum(durations) / len(durations), 1)}
+            "mean_us": round(sum(durations) / len(durations), 1),
+            "max_after_startup_us": max(after_startup, default=None)}
 
 
 def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Path | None,
-               protocol: str) -> dict:
+               protocol: str, in_flight: int) -> dict:
     """Run h2load; return the keys run_wrk returns, from h2load's summary and its log
     (latencies: None without `log`), and the protocols negotiated. Raises MeasureError
-    when h2load did not speak `protocol` (h2, or h2c) or completed no request."""
+    when h2load did not speak `protocol` (h2, or h2c) or completed no request.
+    `in_flight`: its connections × streams, for `mean_over_in_flight_time`."""
     if log is not None:
         # h2load appends to its log file: without this, every run's percentiles, mean
         # and max would include the earlier runs' requests.
@@ -335,6 +349,14 @@ def run_h2load(argv: list[str], duration_s: int, server_pids: list[int], log: Pa
         "socket_errors": errored + timeouts,
     }
     result.update(_percentiles(log) if log is not None else dict.fromkeys(LATENCY_KEYS))
+    # A closed loop keeps `in_flight` requests out, so its mean time per request follows
+    # from its req/s: in_flight / rps, of which h2load times a fixed share (about half:
+    # a request waits in the client before it is timed, and its response after). The
+    # same share for two servers means the mean differs by their req/s alone, not by
+    # when a server's responses reach the client.
+    mean = result.get("mean_us")
+    result["mean_over_in_flight_time"] = (
+        round(mean / 1e6 * result["rps"] / in_flight, 3) if mean and result["rps"] else None)
     return _client_figures(result, cpu, peak_rss)
 
 
