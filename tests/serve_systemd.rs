@@ -1,7 +1,9 @@
 //! systemd: listening sockets passed as systemd passes them (descriptors
 //! 3…, `LISTEN_FDS`, `LISTEN_FDNAMES`, `LISTEN_PID`), told apart by name
-//! (cleartext, TLS, metrics) and shared by every event loop; and the
-//! readiness protocol (`NOTIFY_SOCKET`: READY, RELOADING, STOPPING).
+//! (cleartext, TLS, metrics) and shared by every event loop; a
+//! dual-stack TLS socket serving HTTP/3 over IPv4 and IPv6 (skipped,
+//! saying so, without aioquic or IPv6 loopback); and the readiness
+//! protocol (`NOTIFY_SOCKET`: READY, RELOADING, STOPPING).
 
 mod common;
 
