@@ -360,6 +360,39 @@ fn alt_svc_is_sent_over_tls_only_while_http3_is_served() {
     }
 }
 
+/// A TLS port whose UDP twin cannot be bound (another socket holds it
+/// here; under a sandboxing unit, a bind filter or a missing capability)
+/// stops the start with one line naming the address and `--no-http3`,
+/// as Caddy and nginx refuse to start; with `--no-http3` the server starts
+/// on that port.
+#[test]
+fn a_udp_twin_that_cannot_be_bound_stops_the_start_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = common::example_pack(dir.path());
+    let holder = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    let args = [
+        pack.to_str().unwrap(),
+        "--listen-tls",
+        &addr,
+        "--tls-self-signed",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("serve")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "one line: {stderr}");
+    let named = format!("kiln: error: cannot listen on UDP {addr} for HTTP/3: ");
+    assert!(errors[0].starts_with(&named), "{stderr}");
+    assert!(errors[0].ends_with("--no-http3"), "{stderr}");
+    let server = Server::start(&[&args[..], &["--no-http3"]].concat());
+    assert_eq!(server.tls_port, Some(holder.local_addr().unwrap().port()));
+}
+
 /// SIGTERM with an HTTP/3 connection open: GOAWAY on the server's control
 /// stream, then the connection closed with H3_NO_ERROR, and the server
 /// exits.

@@ -515,19 +515,35 @@ struct Http3 {
 }
 
 /// One UDP socket per thread on each TLS address (HTTP/3), bound in
-/// thread order on the port its TCP listener took, the first of each
+/// thread order on the port its TCP listener took, with that listener's
+/// `IPV6_V6ONLY` (whoever bound it: kiln, or systemd), the first of each
 /// address steering datagrams by connection ID (`net::udp::bind`).
+///
+/// A bind that fails stops the start, as Caddy (HTTP/3 on by default too)
+/// and nginx (`listen ... quic`) do: serving on without HTTP/3 would go
+/// unseen until someone asks why no client uses it. The one line names the
+/// address and both ways out.
 fn bind_quic(listeners: &[Listeners], threads: usize) -> anyhow::Result<Vec<Vec<UdpSocket>>> {
     let mut per_thread: Vec<Vec<UdpSocket>> = (0..threads).map(|_| Vec::new()).collect();
-    let tls_addrs = listeners[0]
-        .iter()
-        .filter(|(_, tag)| *tag == stack::TLS)
-        .filter_map(|(l, _)| l.local_addr().ok());
-    for addr in tls_addrs {
+    let tls_listeners = listeners[0].iter().filter(|(_, tag)| *tag == stack::TLS);
+    for (listener, _) in tls_listeners {
+        let addr = listener.local_addr()?;
+        let only_v6 = addr.is_ipv6() && socket2::SockRef::from(listener).only_v6()?;
         for (thread, sockets) in per_thread.iter_mut().enumerate() {
             let steer = (thread == 0).then_some(threads as u32);
-            let socket = net::udp::bind(addr, steer)
-                .with_context(|| format!("cannot listen on {addr} (UDP, for HTTP/3)"))?;
+            let socket = net::udp::bind(addr, only_v6, steer).map_err(|e| {
+                let families = if addr.is_ipv6() && !only_v6 {
+                    " (IPv6 and IPv4)"
+                } else {
+                    ""
+                };
+                anyhow::anyhow!(
+                    "cannot listen on UDP {addr}{families} for HTTP/3: {e}; HTTP/3 needs \
+                     the UDP twin of each TLS port (under systemd: SocketBindAllow=udp:PORT, \
+                     and CAP_NET_BIND_SERVICE below 1024, as in deploy/kiln.service), or \
+                     turn it off with --no-http3"
+                )
+            })?;
             sockets.push(socket);
         }
     }

@@ -2,6 +2,9 @@
 """An HTTP/3 client for kiln's tests, on aioquic's QUIC layer, so that it
 can send what a correct HTTP/3 stack never would (h3spec-style cases).
 
+  h3client.py PORT [--host IP] COMMAND   the server at IP (127.0.0.1 by
+                                      default) for the commands that
+                                      connect with aioquic's client
   h3client.py PORT cases NAME...      one JSON line per case: what the
                                       server did (connection or stream
                                       error code, or the response status)
@@ -180,6 +183,10 @@ class Client(QuicConnectionProtocol):
         return status, headers, bytes(body)
 
 
+# Where the server is (`--host`): 127.0.0.1 unless told.
+HOST = "127.0.0.1"
+
+
 def configuration(token=b""):
     config = QuicConfiguration(is_client=True, alpn_protocols=["h3"])
     config.verify_mode = ssl.CERT_NONE
@@ -192,7 +199,7 @@ def configuration(token=b""):
 
 async def session(port, fn, token=b"", wait_connected=True):
     async with connect(
-        "127.0.0.1", port, configuration=configuration(token), create_protocol=Client,
+        HOST, port, configuration=configuration(token), create_protocol=Client,
         wait_connected=wait_connected,
     ) as client:
         return await fn(client)
@@ -537,8 +544,10 @@ async def issued_ids(port):
 
 
 def main():
+    global HOST
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
+    p.add_argument("--host", default=HOST)
     sub = p.add_subparsers(dest="cmd", required=True)
     pc = sub.add_parser("cases")
     pc.add_argument("names", nargs="+")
@@ -559,6 +568,7 @@ def main():
     pm.add_argument("n", type=int)
     pm.add_argument("path")
     a = p.parse_args()
+    HOST = a.host
     if a.cmd == "many":
         print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
     elif a.cmd == "retry":

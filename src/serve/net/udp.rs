@@ -29,17 +29,22 @@ pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
 }
 
 /// Binds one thread's UDP socket on `addr`, in the `SO_REUSEPORT` group of
-/// the other threads' on the same address. `steer` (given for the first
+/// the other threads' on the same address. `only_v6` (for an IPv6 `addr`)
+/// is the `IPV6_V6ONLY` of its TCP listener, so that a dual-stack listener
+/// (`[::]` as systemd's `BindIPv6Only=both` binds it) gets a dual-stack twin
+/// and HTTP/3 reaches IPv4 clients too: their addresses then come and go
+/// IPv4-mapped (`::ffff:a.b.c.d`), which `sendmmsg` takes back as they
+/// came, GSO included. `steer` (given for the first
 /// socket of a group, with the group's size): the kernel then hands each
 /// datagram to the socket its connection ID names (the first byte of the
 /// IDs this server issues is the thread's index), so that a connection
 /// whose client moved to another address or port still reaches its
 /// thread. Sockets must be bound in thread order: the group numbers them so.
-pub fn bind(addr: SocketAddr, steer: Option<u32>) -> std::io::Result<UdpSocket> {
+pub fn bind(addr: SocketAddr, only_v6: bool, steer: Option<u32>) -> std::io::Result<UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_port(true)?;
     if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+        socket.set_only_v6(only_v6)?;
     }
     socket.set_nonblocking(true)?;
     socket.set_cloexec(true)?;
@@ -260,42 +265,131 @@ impl DatagramSockets {
 mod tests {
     use super::*;
 
-    /// The steering program sends a datagram to the socket its first
-    /// connection-ID byte names, in either header form.
-    #[test]
-    fn datagrams_reach_the_socket_their_connection_id_names() {
-        let first = bind("127.0.0.1:0".parse().unwrap(), Some(3)).unwrap();
+    /// Whether the machine has IPv6 loopback; the IPv6 cases are skipped,
+    /// saying so, without it.
+    fn has_ipv6_loopback() -> bool {
+        let has = UdpSocket::bind("[::1]:0").is_ok();
+        if !has {
+            eprintln!("no IPv6 loopback on this machine: the IPv6 cases are skipped");
+        }
+        has
+    }
+
+    /// `socket`'s next batch, waited for: loopback delivers at once, the
+    /// loop only covers a softirq that runs late.
+    fn receive_soon(received: &mut Received, socket: &UdpSocket) -> usize {
+        for _ in 0..1000 {
+            let n = received.receive(socket).unwrap();
+            if n > 0 {
+                return n;
+            }
+            std::thread::yield_now();
+        }
+        0
+    }
+
+    /// Sends both header forms from each of `clients` to a group of three
+    /// sockets bound on `group` (with `only_v6`): each datagram reaches
+    /// the socket its first connection-ID byte names.
+    fn steer(group: &str, only_v6: bool, clients: &[&str]) {
+        let first = bind(group.parse().unwrap(), only_v6, Some(3)).unwrap();
         let addr = first.local_addr().unwrap();
-        let sockets = [first, bind(addr, None).unwrap(), bind(addr, None).unwrap()];
-        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
-        for thread in 0..3u8 {
-            let mut long = [0u8; 40];
-            long[0] = 0xc0;
-            long[5] = 8;
-            long[6] = thread;
-            let mut short = [0u8; 40];
-            short[0] = 0x40;
-            short[1] = thread + 3;
-            for packet in [&long, &short] {
-                client.send_to(packet, addr).unwrap();
-                let mut received = Received::default();
-                // Loopback delivers at once; the loop only covers a
-                // softirq that runs late.
-                let mut got = Vec::new();
-                for _ in 0..1000 {
-                    for (i, socket) in sockets.iter().enumerate() {
-                        if received.receive(socket).unwrap() > 0 {
-                            got.push(i);
-                            received.for_each(|_, d| assert_eq!(&d[..], &packet[..]));
+        let sockets = [
+            first,
+            bind(addr, only_v6, None).unwrap(),
+            bind(addr, only_v6, None).unwrap(),
+        ];
+        for client in clients {
+            let client = UdpSocket::bind(client).unwrap();
+            let mut to = client.local_addr().unwrap();
+            to.set_port(addr.port());
+            for thread in 0..3u8 {
+                let mut long = [0u8; 40];
+                long[0] = 0xc0;
+                long[5] = 8;
+                long[6] = thread;
+                let mut short = [0u8; 40];
+                short[0] = 0x40;
+                short[1] = thread + 3;
+                for packet in [&long, &short] {
+                    client.send_to(packet, to).unwrap();
+                    let mut received = Received::default();
+                    let mut got = Vec::new();
+                    for _ in 0..1000 {
+                        for (i, socket) in sockets.iter().enumerate() {
+                            if received.receive(socket).unwrap() > 0 {
+                                got.push(i);
+                                received.for_each(|_, d| assert_eq!(&d[..], &packet[..]));
+                            }
                         }
+                        if !got.is_empty() {
+                            break;
+                        }
+                        std::thread::yield_now();
                     }
-                    if !got.is_empty() {
-                        break;
-                    }
-                    std::thread::yield_now();
+                    assert_eq!(got, [usize::from(thread)], "from {to} to {group}");
                 }
-                assert_eq!(got, [usize::from(thread)]);
             }
         }
+    }
+
+    /// The steering program sends a datagram to the socket its first
+    /// connection-ID byte names, in either header form, on an IPv4 group
+    /// and on a dual-stack one (IPv4 and IPv6 clients alike).
+    #[test]
+    fn datagrams_reach_the_socket_their_connection_id_names() {
+        steer("127.0.0.1:0", true, &["127.0.0.1:0"]);
+        if has_ipv6_loopback() {
+            steer("[::]:0", false, &["127.0.0.1:0", "[::1]:0"]);
+        }
+    }
+
+    /// A dual-stack socket sees an IPv4 client at its IPv4-mapped address,
+    /// receives its GSO train as whole datagrams, and answers it there, a
+    /// GSO train too.
+    #[test]
+    fn a_dual_stack_socket_serves_ipv4_clients_at_their_mapped_address() {
+        if !has_ipv6_loopback() {
+            return;
+        }
+        let server = bind("[::]:0".parse().unwrap(), false, Some(1)).unwrap();
+        let port = server.local_addr().unwrap().port();
+        let client = bind("127.0.0.1:0".parse().unwrap(), true, None).unwrap();
+        let client_addr = client.local_addr().unwrap();
+        let train: Vec<u8> = (0..30).collect();
+        let sent = sys::send_datagrams(
+            client.as_fd(),
+            &[OutgoingDatagram {
+                to: (std::net::Ipv4Addr::LOCALHOST, port).into(),
+                bytes: &train,
+                segment: Some(10),
+            }],
+        )
+        .unwrap();
+        assert_eq!(sent, 1);
+        let mut received = Received::default();
+        let mut got = Vec::new();
+        while got.len() < 3 && receive_soon(&mut received, &server) > 0 {
+            received.for_each(|peer, d| got.push((peer, d.to_vec())));
+        }
+        let mapped = SocketAddr::from((
+            std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(),
+            client_addr.port(),
+        ));
+        let expected: Vec<_> = train.chunks(10).map(|c| (mapped, c.to_vec())).collect();
+        assert_eq!(got, expected);
+
+        let mut transmits = Transmits::default();
+        let mut answer = transmits.buffer();
+        answer.extend_from_slice(&train);
+        transmits.queue(Some(mapped), answer, Some(10));
+        transmits.send(&server);
+        let mut back = Vec::new();
+        while back.len() < 3 && receive_soon(&mut received, &client) > 0 {
+            received.for_each(|peer, d| back.push((peer, d.to_vec())));
+        }
+        let from: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, port).into();
+        let expected: Vec<_> = train.chunks(10).map(|c| (from, c.to_vec())).collect();
+        assert_eq!(back, expected);
     }
 }
