@@ -313,9 +313,7 @@ impl Endpoint {
             }
         }
         self.drive(now, out, cx);
-        self.timers
-            .next()
-            .map(|t| t.saturating_duration_since(now))
+        self.timers.next().map(|t| t.saturating_duration_since(now))
     }
 
     /// Gives every touched connection its events, runs HTTP/3 on them,
