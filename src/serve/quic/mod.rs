@@ -152,6 +152,9 @@ pub struct Endpoint {
     /// Connections by handle.
     conns: Vec<Option<Box<Conn>>>,
     open: usize,
+    /// Open connections whose handshake is not done (for Retry under
+    /// `auto`): counted, not found by a scan at each new client.
+    handshaking: usize,
     /// When each connection wants quinn's `handle_timeout`, by handle.
     timers: Timers,
     /// Connections with something to do this turn.
@@ -182,6 +185,7 @@ impl Endpoint {
             config,
             conns: Vec::new(),
             open: 0,
+            handshaking: 0,
             timers: Timers::default(),
             touched: Vec::new(),
             read: Vec::with_capacity(16 * 1024),
@@ -251,8 +255,7 @@ impl Endpoint {
                     queue(out, &self.response, t);
                     return;
                 }
-                let handshaking = self.conns.iter().flatten().filter(|c| !c.started).count();
-                if handshaking >= self.config.retry_from
+                if self.handshaking >= self.config.retry_from
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -280,6 +283,7 @@ impl Endpoint {
                             started: false,
                         }));
                         self.open += 1;
+                        self.handshaking += 1;
                         self.config.shared.live.fetch_add(1, Ordering::Relaxed);
                         counters.quic_accepted.add(1);
                         self.touched.push(slot);
@@ -357,6 +361,7 @@ impl Endpoint {
             match event {
                 Event::Connected => {
                     *started = true;
+                    self.handshaking -= 1;
                     cx.ctx.metrics.of_loop(cx.ctx.thread).quic_handshakes.add(1);
                     h3.start(&mut streams);
                     accept_streams(quic, h3, &mut self.read, now, cx);
@@ -422,6 +427,9 @@ impl Endpoint {
             counters.quic_closed.add(1);
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 let _ = self.endpoint.handle_event(ConnectionHandle(slot), event);
+            }
+            if !conn.started {
+                self.handshaking -= 1;
             }
             self.conns[slot] = None;
             self.timers.remove(slot);
