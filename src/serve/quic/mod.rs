@@ -360,8 +360,12 @@ impl Endpoint {
             let mut streams = QuicStreams { quic, now };
             match event {
                 Event::Connected => {
+                    // The count follows `started` (quinn reports Connected
+                    // once; a second report must not count twice).
+                    if !*started {
+                        self.handshaking -= 1;
+                    }
                     *started = true;
-                    self.handshaking -= 1;
                     cx.ctx.metrics.of_loop(cx.ctx.thread).quic_handshakes.add(1);
                     h3.start(&mut streams);
                     accept_streams(quic, h3, &mut self.read, now, cx);
