@@ -5,16 +5,22 @@
 # 16-deep pipelined (python client), h2c (h2load 4 x 16) and HTTPS
 # keep-alive, one request at a time (python client, TLS 1.3 AES-128-GCM,
 # one connection); the difference between N1 and N2 requests cancels
-# start-up, shutdown and the handshake.
+# start-up, shutdown and the handshake. MODES=h3: HTTP/3 (oha 1.16,
+# CONNS x STREAMS, 128 x 16 by default) for a 13-byte file, as bench/run's
+# h3-hello cases; the difference also cancels the handshakes and oha's
+# wait for the 2-second idle timeout.
 set -u
 K=$(realpath "$1"); OUT=$2; SITE=$(realpath "$(dirname "$0")/../examples/site")
-mkdir -p "$OUT"; cd "$OUT"
+mkdir -p "$OUT/hello"; cd "$OUT"
 "$K" build "$SITE" -o site.pack -q
+printf 'Hello, world!' > hello/hello.txt
+"$K" build hello -o hello.pack -q
 run() { # mode n
   local port=$((20000 + RANDOM % 20000))
-  local listen=(--listen 127.0.0.1:$port) scheme=http
+  local listen=(--listen 127.0.0.1:$port) scheme=http pack=site.pack
   [ $1 = tls ] && listen=(--listen-tls 127.0.0.1:$port --tls-self-signed) scheme=https
-  valgrind --tool=callgrind --callgrind-out-file=cg.$1.$2 $K serve site.pack "${listen[@]}" --threads 1 --io epoll --no-sandbox > /dev/null 2> serve.$1.$2.err &
+  [ $1 = h3 ] && listen=(--listen-tls 127.0.0.1:$port --tls-self-signed --keepalive-timeout 2) scheme=https pack=hello.pack
+  valgrind --tool=callgrind --callgrind-out-file=cg.$1.$2 $K serve $pack "${listen[@]}" --threads 1 --io epoll --no-sandbox > /dev/null 2> serve.$1.$2.err &
   local pid=$!
   for i in $(seq 200); do curl -sk -o /dev/null $scheme://127.0.0.1:$port/ && break; sleep 0.1; done
   if [ $1 = h1 ]; then
@@ -56,6 +62,10 @@ for _ in range(n):
                 buf = buf[i + 4 + L:]; break
         buf += s.recv(1 << 20)
 PY
+  elif [ $1 = h3 ]; then
+    oha --no-tui --insecure --http-version 3 -n $2 -c ${CONNS:-128} -p ${STREAMS:-16} \
+      --output-format json https://127.0.0.1:$port/hello.txt > oha.$2.json 2>&1
+    python3 -c "import json,sys; d=json.load(open('oha.$2.json')); ok=d['statusCodeDistribution'].get('200',0); ok==$2 or print(f'{ok} of $2 answered 200')"
   else
     h2load -n $2 -c 4 -m 16 -H 'accept-encoding: gzip' http://127.0.0.1:$port/index.html > h2load.$2.txt 2>&1
     grep -q "succeeded, 0 failed\|$2 succeeded" h2load.$2.txt || grep "requests:" h2load.$2.txt

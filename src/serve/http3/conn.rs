@@ -5,6 +5,7 @@
 //! unknown frame and stream types ignored, GOAWAY, and every error RFC 9114
 //! names for what it names. Requests go to `handler::answer` as HTTP/2's.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -48,14 +49,61 @@ pub struct Scratch {
     qpack: Vec<u8>,
     section: Vec<u8>,
     head: Vec<u8>,
-    /// Responses' frame heads, carved off one block with `split().freeze()`
-    /// so that one allocation serves many responses (QUIC holds each head
-    /// until it is acknowledged; a block is freed once its last head is).
-    heads: BytesMut,
+    /// Responses' frame heads.
+    heads: HeadBlocks,
 }
 
-/// The size of a `Scratch::heads` block: a few hundred heads.
+/// Where responses' frame heads are carved off, with `split().freeze()`,
+/// so that one allocation serves many responses (QUIC holds each head
+/// until it is acknowledged).
+#[derive(Default)]
+struct HeadBlocks {
+    /// The block heads are carved off now.
+    current: Option<BytesMut>,
+    /// Blocks used up, oldest first, each held by the empty end of it
+    /// that `current` was: once QUIC has dropped every head carved off
+    /// the oldest, it is taken back whole (`try_reclaim`) instead of a new
+    /// one allocated. A block's last heads are always still in flight
+    /// when it fills, so reusing only the current block (as `reserve`
+    /// does when it can) would allocate a new one at every fill.
+    spent: VecDeque<BytesMut>,
+}
+
+/// The size of a head block: a few hundred heads.
 const HEADS_BLOCK: usize = 64 * 1024;
+
+/// Blocks kept in `HeadBlocks::spent` (1 MiB: the heads of thousands of
+/// responses in flight on a thread). Past it the oldest is let go, to be
+/// freed once QUIC drops its last head.
+const SPENT_BLOCKS: usize = 16;
+
+impl HeadBlocks {
+    /// `head` copied into the current block and carved off it.
+    fn carve(&mut self, head: &[u8]) -> Bytes {
+        let block = match self.current.take() {
+            Some(block) if block.capacity() >= head.len() => block,
+            full => {
+                if let Some(full) = full {
+                    self.spent.push_back(full);
+                    if self.spent.len() > SPENT_BLOCKS {
+                        self.spent.pop_front();
+                    }
+                }
+                let need = HEADS_BLOCK.max(head.len());
+                let reclaimed = self
+                    .spent
+                    .front_mut()
+                    .is_some_and(|oldest| oldest.try_reclaim(need))
+                    .then(|| self.spent.pop_front())
+                    .flatten();
+                reclaimed.unwrap_or_else(|| BytesMut::with_capacity(need))
+            }
+        };
+        let block = self.current.insert(block);
+        block.extend_from_slice(head);
+        block.split().freeze()
+    }
+}
 
 /// The largest request field section kept (name + value + 32 per field,
 /// as SETTINGS_MAX_FIELD_SECTION_SIZE counts): beyond it, 431.
@@ -730,11 +778,7 @@ impl Conn {
         }
         let sent = body.len() as u64;
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
-        if scratch.heads.capacity() < head.len() {
-            scratch.heads.reserve(HEADS_BLOCK.max(head.len()));
-        }
-        scratch.heads.extend_from_slice(head);
-        let head = scratch.heads.split().freeze();
+        let head = scratch.heads.carve(head);
         let request = &mut self.requests[i];
         request.unsent = Some([head, body]);
         ctx.count(Protocol::Http3, site, status, sent, encoding);

@@ -1,8 +1,9 @@
 //! QUIC (RFC 9000) for HTTP/3: `quinn-proto`'s state machines, driven
 //! sans-IO by the event loop that owns the UDP socket. One [`Endpoint`]
 //! per loop thread and socket: datagrams in (`net::udp::Received`),
-//! datagrams out (`net::udp::Transmits`), timers polled once per loop
-//! turn; each connection's streams handed to `http3::Conn`.
+//! datagrams out (`net::udp::Transmits`), the timers due run once per
+//! loop turn (found in deadline order, `timers.rs`); each connection's
+//! streams handed to `http3::Conn`.
 //!
 //! Connection IDs this server issues start with the thread's index: the
 //! socket group's BPF program (`net::udp::bind`) steers every datagram to
@@ -22,6 +23,9 @@ use quinn_proto::{
     Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
 };
 
+mod timers;
+
+use self::timers::Timers;
 use super::http3;
 use super::metrics::LoopCounters;
 use super::net::udp::{Received, Transmits};
@@ -185,8 +189,6 @@ struct Conn {
     h3: http3::Conn,
     /// The handshake is done and HTTP/3 started.
     started: bool,
-    /// When quinn wants `handle_timeout`.
-    timer: Option<Instant>,
 }
 
 /// One thread's QUIC endpoint on one UDP socket.
@@ -199,6 +201,11 @@ pub struct Endpoint {
     /// Connections by handle.
     conns: Vec<Option<Box<Conn>>>,
     open: usize,
+    /// Open connections whose handshake is not done (for Retry under
+    /// `auto`): counted, not found by a scan at each new client.
+    handshaking: usize,
+    /// When each connection wants quinn's `handle_timeout`, by handle.
+    timers: Timers,
     /// Connections with something to do this turn.
     touched: Vec<usize>,
     /// Stream bytes as read, for HTTP/3.
@@ -227,6 +234,8 @@ impl Endpoint {
             config,
             conns: Vec::new(),
             open: 0,
+            handshaking: 0,
+            timers: Timers::default(),
             touched: Vec::new(),
             read: Vec::with_capacity(16 * 1024),
             response: Vec::new(),
@@ -295,8 +304,7 @@ impl Endpoint {
                     queue(out, &self.response, t);
                     return;
                 }
-                let handshaking = self.conns.iter().flatten().filter(|c| !c.started).count();
-                if handshaking >= self.config.retry_from
+                if self.handshaking >= self.config.retry_from
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -322,9 +330,9 @@ impl Endpoint {
                             quic,
                             h3: http3::Conn::default(),
                             started: false,
-                            timer: None,
                         }));
                         self.open += 1;
+                        self.handshaking += 1;
                         self.config.shared.live.fetch_add(1, Ordering::Relaxed);
                         counters.quic_accepted.add(1);
                         self.touched.push(slot);
@@ -351,21 +359,14 @@ impl Endpoint {
         if self.draining {
             self.touched.extend(0..self.conns.len());
         }
-        for (slot, conn) in self.conns.iter_mut().enumerate() {
-            if let Some(conn) = conn
-                && conn.timer.is_some_and(|t| t <= now)
-            {
+        while let Some(slot) = self.timers.pop_due(now) {
+            if let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) {
                 conn.quic.handle_timeout(now);
                 self.touched.push(slot);
             }
         }
         self.drive(now, out, cx);
-        self.conns
-            .iter()
-            .flatten()
-            .filter_map(|c| c.timer)
-            .min()
-            .map(|t| t.saturating_duration_since(now))
+        self.timers.next().map(|t| t.saturating_duration_since(now))
     }
 
     /// Gives every touched connection its events, runs HTTP/3 on them,
@@ -408,6 +409,11 @@ impl Endpoint {
             let mut streams = QuicStreams { quic, now };
             match event {
                 Event::Connected => {
+                    // The count follows `started` (quinn reports Connected
+                    // once; a second report must not count twice).
+                    if !*started {
+                        self.handshaking -= 1;
+                    }
                     *started = true;
                     cx.ctx.metrics.of_loop(cx.ctx.thread).quic_handshakes.add(1);
                     h3.start(&mut streams);
@@ -465,7 +471,7 @@ impl Endpoint {
                 }
             }
         }
-        conn.timer = conn.quic.poll_timeout();
+        self.timers.set(slot, conn.quic.poll_timeout());
         if conn.quic.is_drained() {
             let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
             counters
@@ -475,7 +481,11 @@ impl Endpoint {
             while let Some(event) = conn.quic.poll_endpoint_events() {
                 let _ = self.endpoint.handle_event(ConnectionHandle(slot), event);
             }
+            if !conn.started {
+                self.handshaking -= 1;
+            }
             self.conns[slot] = None;
+            self.timers.remove(slot);
             self.open -= 1;
             self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
         }
