@@ -128,6 +128,18 @@ impl Received {
     }
 }
 
+/// The most datagrams one UDP GSO send may carry (the kernel's
+/// `UDP_MAX_SEGMENTS`).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// The most bytes one UDP GSO send may carry: an IPv4 datagram's 65,535
+/// less its IP and UDP headers (IPv6 allows 20 more).
+const GSO_MAX_BYTES: usize = 65_535 - 20 - 8;
+
+/// How many datagrams of `segment` bytes one send may carry as a GSO train.
+pub fn gso_segments(segment: usize) -> usize {
+    (GSO_MAX_BYTES / segment.max(1)).clamp(1, GSO_MAX_SEGMENTS)
+}
+
 /// Datagrams to send, each in its own buffer (QUIC writes a train of
 /// same-sized datagrams into one for GSO); buffers are reused.
 #[derive(Default)]
@@ -264,6 +276,40 @@ impl DatagramSockets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The longest train `gso_segments` allows is sent whole: the kernel
+    /// takes it in one send and the receiver gets every datagram, each of
+    /// the segment's size (here without GRO, so one read each).
+    #[test]
+    fn the_longest_gso_train_is_sent_whole() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let to = receiver.local_addr().unwrap();
+        let sender = bind("127.0.0.1:0".parse().unwrap(), false, None).unwrap();
+        // QUIC's smallest datagram; the path MTU found on Ethernet; a size
+        // whose train ends within 28 bytes of 65,535 (one segment more, or
+        // a limit of 65,535 bytes, and the kernel refuses it); one so small
+        // that the segment count is the limit (128 since Linux 6.x, 64 before).
+        for segment in [1200, 1452, 1489, 900] {
+            let count = gso_segments(segment);
+            assert!(count > 10, "{segment}: {count}");
+            let train: Vec<u8> = (0..segment * count).map(|i| (i / segment) as u8).collect();
+            let datagram = OutgoingDatagram {
+                to,
+                bytes: &train,
+                segment: Some(segment as u16),
+            };
+            assert_eq!(sys::send_datagrams(sender.as_fd(), &[datagram]).unwrap(), 1);
+            let mut buf = [0u8; 2048];
+            for i in 0..count {
+                let len = receiver.recv(&mut buf).unwrap();
+                assert_eq!(len, segment);
+                assert!(buf[..len].iter().all(|&b| b == i as u8), "{segment}: {i}");
+            }
+        }
+    }
 
     /// Whether the machine has IPv6 loopback; the IPv6 cases are skipped,
     /// saying so, without it.

@@ -28,7 +28,7 @@ mod timers;
 use self::timers::Timers;
 use super::http3;
 use super::metrics::LoopCounters;
-use super::net::udp::{Received, Transmits};
+use super::net::udp::{Received, Transmits, gso_segments};
 use super::net::{Backing, Shared};
 use super::request_context::RequestContext;
 
@@ -37,9 +37,6 @@ pub const ALPN_H3: &[u8] = b"h3";
 
 /// Connection IDs' length: the thread's byte and 7 random ones.
 const CID_LEN: usize = 8;
-
-/// Datagrams one `poll_transmit` may give as a GSO train.
-const GSO_SEGMENTS: usize = 10;
 
 /// Connection IDs whose first byte is the thread's index.
 struct ThreadCids {
@@ -460,7 +457,11 @@ impl Endpoint {
         }
         loop {
             let mut buf = out.buffer();
-            match conn.quic.poll_transmit(now, GSO_SEGMENTS, &mut buf) {
+            // As long a GSO train as one send takes: a connection's burst
+            // of response data then costs a few sends through the kernel's
+            // UDP and IP layers, not one per ten datagrams.
+            let segments = gso_segments(conn.quic.current_mtu().into());
+            match conn.quic.poll_transmit(now, segments, &mut buf) {
                 Some(t) => {
                     buf.truncate(t.size);
                     out.queue(Some(t.destination), buf, t.segment_size);
