@@ -27,7 +27,7 @@ fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
 }
 
 /// `start_with` on the TLS address `tls` (a port taken again after a
-/// restart).
+/// restart: see `port_outside_ephemeral_range`).
 fn start_on(dir: &std::path::Path, backend: &str, tls: &str, extra: &[&str]) -> Server {
     let pack = common::example_pack(dir);
     let mut args = vec![
@@ -44,6 +44,27 @@ fn start_on(dir: &std::path::Path, backend: &str, tls: &str, extra: &[&str]) -> 
     let server = Server::start(&args);
     assert!(server.tls_port.is_some(), "{}", server.startup);
     server
+}
+
+/// A port free for TCP and UDP on 127.0.0.1 below the kernel's ephemeral
+/// range, for a server restarted on the same port: the kernel gives no
+/// port of its own choosing (another test's `:0` listener or client
+/// socket) from outside that range, so none can take the port while
+/// neither server holds it. Started from a point that depends on the
+/// process, so that two test runs side by side look in different places.
+fn port_outside_ephemeral_range() -> u16 {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(low > 2048, "ephemeral range starts at {low}");
+    let span = low - 1024;
+    let start = (std::process::id() % u32::from(span)) as u16;
+    (0..span)
+        .map(|i| 1024 + (start + i) % span)
+        .find(|&port| {
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        })
+        .expect("a free port below the ephemeral range")
 }
 
 /// Runs `check` against a server with `extra` flags (`start_with`) on each
@@ -932,12 +953,12 @@ fn retry_tokens_and_resets_outlive_a_restart_with_a_host_key() {
         key.to_str().unwrap(),
     ];
     for (flags, kept) in [(&with_key[..], true), (&with_key[..2], false)] {
-        let before = start_with(dir.path(), "epoll", flags);
+        let tls = format!("127.0.0.1:{}", port_outside_ephemeral_range());
+        let before = start_on(dir.path(), "epoll", &tls, flags);
         let port = before.tls_port.unwrap();
         let (id, token) = issued_id(port);
         let held = HeldRetry::start(port);
         drop(before);
-        let tls = format!("127.0.0.1:{port}");
         let after = start_on(dir.path(), "epoll", &tls, flags);
         let reply = stateless_reset(port, &id);
         assert_eq!(
