@@ -381,11 +381,15 @@ pub const DATAGRAM_BATCH: usize = 16;
 
 /// One datagram `recv_datagrams` received: `len` bytes at the start of its
 /// slot, coalesced by GRO into `segment`-byte datagrams (the last one
-/// shorter) when the kernel did so.
+/// shorter) when the kernel did so. `local`: the address it was sent to,
+/// when the socket reports it (`enable_packet_info`), in the family of
+/// `peer` (IPv4-mapped on a dual-stack socket); GRO coalesces only
+/// datagrams of one flow, so a train has one.
 #[derive(Clone, Copy, Debug)]
 pub struct ReceivedDatagram {
     pub len: usize,
     pub peer: std::net::SocketAddr,
+    pub local: Option<std::net::IpAddr>,
     pub segment: Option<usize>,
 }
 
@@ -395,6 +399,24 @@ pub struct ReceivedDatagram {
 pub fn enable_udp_gro(socket: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
     let on: libc::c_int = 1;
     set_int_option(socket, libc::SOL_UDP, UDP_GRO, on)
+}
+
+/// Makes `recv_datagrams` report each datagram's destination address
+/// (`IP_PKTINFO`, `IPV6_RECVPKTINFO`), which `send_datagrams` then
+/// sends from. `ipv4` for an IPv4 socket or a dual-stack IPv6 one (its
+/// IPv4 peers), `ipv6` for an IPv6 one.
+pub fn enable_packet_info(
+    socket: std::os::fd::BorrowedFd<'_>,
+    ipv4: bool,
+    ipv6: bool,
+) -> std::io::Result<()> {
+    if ipv4 {
+        set_int_option(socket, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+    }
+    if ipv6 {
+        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+    }
+    Ok(())
 }
 
 fn set_int_option(
@@ -509,13 +531,53 @@ fn socket_addr_of(
     }
 }
 
-/// Room for one `UDP_SEGMENT`/`UDP_GRO` control message (a u16 or an int).
-const CMSG_ROOM: usize = 32;
+/// Room for the control messages of one datagram: received, `UDP_GRO`
+/// (an int) and both packet infos (a dual-stack socket's IPv4 datagram
+/// has both); sent, `UDP_SEGMENT` (a u16) and one packet info.
+// SAFETY: CMSG_SPACE only computes.
+const CMSG_ROOM: usize = unsafe {
+    (libc::CMSG_SPACE(size_of::<libc::c_int>() as u32)
+        + libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32)
+        + libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32)) as usize
+};
 
 /// Control-message buffers, aligned as `cmsghdr` needs.
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
 struct CmsgBuf([u8; CMSG_ROOM]);
+
+impl CmsgBuf {
+    /// Writes a control message of `value` at byte `at` (0, or what the
+    /// previous `put` returned): where the next one goes, which is also
+    /// the `msg_controllen` of those written so far.
+    fn put<T: Copy>(
+        &mut self,
+        at: usize,
+        level: libc::c_int,
+        kind: libc::c_int,
+        value: T,
+    ) -> usize {
+        // SAFETY: CMSG_SPACE and CMSG_LEN only compute.
+        let (space, len) = unsafe {
+            (
+                libc::CMSG_SPACE(size_of::<T>() as u32) as usize,
+                libc::CMSG_LEN(size_of::<T>() as u32) as usize,
+            )
+        };
+        assert!(at + space <= CMSG_ROOM, "control messages beyond CMSG_ROOM");
+        // SAFETY: the message (header, then data at CMSG_DATA's offset)
+        // lies inside the buffer (asserted above); `at` is a sum of
+        // CMSG_SPACEs, so the header is aligned as the buffer is.
+        unsafe {
+            let c = self.0.as_mut_ptr().add(at).cast::<libc::cmsghdr>();
+            (*c).cmsg_len = len as _;
+            (*c).cmsg_level = level;
+            (*c).cmsg_type = kind;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<T>(), value);
+        }
+        at + space
+    }
+}
 
 /// Receives up to `DATAGRAM_BATCH` datagrams with one `recvmmsg`, the
 /// i-th into `slots[i*slot..(i+1)*slot]`, described in `out`. Returns how
@@ -572,14 +634,30 @@ pub fn recv_datagrams(
         let hdr = &msgs[i].msg_hdr;
         let peer = socket_addr_of(&names[i], hdr.msg_namelen);
         let mut segment = None;
+        let mut local = None;
         // SAFETY: the kernel filled the control buffer up to
-        // msg_controllen; the CMSG macros stay inside it.
+        // msg_controllen; the CMSG macros stay inside it, and each
+        // message's data is read as the type its level and type name.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(hdr);
             while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::SOL_UDP, UDP_GRO) => {
+                        let v = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                        segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                    }
+                    (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                        let info = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                        let ip = std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
+                        local = Some(std::net::IpAddr::V4(ip));
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                        let info = std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
+                        let ip = std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr);
+                        local = Some(std::net::IpAddr::V6(ip));
+                    }
+                    _ => {}
                 }
                 c = libc::CMSG_NXTHDR(hdr, c);
             }
@@ -588,11 +666,13 @@ pub fn recv_datagrams(
             Some(peer) => ReceivedDatagram {
                 len: msgs[i].msg_len as usize,
                 peer,
+                local: local.map(|ip| in_family_of(ip, peer)),
                 segment,
             },
             None => ReceivedDatagram {
                 len: 0,
                 peer: (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                local: None,
                 segment: None,
             },
         };
@@ -600,10 +680,22 @@ pub fn recv_datagrams(
     Ok(n)
 }
 
+/// `local` as `peer` writes addresses: IPv4-mapped for an IPv6 peer (a
+/// dual-stack socket's IPv4 one, whose `IP_PKTINFO` says IPv4).
+fn in_family_of(local: std::net::IpAddr, peer: std::net::SocketAddr) -> std::net::IpAddr {
+    match (local, peer) {
+        (std::net::IpAddr::V4(ip), std::net::SocketAddr::V6(_)) => ip.to_ipv6_mapped().into(),
+        _ => local,
+    }
+}
+
 /// One datagram (or, with `segment`, a GSO train of them) to send.
 #[derive(Clone, Copy, Debug)]
 pub struct OutgoingDatagram<'a> {
     pub to: std::net::SocketAddr,
+    /// The source address (`IP_PKTINFO` / `IPV6_PKTINFO`), else the one
+    /// the route picks.
+    pub from: Option<std::net::IpAddr>,
     pub bytes: &'a [u8],
     /// Cut `bytes` into datagrams of this size (UDP GSO).
     pub segment: Option<u16>,
@@ -635,18 +727,38 @@ pub fn send_datagrams(
         hdr.msg_namelen = len;
         hdr.msg_iov = &raw mut iovs[i];
         hdr.msg_iovlen = 1;
+        let control = &mut cmsgs[i];
+        let mut used = 0;
         if let Some(segment) = d.segment.filter(|&s| (s as usize) < d.bytes.len()) {
-            hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
-            // SAFETY: the control buffer holds one cmsg of a u16 (checked
-            // by CMSG_SPACE against CMSG_ROOM at compile time below).
-            unsafe {
-                hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
-                let c = libc::CMSG_FIRSTHDR(hdr);
-                (*c).cmsg_level = libc::SOL_UDP;
-                (*c).cmsg_type = UDP_SEGMENT;
-                (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+            used = control.put(used, libc::SOL_UDP, UDP_SEGMENT, segment);
+        }
+        match d.from {
+            Some(std::net::IpAddr::V4(ip)) => {
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(ip).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                used = control.put(used, libc::IPPROTO_IP, libc::IP_PKTINFO, info);
             }
+            // An IPv4-mapped one goes too, to an IPv4-mapped peer (the
+            // kernel takes it for IPv4's source).
+            Some(std::net::IpAddr::V6(ip)) => {
+                let info = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: ip.octets(),
+                    },
+                    ipi6_ifindex: 0,
+                };
+                used = control.put(used, libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, info);
+            }
+            None => {}
+        }
+        if used > 0 {
+            hdr.msg_control = control.0.as_mut_ptr().cast();
+            hdr.msg_controllen = used;
         }
     }
     // SAFETY: every pointer in `msgs` points at the arrays above or at

@@ -414,6 +414,41 @@ fn a_udp_twin_that_cannot_be_bound_stops_the_start_with_one_line() {
     assert_eq!(server.tls_port, Some(holder.local_addr().unwrap().port()));
 }
 
+/// A TLS listener on a wildcard address (`0.0.0.0`, as `--listen-tls
+/// :443` binds) answers HTTP/3 from the address each client wrote to,
+/// on each back end. Every 127/8 address is this host's, and the route
+/// back to a client that wrote to 127.0.0.2 leaves from 127.0.0.1: a
+/// client (aioquic, as any) drops datagrams from an address it did not
+/// write to, so without the source set per datagram it gets no answer.
+#[test]
+fn a_wildcard_tls_listener_answers_http3_from_the_address_written_to() {
+    if !have_aioquic() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = common::example_pack(dir.path());
+    for backend in BACKENDS {
+        let args = [
+            pack.to_str().unwrap(),
+            "--listen-tls",
+            "0.0.0.0:0",
+            "--tls-self-signed",
+            "--io",
+            backend,
+        ];
+        let server = Server::start(&args);
+        let port: u16 = server
+            .startup
+            .split("https://0.0.0.0:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no TLS port in {:?}", server.startup));
+        let answer = &h3client(port, &["--host", "127.0.0.2", "get", "/"])[0];
+        assert_eq!(answer["status"], 200, "{backend}: {answer}");
+    }
+}
+
 /// SIGTERM with an HTTP/3 connection open: GOAWAY on the server's control
 /// stream, then the connection closed with H3_NO_ERROR, and the server
 /// exits.

@@ -100,7 +100,9 @@ fn dual_stack_listener() -> Option<TcpListener> {
 
 /// A dual-stack socket passed as `https` (the shipped kiln-https.socket)
 /// gets a dual-stack UDP twin: HTTP/3 is answered on its port over IPv4
-/// and IPv6 alike, which `Alt-Svc` advertises over TLS on both.
+/// and IPv6 alike, which `Alt-Svc` advertises over TLS on both; from the
+/// address each client wrote to (127.0.0.2's answer would otherwise
+/// leave from 127.0.0.1, and be dropped).
 #[test]
 fn a_dual_stack_https_socket_serves_http3_over_ipv4_and_ipv6() {
     if !h3client::available() {
@@ -127,7 +129,7 @@ fn a_dual_stack_https_socket_serves_http3_over_ipv4_and_ipv6() {
         },
     );
     let hello_hex: String = HELLO.iter().map(|b| format!("{b:02x}")).collect();
-    for host in ["127.0.0.1", "::1"] {
+    for host in ["127.0.0.1", "127.0.0.2", "::1"] {
         let answer = &h3client::run(port, &["--host", host, "get", "/hello.txt"])[0];
         assert_eq!(answer["status"], 200, "HTTP/3 over {host}: {answer}");
         assert_eq!(answer["body"], hello_hex.as_str(), "{host}: {answer}");

@@ -4,7 +4,7 @@
 //! send queued in reused buffers and sent in batches (`sendmmsg`, GSO).
 //! Bytes only: what the datagrams mean is the stack's.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 
 use bytes::BytesMut;
@@ -40,6 +40,12 @@ pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
 /// IDs this server issues is the thread's index), so that a connection
 /// whose client moved to another address or port still reaches its
 /// thread. Sockets must be bound in thread order: the group numbers them so.
+///
+/// A socket on a wildcard address (`0.0.0.0`, `[::]`) learns the address
+/// each datagram was sent to, and answers from it: on a host with several
+/// addresses (IPv6 privacy addresses, a multi-homed server) the route
+/// would pick the source otherwise, and a client drops datagrams from an
+/// address it did not write to.
 pub fn bind(addr: SocketAddr, only_v6: bool, steer: Option<u32>) -> std::io::Result<UdpSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     socket.set_reuse_port(true)?;
@@ -58,6 +64,11 @@ pub fn bind(addr: SocketAddr, only_v6: bool, steer: Option<u32>) -> std::io::Res
     }
     if let Some(sockets) = steer {
         sys::steer_reuseport_by_first_cid_byte(socket.as_fd(), sockets)?;
+    }
+    // A socket bound to one address sends from it: it needs no packet info.
+    if addr.ip().is_unspecified() {
+        let ipv4 = !addr.is_ipv6() || !only_v6;
+        sys::enable_packet_info(socket.as_fd(), ipv4, addr.is_ipv6())?;
     }
     Ok(socket)
 }
@@ -85,6 +96,7 @@ impl Default for Received {
             got: [ReceivedDatagram {
                 len: 0,
                 peer: (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                local: None,
                 segment: None,
             }; DATAGRAM_BATCH],
             count: 0,
@@ -113,15 +125,16 @@ impl Received {
     }
 
     /// Hands out each datagram of the last batch, GRO trains cut into
-    /// their datagrams, as pieces of the arena.
-    pub fn for_each(&mut self, mut f: impl FnMut(SocketAddr, BytesMut)) {
+    /// their datagrams, as pieces of the arena: (its sender, the address
+    /// it was sent to when the socket is on a wildcard one, its bytes).
+    pub fn for_each(&mut self, mut f: impl FnMut(SocketAddr, Option<IpAddr>, BytesMut)) {
         for got in &self.got[..self.count] {
             let mut slot = self.arena.split_to(SLOT);
             slot.truncate(got.len);
             let stride = got.segment.unwrap_or(got.len).max(1);
             while !slot.is_empty() {
                 let datagram = slot.split_to(stride.min(slot.len()));
-                f(got.peer, datagram);
+                f(got.peer, got.local, datagram);
             }
         }
         self.count = 0;
@@ -150,6 +163,7 @@ pub struct Transmits {
 
 struct Queued {
     to: SocketAddr,
+    from: Option<IpAddr>,
     bytes: Vec<u8>,
     segment: Option<u16>,
 }
@@ -160,12 +174,21 @@ impl Transmits {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// Queues `bytes` for `to` (cut into `segment`-byte datagrams), or
-    /// takes the buffer back unused when `to` is `None`.
-    pub fn queue(&mut self, to: Option<SocketAddr>, mut bytes: Vec<u8>, segment: Option<usize>) {
+    /// Queues `bytes` for `to` (cut into `segment`-byte datagrams) from
+    /// the address `from` (the one its datagrams came to, for a socket on
+    /// a wildcard address), or takes the buffer back unused when `to` is
+    /// `None`.
+    pub fn queue(
+        &mut self,
+        to: Option<SocketAddr>,
+        from: Option<IpAddr>,
+        mut bytes: Vec<u8>,
+        segment: Option<usize>,
+    ) {
         match to {
             Some(to) if !bytes.is_empty() => self.queued.push(Queued {
                 to,
+                from,
                 bytes,
                 segment: segment.and_then(|s| u16::try_from(s).ok()),
             }),
@@ -188,6 +211,7 @@ impl Transmits {
         while sent < self.queued.len() {
             let mut batch = [OutgoingDatagram {
                 to: self.queued[sent].to,
+                from: None,
                 bytes: &[],
                 segment: None,
             }; DATAGRAM_BATCH];
@@ -195,6 +219,7 @@ impl Transmits {
             for (slot, q) in batch.iter_mut().zip(&self.queued[sent..end]) {
                 *slot = OutgoingDatagram {
                     to: q.to,
+                    from: q.from,
                     bytes: &q.bytes,
                     segment: q.segment,
                 };
@@ -365,7 +390,7 @@ mod tests {
                         for (i, socket) in sockets.iter().enumerate() {
                             if received.receive(socket).unwrap() > 0 {
                                 got.push(i);
-                                received.for_each(|_, d| assert_eq!(&d[..], &packet[..]));
+                                received.for_each(|_, _, d| assert_eq!(&d[..], &packet[..]));
                             }
                         }
                         if !got.is_empty() {
@@ -390,6 +415,58 @@ mod tests {
         }
     }
 
+    /// A GSO train of three datagrams from a client bound on `client` to
+    /// `server`'s port at `to`, answered with a train from the address
+    /// the server saw it sent to: asserts every datagram arrived whole
+    /// both ways, and returns where the train came from and went to as
+    /// the server saw it (sender, destination), and where the answer came
+    /// from as the client saw it.
+    fn exchange_train(
+        server: &UdpSocket,
+        client: &str,
+        to: IpAddr,
+    ) -> (SocketAddr, Option<IpAddr>, SocketAddr) {
+        let port = server.local_addr().unwrap().port();
+        let client = bind(client.parse().unwrap(), true, None).unwrap();
+        let train: Vec<u8> = (0..30).collect();
+        let sent = sys::send_datagrams(
+            client.as_fd(),
+            &[OutgoingDatagram {
+                to: (to, port).into(),
+                from: None,
+                bytes: &train,
+                segment: Some(10),
+            }],
+        )
+        .unwrap();
+        assert_eq!(sent, 1);
+        let mut received = Received::default();
+        let mut got = Vec::new();
+        while got.len() < 3 && receive_soon(&mut received, server) > 0 {
+            received.for_each(|peer, local, d| got.push((peer, local, d.to_vec())));
+        }
+        let (peer, local, _) = got[0].clone();
+        let expected: Vec<_> = train
+            .chunks(10)
+            .map(|c| (peer, local, c.to_vec()))
+            .collect();
+        assert_eq!(got, expected, "to {to}");
+
+        let mut transmits = Transmits::default();
+        let mut answer = transmits.buffer();
+        answer.extend_from_slice(&train);
+        transmits.queue(Some(peer), local, answer, Some(10));
+        transmits.send(server);
+        let mut back = Vec::new();
+        while back.len() < 3 && receive_soon(&mut received, &client) > 0 {
+            received.for_each(|from, _, d| back.push((from, d.to_vec())));
+        }
+        let from = back.first().map(|(from, _)| *from).expect("an answer");
+        let expected: Vec<_> = train.chunks(10).map(|c| (from, c.to_vec())).collect();
+        assert_eq!(back, expected, "to {to}");
+        (peer, local, from)
+    }
+
     /// A dual-stack socket sees an IPv4 client at its IPv4-mapped address,
     /// receives its GSO train as whole datagrams, and answers it there, a
     /// GSO train too.
@@ -400,42 +477,36 @@ mod tests {
         }
         let server = bind("[::]:0".parse().unwrap(), false, Some(1)).unwrap();
         let port = server.local_addr().unwrap().port();
-        let client = bind("127.0.0.1:0".parse().unwrap(), true, None).unwrap();
-        let client_addr = client.local_addr().unwrap();
-        let train: Vec<u8> = (0..30).collect();
-        let sent = sys::send_datagrams(
-            client.as_fd(),
-            &[OutgoingDatagram {
-                to: (std::net::Ipv4Addr::LOCALHOST, port).into(),
-                bytes: &train,
-                segment: Some(10),
-            }],
-        )
-        .unwrap();
-        assert_eq!(sent, 1);
-        let mut received = Received::default();
-        let mut got = Vec::new();
-        while got.len() < 3 && receive_soon(&mut received, &server) > 0 {
-            received.for_each(|peer, d| got.push((peer, d.to_vec())));
-        }
-        let mapped = SocketAddr::from((
-            std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped(),
-            client_addr.port(),
-        ));
-        let expected: Vec<_> = train.chunks(10).map(|c| (mapped, c.to_vec())).collect();
-        assert_eq!(got, expected);
+        let localhost = std::net::Ipv4Addr::LOCALHOST;
+        let (peer, _, from) = exchange_train(&server, "127.0.0.1:0", localhost.into());
+        assert_eq!(peer.ip(), IpAddr::from(localhost.to_ipv6_mapped()));
+        assert_eq!(from, (localhost, port).into());
+    }
 
-        let mut transmits = Transmits::default();
-        let mut answer = transmits.buffer();
-        answer.extend_from_slice(&train);
-        transmits.queue(Some(mapped), answer, Some(10));
-        transmits.send(&server);
-        let mut back = Vec::new();
-        while back.len() < 3 && receive_soon(&mut received, &client) > 0 {
-            received.for_each(|peer, d| back.push((peer, d.to_vec())));
+    /// A socket on a wildcard address answers from the address each
+    /// client wrote to (every 127/8 address is this host's: the route to
+    /// a 127.0.0.1 client would pick 127.0.0.1), an IPv4 one and a
+    /// dual-stack one (IPv4 and IPv6 clients); a socket on one address
+    /// reports none, and answers from its own.
+    #[test]
+    fn a_wildcard_socket_answers_from_the_address_each_datagram_came_to() {
+        let second: IpAddr = "127.0.0.2".parse().unwrap();
+        let mut cases = vec![
+            ("0.0.0.0:0", true, "127.0.0.1:0", second, Some(second)),
+            ("127.0.0.2:0", true, "127.0.0.1:0", second, None),
+        ];
+        if has_ipv6_loopback() {
+            let mapped = "::ffff:127.0.0.2".parse().unwrap();
+            let one: IpAddr = "::1".parse().unwrap();
+            cases.push(("[::]:0", false, "127.0.0.1:0", second, Some(mapped)));
+            cases.push(("[::]:0", false, "[::1]:0", one, Some(one)));
         }
-        let from: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, port).into();
-        let expected: Vec<_> = train.chunks(10).map(|c| (from, c.to_vec())).collect();
-        assert_eq!(back, expected);
+        for (group, only_v6, client, to, seen) in cases {
+            let server = bind(group.parse().unwrap(), only_v6, Some(1)).unwrap();
+            let port = server.local_addr().unwrap().port();
+            let (_, local, from) = exchange_train(&server, client, to);
+            assert_eq!(local, seen, "{group}, to {to}");
+            assert_eq!(from, (to, port).into(), "{group}, to {to}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! the thread its destination ID names, so a connection stays on its
 //! thread when the client's address changes (ARCHITECTURE.md).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -270,7 +270,9 @@ impl Endpoint {
     ) {
         let now = Instant::now();
         let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
-        received.for_each(|peer, datagram| self.datagram(now, peer, datagram, out, counters));
+        received.for_each(|peer, local, datagram| {
+            self.datagram(now, peer, local, datagram, out, counters)
+        });
         self.drive(now, out, cx);
     }
 
@@ -278,14 +280,18 @@ impl Endpoint {
         &mut self,
         now: Instant,
         peer: SocketAddr,
+        local: Option<IpAddr>,
         data: BytesMut,
         out: &mut Transmits,
         counters: &LoopCounters,
     ) {
         self.response.clear();
+        // `local` (on a wildcard socket) comes back as each transmit's
+        // `src_ip`: the connection answers from the address its client
+        // wrote to.
         let event = self
             .endpoint
-            .handle(now, peer, None, None, data, &mut self.response);
+            .handle(now, peer, local, None, data, &mut self.response);
         match event {
             Some(DatagramEvent::ConnectionEvent(handle, event)) => {
                 if let Some(conn) = self.conns.get_mut(handle.0).and_then(Option::as_mut) {
@@ -464,10 +470,10 @@ impl Endpoint {
             match conn.quic.poll_transmit(now, segments, &mut buf) {
                 Some(t) => {
                     buf.truncate(t.size);
-                    out.queue(Some(t.destination), buf, t.segment_size);
+                    out.queue(Some(t.destination), t.src_ip, buf, t.segment_size);
                 }
                 None => {
-                    out.queue(None, buf, None);
+                    out.queue(None, None, buf, None);
                     break;
                 }
             }
@@ -497,7 +503,7 @@ impl Endpoint {
 fn queue(out: &mut Transmits, bytes: &[u8], t: quinn_proto::Transmit) {
     let mut buf = out.buffer();
     buf.extend_from_slice(&bytes[..t.size]);
-    out.queue(Some(t.destination), buf, t.segment_size);
+    out.queue(Some(t.destination), t.src_ip, buf, t.segment_size);
 }
 
 /// Takes the streams the peer opened, and reads what they hold.
