@@ -323,6 +323,7 @@ mod tests {
             let train: Vec<u8> = (0..segment * count).map(|i| (i / segment) as u8).collect();
             let datagram = OutgoingDatagram {
                 to,
+                from: None,
                 bytes: &train,
                 segment: Some(segment as u16),
             };
