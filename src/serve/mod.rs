@@ -1164,7 +1164,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         certificates.source.as_ref(),
         managed.as_ref().map(|m| m.dir.as_path()),
     )?;
-    let handles = start_threads(opened.preview, &current, metrics_listeners, &metrics, loops)?;
+    let handles = start_threads(
+        opened.preview,
+        &current,
+        &wakers,
+        metrics_listeners,
+        &metrics,
+        loops,
+    )?;
     // Every loop runs: ready for systemd; then the control thread (reloads
     // and shutdown), and the line for whoever started kiln.
     if let Some(n) = &settings.notifier {
@@ -1683,12 +1690,13 @@ fn enter_sandbox(
 fn start_threads(
     preview: Option<watch::Preview>,
     current: &Arc<CurrentSites>,
+    wakers: &[Arc<Waker>],
     metrics_listeners: Vec<std::net::TcpListener>,
     metrics: &Arc<Metrics>,
     loops: Vec<EventLoop<Protocols>>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<std::io::Result<()>>>> {
     if let Some(preview) = preview {
-        watch::spawn(preview, Arc::clone(current))?;
+        watch::spawn(preview, Arc::clone(current), wakers.to_vec())?;
     }
     if !metrics_listeners.is_empty() {
         let current = Arc::clone(current);

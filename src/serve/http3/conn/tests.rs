@@ -66,6 +66,7 @@ impl Streams for FakeQuic {
 /// `Hello World!`).
 struct Peer {
     conn: Conn,
+    events: crate::serve::handler::live::EventStreams,
     quic: FakeQuic,
     sites: Arc<Sites>,
     metrics: Arc<Metrics>,
@@ -88,6 +89,7 @@ impl Peer {
             headers: ServerHeaders::new(false, false),
             scratch: Scratch::default(),
             bodies: Bodies::default(),
+            events: Default::default(),
         };
         peer.conn.start(&mut peer.quic);
         peer
@@ -108,6 +110,7 @@ impl Peer {
             metrics: &self.metrics,
             thread: 0,
             started_us: 0,
+            events: &self.events,
         };
         let backing: Arc<dyn Backing> = self.sites.clone();
         let mut answering = Answering {
