@@ -427,6 +427,43 @@ fn live_reload_pages_load_the_script_only_in_a_watched_preview() {
         head.header("Content-Type").as_deref(),
         Some("text/event-stream")
     );
+    // HTTP/1.0 has no chunks: the stream is the rest of the connection.
+    let mut old = server.connect();
+    old.write_all(b"GET /_kiln/events HTTP/1.0\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"}\n\n") && old.read(&mut byte).unwrap_or(0) == 1 {
+        got.push(byte[0]);
+    }
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.contains("\r\nConnection: close\r\n"), "{got}");
+    assert!(!got.contains("Transfer-Encoding"), "{got}");
+    assert!(
+        got.contains("\r\n\r\nretry: 1000\ndata: {\"hello\":true"),
+        "{got}"
+    );
+    drop(old);
+
+    drop(server);
+
+    // A single-page app's forced rule does not take the preview's paths.
+    let spa = dir.path().join("spa");
+    write(&spa, "index.html", "<p>the app</p>");
+    write(&spa, "_redirects", "/* /index.html 200!\n");
+    let server = start(&spa, &[]);
+    assert_eq!(body(&server, "/any/route"), (200, "<p>the app</p>".into()));
+    let script = server.get("/_kiln/live.js", "");
+    assert_eq!(
+        script.header("Content-Type").as_deref(),
+        Some("text/javascript; charset=utf-8")
+    );
+    let head = server.request("HEAD", "/_kiln/events", "");
+    assert_eq!(
+        head.header("Content-Type").as_deref(),
+        Some("text/event-stream")
+    );
     drop(server);
 
     // Served without --watch, or built: no script, no reserved path.

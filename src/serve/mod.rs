@@ -70,7 +70,10 @@ pub struct ServeArgs {
     pub site: Option<PathBuf>,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
-    /// a build that fails keeps the last good site serving.
+    /// a build that fails keeps the last good site serving. Open pages
+    /// reload by themselves (a stylesheet alone is swapped in place):
+    /// each HTML page loads /_kiln/live.js, which listens to
+    /// /_kiln/events.
     #[arg(long, conflicts_with = "dummy", env = "KILN_WATCH")]
     pub watch: bool,
     /// Compression levels of the preview (default fast).

@@ -569,16 +569,16 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
         Err(PathError::Hidden) => return not_found(site, pack),
     }
     let path: &'a [u8] = path;
-    // A watched preview's reserved paths come before the site's own
-    // rules; looked at only where a rule or a missing route would answer,
-    // which costs a served route nothing.
-    if pack.has_forced_rules() {
+    // A watched preview's own paths (`live`) come before the site's
+    // rules and fallbacks, after its files: looked at only where a rule
+    // or a missing route would answer, which costs a served route nothing.
+    if pack.has_forced_rules()
+        && let Some(rule) = find_rule(rules, true, path, req.target, expanded)
+    {
         if let Some(resp) = live::answer(site, path) {
             return resp;
         }
-        if let Some(rule) = find_rule(rules, true, path, req.target, expanded) {
-            return rule_response(site, pack, rule, req, expanded);
-        }
+        return rule_response(site, pack, rule, req, expanded);
     }
     if let Some(route) = pack.lookup(RouteKind::Exact, path) {
         if (300..400).contains(&route.status())
