@@ -231,6 +231,33 @@ impl Drop for EventStream {
     }
 }
 
+/// Watched previews for the protocols' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use super::{Change, Live, Site, Sites};
+    use crate::build::compress::Level;
+    use crate::build::{BuildOptions, PreviewCacheControl, build_preview_with};
+
+    /// A one-page preview, as its generation `generation` (each after the
+    /// first a change of `/style.css` alone).
+    pub fn preview(generation: u64) -> Arc<Sites> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), "<p>a page</p>").unwrap();
+        let mut opts = BuildOptions::preview(Level::Fast, PreviewCacheControl::NoCache);
+        opts.live_reload = true;
+        let (pack, _) = build_preview_with(dir.path(), &opts, None).unwrap();
+        let css = Change::Stylesheets(vec!["/style.css".into()]);
+        let mut live = Live::first(1);
+        for _ in 0..generation {
+            live = live.next(1, &css);
+        }
+        let stats = crate::serve::metrics::SiteStats::new("_default", 1);
+        Sites::single(Site::preview(pack, stats, live))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -518,3 +518,129 @@ impl Conn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::handler::Scratch;
+    use crate::serve::handler::live::{EventStreams, testing};
+    use crate::serve::metrics::{Metrics, Scheme};
+    use crate::serve::server_headers::ServerHeaders;
+
+    /// What one thread lends a connection, around a watched preview.
+    struct Thread {
+        sites: std::sync::Arc<handler::Sites>,
+        scratch: Scratch,
+        date: DateCache,
+        headers: ServerHeaders,
+        metrics: std::sync::Arc<Metrics>,
+        events: EventStreams,
+        draining: bool,
+    }
+
+    impl Thread {
+        fn new() -> Thread {
+            Thread {
+                sites: testing::preview(0),
+                scratch: Scratch::default(),
+                date: DateCache::new(),
+                headers: ServerHeaders::new(false, false),
+                metrics: Metrics::new(1, 0),
+                events: EventStreams::default(),
+                draining: false,
+            }
+        }
+
+        /// Runs `f` with the context, and returns what it wrote.
+        fn with(
+            &mut self,
+            f: impl FnOnce(&mut RequestContext<'_>, &mut Output) -> Step,
+        ) -> (Step, String) {
+            let mut ctx = RequestContext {
+                sites: &self.sites,
+                scratch: &mut self.scratch,
+                date: &self.date,
+                server_headers: &self.headers,
+                log: None,
+                peer: None,
+                draining: self.draining,
+                http01: None,
+                https_redirect: None,
+                scheme: Scheme::Http,
+                metrics: &self.metrics,
+                thread: 0,
+                started_us: 0,
+                events: &self.events,
+            };
+            let mut out = Output::new(4096, u64::MAX);
+            let step = f(&mut ctx, &mut out);
+            (step, String::from_utf8_lossy(&out.bytes).into_owned())
+        }
+    }
+
+    #[test]
+    fn an_event_stream_is_held_open_in_chunks() {
+        let mut thread = Thread::new();
+        let mut conn = Conn::default();
+        // Pipelined after it: never answered.
+        let request =
+            b"GET /_kiln/events HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
+        let (step, sent) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert_eq!(step, HELD);
+        let (head, chunks) = sent.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("\r\nTransfer-Encoding: chunked"), "{head}");
+        assert!(!head.contains("Content-Length"), "{head}");
+        let hello = "retry: 1000\ndata: {\"hello\":true,\"id\":\"1-0\"}\n\n";
+        assert_eq!(chunks, format!("{:x}\r\n{hello}\r\n", hello.len()));
+        assert_eq!(sent.matches("HTTP/1.1").count(), 1);
+        assert_eq!(thread.events.held(), 1);
+
+        // What the client sends is dropped; a heartbeat is a comment.
+        let (step, sent) = thread.with(|ctx, out| conn.input(b"anything", ctx, out));
+        assert_eq!((step, sent.as_str()), (HELD, ""));
+        let (_, sent) = thread.with(|ctx, out| conn.wake(ctx, true, out).unwrap());
+        assert_eq!(sent, "3\r\n:\n\n\r\n");
+        thread.sites = testing::preview(1);
+        let (_, sent) = thread.with(|ctx, out| conn.wake(ctx, false, out).unwrap());
+        assert!(sent.contains("data: {\"css\":[\"/style.css\"]"), "{sent}");
+
+        // A drain ends it with the last chunk, and the connection.
+        thread.draining = true;
+        let (step, sent) = thread.with(|ctx, out| conn.wake(ctx, false, out).unwrap());
+        assert!(step.closes());
+        assert_eq!(sent, "0\r\n\r\n");
+    }
+
+    #[test]
+    fn a_thread_holding_its_most_answers_503() {
+        let mut thread = Thread::new();
+        let mut held: Vec<Conn> = Vec::new();
+        let request = b"GET /_kiln/events HTTP/1.1\r\nHost: t\r\n\r\n";
+        for _ in 0..crate::serve::handler::live::MAX_PER_THREAD {
+            let mut conn = Conn::default();
+            let (step, _) = thread.with(|ctx, out| conn.input(request, ctx, out));
+            assert_eq!(step, HELD);
+            held.push(conn);
+        }
+        let mut conn = Conn::default();
+        let (step, sent) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert!(
+            sent.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{sent}"
+        );
+        assert_eq!(step.wait(), Some(Wait::Idle));
+        held.pop();
+        let (step, _) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert_eq!(step, HELD);
+    }
+
+    #[test]
+    fn chunk_sizes_are_hexadecimal() {
+        for (n, hex) in [(0, "0"), (9, "9"), (10, "a"), (255, "ff"), (4096, "1000")] {
+            let mut out = Vec::new();
+            push_hex(&mut out, n);
+            assert_eq!(out, hex.as_bytes());
+        }
+    }
+}

@@ -1181,6 +1181,67 @@ mod tests {
     }
 
     #[test]
+    fn an_event_stream_is_held_open_and_woken() {
+        let mut peer = Peer::new();
+        peer.sites = crate::serve::handler::live::testing::preview(0);
+        let mut bytes = start();
+        bytes.extend(headers(1, true, &get_block("/_kiln/events", &[])));
+        let (step, sent) = peer.send(&bytes);
+        let on_stream: Vec<&Sent> = sent.iter().filter(|f| f.stream == 1).collect();
+        assert_eq!(on_stream[0].frame_type, frame_type::HEADERS);
+        assert_eq!(on_stream[0].flags & flag::END_STREAM, 0, "held open");
+        assert_eq!(on_stream[1].frame_type, frame_type::DATA);
+        assert!(
+            on_stream[1]
+                .payload
+                .starts_with(b"retry: 1000\ndata: {\"hello\":true")
+        );
+        assert_eq!(on_stream[1].flags & flag::END_STREAM, 0);
+        assert_eq!(step.wait(), Some(Wait::Held), "no deadline");
+        assert_eq!(peer.events.held(), 1);
+
+        // Nothing new: nothing, or a comment.
+        assert_eq!(peer.wake(false).1.len(), 0);
+        let (_, sent) = peer.wake(true);
+        assert_eq!(sent[0].payload, b":\n\n");
+        // The next generation: its change.
+        peer.sites = crate::serve::handler::live::testing::preview(1);
+        let (step, sent) = peer.wake(false);
+        assert_eq!(step.and_then(Step::wait), Some(Wait::Held));
+        assert_eq!(sent.len(), 1);
+        assert!(
+            sent[0]
+                .payload
+                .starts_with(b"data: {\"css\":[\"/style.css\"]")
+        );
+
+        // A drain ends it (END_STREAM), then GOAWAY, and the connection.
+        peer.draining = true;
+        let (step, sent) = peer.wake(false);
+        assert!(step.is_some_and(Step::closes));
+        assert_eq!(sent[0].frame_type, frame_type::DATA);
+        assert_eq!(sent[0].flags & flag::END_STREAM, flag::END_STREAM);
+        assert_eq!(goaway_code(&sent), Some(ErrorCode::NO_ERROR));
+        assert_eq!(peer.events.held(), 0);
+    }
+
+    #[test]
+    fn a_reset_event_stream_gives_its_place_back() {
+        let mut peer = Peer::new();
+        peer.sites = crate::serve::handler::live::testing::preview(0);
+        let mut bytes = start();
+        bytes.extend(headers(1, true, &get_block("/_kiln/events", &[])));
+        peer.send(&bytes);
+        assert_eq!(peer.events.held(), 1);
+        let mut reset = header(4, frame_type::RST_STREAM, 0, 1);
+        reset.extend(ErrorCode::CANCEL.0.to_be_bytes());
+        let (step, _) = peer.send(&reset);
+        assert_eq!(step.wait(), Some(Wait::Idle));
+        assert_eq!(peer.events.held(), 0);
+        assert_eq!(peer.wake(true).0, None, "nothing held");
+    }
+
+    #[test]
     fn frames_split_at_every_byte_give_the_same_answer() {
         let mut bytes = start();
         bytes.extend(headers(1, true, &get_block("/", &[])));

@@ -80,6 +80,30 @@ impl Peer {
         }
         (step, frames(&wire))
     }
+
+    /// Wakes the connection's held event streams (`Conn::wake`): its
+    /// step, if it holds any, and every frame it wrote.
+    pub(super) fn wake(&mut self, heartbeat: bool) -> (Option<Step>, Vec<Sent>) {
+        let mut ctx = RequestContext {
+            sites: &self.sites,
+            scratch: &mut self.scratch,
+            date: &self.date,
+            server_headers: &self.headers,
+            log: None,
+            peer: None,
+            draining: self.draining,
+            http01: None,
+            https_redirect: None,
+            scheme: crate::serve::metrics::Scheme::Http,
+            metrics: &self.metrics,
+            thread: 0,
+            started_us: 0,
+            events: &self.events,
+        };
+        let mut out = Output::new(0, u64::MAX);
+        let step = self.conn.wake(&mut ctx, heartbeat, &mut out);
+        (step, frames(&flatten(&out)))
+    }
 }
 
 pub(super) fn flatten(out: &Output) -> Vec<u8> {
