@@ -3,7 +3,8 @@
 //! serve DIR --watch` and the script saves files of the site as an editor
 //! would, never reloading the page itself: a saved stylesheet shows in the
 //! open page without a reload (a value the page holds survives), a saved
-//! page shows by the page reloading itself. Over HTTP/1.1 on cleartext,
+//! page shows by the page reloading itself, and a page saved while the tab
+//! is hidden (its stream let go) once it is shown. Over HTTP/1.1 on cleartext,
 //! h2 on TLS (a self-signed certificate) and HTTP/3 (QUIC forced on for
 //! the origin, the certificate trusted by its SPKI hash), each under a
 //! `Content-Security-Policy` of `default-src 'self'` from `_headers`,
@@ -114,8 +115,9 @@ fn chromium_shows_each_saved_change_without_being_reloaded() {
             &[("CHROMIUM_ARGS", flags)],
         );
         eprintln!(
-            "{run}: a saved stylesheet showed after {} ms, a saved page after {} ms ({})",
-            report["css_ms"], report["page_ms"], report["browser_version"]
+            "{run}: a saved stylesheet showed after {} ms, a saved page after {} ms, \
+             a page saved while hidden {} ms after the tab was shown ({})",
+            report["css_ms"], report["page_ms"], report["shown_ms"], report["browser_version"]
         );
         assert_eq!(report["protocol"], protocol, "{run}: {report}");
         assert_eq!(report["errors"], serde_json::json!([]), "{run}: {report}");
@@ -129,7 +131,15 @@ fn chromium_shows_each_saved_change_without_being_reloaded() {
         // The page: reloaded by the page itself.
         assert!(report["kept_after_page"].is_null(), "{run}: {report}");
         assert!(
-            report["navigations_after_page"].as_u64() >= Some(1),
+            report["navigations_after_page"].as_u64() >= Some(2),
+            "{run}: {report}"
+        );
+        // A hidden tab let its stream go, and showed the page saved
+        // meanwhile once shown.
+        assert_eq!(report["state_when_hidden"], "hidden", "{run}: {report}");
+        assert_eq!(
+            report["heading_while_hidden"],
+            format!("{run}: second"),
             "{run}: {report}"
         );
     }

@@ -2,7 +2,8 @@
 // --watch`, waits for its event stream to be open, then saves files of
 // the site as an editor would and waits for the open page to show them,
 // never reloading or navigating it itself: a stylesheet (the page keeps
-// its state: swapped in place), then the page (the page reloads itself).
+// its state: swapped in place), then the page (the page reloads itself),
+// then the page again while the tab is hidden (shown once it is shown).
 // Prints one JSON line: what the page showed, when, and how.
 // tests/browser_live_reload.rs runs it and judges the result.
 //
@@ -88,6 +89,31 @@ async function main() {
     const afterPage = await tab.evaluate(() => ({ kept: window.__kept ?? null }));
     await open();
 
+    // A hidden tab lets its stream go; a page saved meanwhile shows once
+    // the tab is shown again (its stream's hello names a new generation).
+    const setHidden = (hidden) =>
+      tab.evaluate((hidden) => {
+        Object.defineProperty(document, "hidden", { value: hidden, configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));
+        return window.__kilnLive.state;
+      }, hidden);
+    const stateWhenHidden = await setHidden(true);
+    writeFileSync(join(siteDir, "index.html"), page(`${run}: third`));
+    const served = Date.now();
+    while (!(await (await context.request.get(new URL("/", base).href)).text()).includes(`${run}: third`)) {
+      if (Date.now() - served > SHOW_TIMEOUT_MS) throw new Error("the third page was never served");
+      await new Promise((done) => setTimeout(done, 20));
+    }
+    const headingWhileHidden = await tab.evaluate(() => document.querySelector("h1").textContent);
+    const shown = performance.now();
+    await setHidden(false);
+    await tab.waitForFunction(
+      (heading) => document.querySelector("h1")?.textContent === heading,
+      `${run}: third`,
+      { timeout: SHOW_TIMEOUT_MS, polling: 10 },
+    );
+    const shownMs = performance.now() - shown;
+
     return {
       protocol,
       css_ms: Math.round(cssMs),
@@ -97,6 +123,9 @@ async function main() {
       stylesheets_after_css: afterCss.stylesheets,
       navigations_after_css: navigationsAfterCss - navigationsAtStart,
       kept_after_page: afterPage.kept,
+      state_when_hidden: stateWhenHidden,
+      heading_while_hidden: headingWhileHidden,
+      shown_ms: Math.round(shownMs),
       navigations_after_page: navigations - navigationsAtStart,
       errors,
       browser_version: browser.version(),

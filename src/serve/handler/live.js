@@ -38,8 +38,16 @@
     }
   };
 
+  // The stream, while the page is shown: a hidden tab lets its go (over
+  // HTTP/1.1 a browser opens at most six connections to a server, and
+  // each open stream holds one), and opens it again once shown, its
+  // hello telling whether anything changed meanwhile.
+  let source = null;
+  let retry = null;
+
   const connect = () => {
-    const source = new EventSource("/_kiln/events");
+    if (source || document.hidden) return;
+    source = new EventSource("/_kiln/events");
     source.onmessage = (event) => {
       let message;
       try {
@@ -48,8 +56,9 @@
         return;
       }
       if (message.hello) {
-        // A stream opened again (the server restarted, or the
-        // connection dropped): whatever changed meanwhile is shown.
+        // A stream opened again (the tab shown again, the server
+        // restarted, the connection dropped): what changed meanwhile is
+        // shown.
         if (live.id !== null && live.id !== message.id) location.reload();
         live.id = message.id;
         live.state = "open";
@@ -66,8 +75,20 @@
       // EventSource retries by itself after a dropped connection; not
       // after a refusal (too many streams open, a server that is no
       // preview any more): then it is tried again here, slowly.
-      if (source.readyState === EventSource.CLOSED) setTimeout(connect, 5000);
+      if (source?.readyState === EventSource.CLOSED) {
+        source = null;
+        retry = setTimeout(connect, 5000);
+      }
     };
   };
+
+  const disconnect = () => {
+    clearTimeout(retry);
+    source?.close();
+    source = null;
+    live.state = "hidden";
+  };
+
+  document.addEventListener("visibilitychange", () => (document.hidden ? disconnect() : connect()));
   connect();
 })();
