@@ -369,6 +369,44 @@ impl<'p> Diff<'p> {
             .collect()
     }
 
+    /// The stylesheets that changed, when nothing else a browser would
+    /// see did (the live preview swaps them in place of a reload): every
+    /// route added, removed or changed (in more than its stored
+    /// encodings, which a browser never tells apart) is an exact route
+    /// serving `text/css`, and the rules are the same. Keys as raw paths.
+    pub fn stylesheets_only(&self) -> Option<Vec<String>> {
+        if self.rules_changed() {
+            return None;
+        }
+        let stylesheet = |kind: RouteKind, side: &Side<'p>| {
+            kind == RouteKind::Exact
+                && side.fields().iter().any(|(name, value)| {
+                    name == "content-type" && value.to_ascii_lowercase().starts_with(b"text/css")
+                })
+        };
+        let mut keys = Vec::new();
+        let sides = self
+            .added
+            .iter()
+            .chain(&self.removed)
+            .map(|(kind, key, side)| (*kind, *key, side));
+        let changed = self
+            .changed
+            .iter()
+            .filter(|(_, _, c)| c.changes != [Change::Encodings])
+            .flat_map(|(kind, key, c)| [(*kind, *key, &c.old), (*kind, *key, &c.new)]);
+        for (kind, key, side) in sides.chain(changed) {
+            if !stylesheet(kind, side) {
+                return None;
+            }
+            let key = String::from_utf8_lossy(key).into_owned();
+            if keys.last() != Some(&key) {
+                keys.push(key);
+            }
+        }
+        Some(keys)
+    }
+
     /// True when the pattern rules differ.
     pub fn rules_changed(&self) -> bool {
         !self.rules_added.is_empty() || !self.rules_removed.is_empty() || self.rules_reordered

@@ -48,6 +48,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kiln::pack::{DeltaIn, Encoding, Pack, PackWriter, RouteIn, RouteKind, VariantIn};
 use kiln::serve::date::DateCache;
+use kiln::serve::handler::live::EventStreams;
 use kiln::serve::handler::{Http01, Scratch as HandlerScratch, Site, Sites};
 use kiln::serve::http3::frame as h3frame;
 use kiln::serve::http3::{Answering, Bodies, Conn as H3Conn, Scratch as H3Scratch, Streams};
@@ -838,6 +839,7 @@ struct H3Server {
     headers: ServerHeaders,
     scratch: H3Scratch,
     bodies: Bodies,
+    events: EventStreams,
     now: i64,
 }
 
@@ -856,6 +858,7 @@ impl H3Server {
             headers: ServerHeaders::new(true, true).with_alt_svc(Some("h3=\":443\"; ma=86400")),
             scratch: H3Scratch::default(),
             bodies: Bodies::default(),
+            events: EventStreams::default(),
             now: NOW,
         };
         server.conn.start(&mut server.quic);
@@ -878,6 +881,7 @@ impl H3Server {
             metrics: &self.metrics,
             thread: 0,
             started_us: 0,
+            events: &self.events,
         };
         let mut answering = Answering {
             ctx: &mut ctx,

@@ -314,8 +314,11 @@ fn a_preview_lists_folders_when_asked() {
         String::from_utf8_lossy(&s.get("/a%20b/", "").body).contains("./new%20file.txt")
     });
     std::fs::write(src.join("a b/index.html"), "now an index").unwrap();
+    // With the live preview's script tag, as every page of a watched
+    // preview (tests/serve_watch.rs).
+    let index = [&b"now an index"[..], kiln::build::live::TAG].concat();
     wait_until("the index instead of the listing", &s, || {
-        s.get("/a%20b/", "").body == b"now an index"
+        s.get("/a%20b/", "").body == index
     });
 }
 

@@ -88,6 +88,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
                 metrics: metrics(),
                 thread: 0,
                 started_us: 0,
+                events: &kiln::serve::handler::live::EventStreams::default(),
             };
             out.clear();
             let batch = serve_batch(&kept, &mut discard, &mut ctx, out);

@@ -181,6 +181,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
             metrics: metrics(),
             thread: 0,
             started_us: 0,
+            events: &kiln::serve::handler::live::EventStreams::default(),
         };
         out.clear();
         let mut step: Step = conn.input(read, &mut ctx, h2, out);

@@ -148,6 +148,7 @@ fuzz_target!(|data: &[u8]| {
             metrics: metrics(),
             thread: 0,
             started_us: 0,
+            events: &kiln::serve::handler::live::EventStreams::default(),
         };
         let backing: Arc<dyn Backing> = site().clone();
         let mut cx = Answering {

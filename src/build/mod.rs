@@ -20,6 +20,7 @@ pub mod compressor;
 pub mod dictionaries;
 pub mod headers;
 pub mod listing;
+pub mod live;
 pub mod mime;
 pub mod netlify;
 pub mod routes;
@@ -231,6 +232,9 @@ pub struct BuildOptions {
     pub base: Base,
     /// `Use-As-Dictionary` and delta variants.
     pub dictionaries: DictionaryOptions,
+    /// Put the live preview's script tag into every HTML page (`live`):
+    /// for `kiln serve DIR --watch` only, never for a pack on disk.
+    pub live_reload: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -261,6 +265,7 @@ impl Default for BuildOptions {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             base: Base::Output,
             dictionaries: DictionaryOptions::default(),
+            live_reload: false,
         }
     }
 }
@@ -632,6 +637,9 @@ fn fire(
         files.extend(listing::index_pages(&files, &opts.routes));
         files.sort_by(|a, b| a.path.cmp(&b.path));
     }
+    if opts.live_reload {
+        with_live_script(&mut files);
+    }
     let plan = plan_routes(&files, &redirect_rules, &redirects_name, &opts.routes)?;
     warnings.extend(plan.warnings.iter().cloned());
 
@@ -669,6 +677,27 @@ fn fire(
         warnings,
         ..BuildReport::default()
     })
+}
+
+/// The live preview's script tag put into every HTML page of `files`
+/// (`live`): a file on disk is read with it when the build reads it, a
+/// page the build made gets it now. (An archive's pages keep theirs: a
+/// live preview is of a directory.)
+fn with_live_script(files: &mut [SourceFile]) {
+    for f in files {
+        let html = mime::content_type(&f.path).starts_with("text/html");
+        if !html {
+            continue;
+        }
+        match &f.content {
+            source::Content::Disk(path) => f.content = source::Content::Live(path.clone()),
+            source::Content::Generated(page) => {
+                f.content = source::Content::Generated(live::inject(page).into())
+            }
+            source::Content::Staged { .. } | source::Content::Live(_) => continue,
+        }
+        f.len += live::TAG.len() as u64;
+    }
 }
 
 impl BuildReport {
@@ -878,6 +907,7 @@ impl BuildArgs {
                 enabled: self.dictionaries == DictionaryMode::Auto,
                 versions: self.delta_versions as usize,
             },
+            live_reload: false,
         })
     }
 }

@@ -70,7 +70,10 @@ pub struct ServeArgs {
     pub site: Option<PathBuf>,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
-    /// a build that fails keeps the last good site serving.
+    /// a build that fails keeps the last good site serving. Open pages
+    /// reload by themselves (a stylesheet alone is swapped in place):
+    /// each HTML page loads /_kiln/live.js, which listens to
+    /// /_kiln/events.
     #[arg(long, conflicts_with = "dummy", env = "KILN_WATCH")]
     pub watch: bool,
     /// Compression levels of the preview (default fast).
@@ -1164,7 +1167,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         certificates.source.as_ref(),
         managed.as_ref().map(|m| m.dir.as_path()),
     )?;
-    let handles = start_threads(opened.preview, &current, metrics_listeners, &metrics, loops)?;
+    let handles = start_threads(
+        opened.preview,
+        &current,
+        &wakers,
+        metrics_listeners,
+        &metrics,
+        loops,
+    )?;
     // Every loop runs: ready for systemd; then the control thread (reloads
     // and shutdown), and the line for whoever started kiln.
     if let Some(n) = &settings.notifier {
@@ -1683,12 +1693,13 @@ fn enter_sandbox(
 fn start_threads(
     preview: Option<watch::Preview>,
     current: &Arc<CurrentSites>,
+    wakers: &[Arc<Waker>],
     metrics_listeners: Vec<std::net::TcpListener>,
     metrics: &Arc<Metrics>,
     loops: Vec<EventLoop<Protocols>>,
 ) -> anyhow::Result<Vec<std::thread::JoinHandle<std::io::Result<()>>>> {
     if let Some(preview) = preview {
-        watch::spawn(preview, Arc::clone(current))?;
+        watch::spawn(preview, Arc::clone(current), wakers.to_vec())?;
     }
     if !metrics_listeners.is_empty() {
         let current = Arc::clone(current);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::access_log::{AccessLog, Entry};
 use super::date::DateCache;
+use super::handler::live::EventStreams;
 use super::handler::{Http01, Scratch, Sites};
 use super::metrics::{Answered, Metrics, Protocol, Scheme};
 use super::net::clock::monotonic_us;
@@ -48,6 +49,9 @@ pub struct RequestContext<'w> {
     /// With an access log: when the requests being answered began
     /// (monotonic microseconds; see `Entry::duration_us`); else 0.
     pub started_us: u64,
+    /// The live preview's event streams the thread holds open, which a
+    /// protocol holds one more of, or refuses.
+    pub events: &'w EventStreams,
 }
 
 impl RequestContext<'_> {

@@ -14,6 +14,7 @@ use rustls::ServerConfig;
 
 use super::access_log::{AccessLog, Format, Sink};
 use super::date::DateCache;
+use super::handler::live::{EventStreams, HEARTBEAT};
 use super::handler::{Http01, Scratch, Sites, challenges};
 use super::http1;
 use super::http2;
@@ -213,6 +214,13 @@ pub struct Protocols {
     /// HTTP/3's buffers and the packs' bytes as QUIC takes them.
     h3: http3::Scratch,
     bodies: http3::Bodies,
+    /// The live preview's event streams this thread holds open.
+    events: EventStreams,
+    /// This turn, held event streams are owed what changed, and with
+    /// `Some(true)` a heartbeat: set by `begin_turn`.
+    wake: Option<bool>,
+    /// When held event streams next hear a comment (Unix seconds).
+    next_heartbeat: i64,
 }
 
 /// One connection's protocol state.
@@ -311,6 +319,20 @@ fn protocol_resume(proto: &mut Protocol, ctx: &mut RequestContext<'_>, out: &mut
     }
 }
 
+/// Wakes the protocol's held event streams (`heartbeat`: a comment if
+/// nothing else is owed); `None` when it holds none.
+fn protocol_wake(
+    proto: &mut Protocol,
+    ctx: &mut RequestContext<'_>,
+    heartbeat: bool,
+    out: &mut Output,
+) -> Option<Step> {
+    match proto {
+        Protocol::Http1 { conn, .. } => conn.wake(ctx, heartbeat, out),
+        Protocol::Http2(conn) => conn.wake(ctx, heartbeat, out),
+    }
+}
+
 /// The loop ends the connection: the protocol's last words for `expiry`.
 fn protocol_expire(
     proto: &mut Protocol,
@@ -357,6 +379,9 @@ impl Protocols {
             quic: Vec::new(),
             h3: http3::Scratch::default(),
             bodies: http3::Bodies::default(),
+            events: EventStreams::default(),
+            wake: None,
+            next_heartbeat: 0,
         }
     }
 
@@ -393,6 +418,7 @@ impl Protocols {
             metrics: &self.config.metrics,
             thread: self.thread,
             started_us: self.turn_us,
+            events: &self.events,
         };
         let cx = quic::Context {
             ctx,
@@ -400,6 +426,7 @@ impl Protocols {
             bodies: &mut self.bodies,
             backing: &self.backing,
             draining: self.draining,
+            wake: self.wake,
         };
         Some((endpoint, cx))
     }
@@ -437,6 +464,7 @@ macro_rules! context {
             metrics: &$p.config.metrics,
             thread: $p.thread,
             started_us: $p.turn_us,
+            events: &$p.events,
         }
     };
 }
@@ -513,16 +541,37 @@ impl net::Stack for Protocols {
         self.quic.iter().map(quic::Endpoint::open).sum()
     }
 
-    fn begin_turn(&mut self, unix_seconds: i64, draining: bool) {
+    fn begin_turn(&mut self, unix_seconds: i64, draining: bool) -> bool {
         self.date.update(unix_seconds);
         self.draining = draining;
         if self.log.is_some() {
             self.turn_us = monotonic_us();
         }
-        if self.current.generation.load(Ordering::Acquire) != self.generation {
+        let changed = self.current.generation.load(Ordering::Acquire) != self.generation;
+        if changed {
             (self.generation, self.sites, self.tls, self.http01) = self.current.get();
             self.backing = backing_of(&self.sites, self.http01.as_ref());
         }
+        // Held event streams (a watched preview's) hear of a new
+        // generation, and a comment now and then; a thread that holds
+        // none does nothing more here.
+        self.wake = None;
+        if self.events.held() == 0 {
+            self.next_heartbeat = 0;
+            return false;
+        }
+        let period = HEARTBEAT.as_secs() as i64;
+        if self.next_heartbeat == 0 {
+            self.next_heartbeat = unix_seconds + period;
+        }
+        let heartbeat = unix_seconds >= self.next_heartbeat;
+        if heartbeat {
+            self.next_heartbeat = unix_seconds + period;
+        }
+        if changed || heartbeat {
+            self.wake = Some(heartbeat);
+        }
+        self.wake.is_some()
     }
 
     fn wants_peer(&self) -> bool {
@@ -637,6 +686,23 @@ impl net::Stack for Protocols {
         self.seal_tls(session, step, out)
     }
 
+    fn wake(&mut self, session: &mut Session, out: &mut Output) -> Option<Step> {
+        // Woken after the turn that asked (its output was waiting): what
+        // changed, without a heartbeat.
+        let heartbeat = self.wake.unwrap_or(false);
+        let Some(tls) = session.tls.as_mut() else {
+            let mut ctx = context!(self, session);
+            return protocol_wake(&mut session.proto, &mut ctx, heartbeat, out);
+        };
+        if tls.is_handshaking() || tls.has_unsent() {
+            return None;
+        }
+        self.plain_out.clear();
+        let mut ctx = context!(self, session);
+        let step = protocol_wake(&mut session.proto, &mut ctx, heartbeat, &mut self.plain_out)?;
+        Some(self.seal_tls(session, step, out))
+    }
+
     fn expire(&mut self, session: &mut Session, expiry: Expiry, out: &mut Output) {
         match (expiry, session.tls.as_mut()) {
             (Expiry::Close, _) => {}
@@ -648,12 +714,9 @@ impl net::Stack for Protocols {
             // A client that stalls mid-handshake gets no answer, and an
             // idle one mid-handshake no close_notify.
             (_, Some(tls)) if tls.is_handshaking() => {}
-            // HTTP/1 says nothing to an idle connection but TLS says
-            // close_notify.
-            (Expiry::Idle, Some(tls)) if matches!(session.proto, Protocol::Http1 { .. }) => {
-                tls.close_notify(out);
-            }
-            // HTTP/2 says GOAWAY first (its 408 is one too), then
+            // The protocol's last words first (HTTP/2's GOAWAY, its 408
+            // too; HTTP/1's 408, or the last chunk of a held event
+            // stream; nothing from an idle HTTP/1 connection), then
             // close_notify.
             (_, Some(_)) => {
                 self.plain_out.clear();

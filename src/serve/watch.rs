@@ -8,6 +8,13 @@
 //! keep the old site. What changed is logged, as `kiln diff` sees it. A
 //! build that fails (a broken `_headers` or `_redirects`, an unreadable
 //! file) is logged and the last good site keeps serving.
+//!
+//! Live reload: every HTML page of the preview loads the preview's script
+//! (`build::live` puts its tag in), whose event stream hears of each new
+//! generation (`handler::live`): what changed, as the diff tells it (only
+//! stylesheets: swapped in place; else a reload). The event loops are
+//! woken once a generation is published, so that held streams hear of it
+//! at once.
 
 use std::collections::HashSet;
 use std::io;
@@ -24,10 +31,12 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::inotify::{CreateFlags, WatchFlags};
 use rustix::io::Errno;
 
+use super::handler::live::{Change, Live};
 use super::handler::{Site, Sites};
 use super::inotify;
 use super::load::{log_build_warnings, log_new_build_warnings};
 use super::metrics::SiteStats;
+use super::net::Waker;
 use super::stack::CurrentSites;
 use crate::build::compress::Level;
 use crate::build::source::dir::{LinkTarget, resolve_link};
@@ -70,6 +79,9 @@ pub struct Preview {
     /// it serves what was served before (a broken file put back), so that
     /// the error is not the log's last word.
     failing: bool,
+    /// When this preview started (Unix milliseconds): tells its
+    /// generations from another server's (`Live::first`).
+    epoch: u64,
 }
 
 /// Watches `dir`, then fires its first preview at `level` (listing
@@ -95,10 +107,14 @@ pub fn start(
     watch_tree(&inotify, dir).with_context(|| format!("{}: cannot watch", dir.display()))?;
     let mut opts = BuildOptions::preview(level, cache_control);
     opts.routes.index_pages = index_pages;
+    opts.live_reload = true;
     let (pack, report) = build_preview_with(dir, &opts, None)?;
     log_build_warnings(&report);
     stats.loads.fetch_add(1, Ordering::Relaxed);
-    let served = Site::new(pack, 0, stats);
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let served = Site::preview(pack, stats, Live::first(epoch));
     let preview = Preview {
         dir: dir.to_path_buf(),
         opts,
@@ -106,20 +122,26 @@ pub fn start(
         served: Arc::clone(&served),
         warnings: report.warnings,
         failing: false,
+        epoch,
     };
     Ok((served, preview))
 }
 
-/// Starts the thread that rebuilds and publishes the preview on change.
-pub fn spawn(preview: Preview, current: Arc<CurrentSites>) -> io::Result<JoinHandle<()>> {
+/// Starts the thread that rebuilds and publishes the preview on change,
+/// and wakes the event loops (`wakers`) after each.
+pub fn spawn(
+    preview: Preview,
+    current: Arc<CurrentSites>,
+    wakers: Vec<Arc<Waker>>,
+) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("kiln-watch".into())
-        .spawn(move || preview.run(&current))
+        .spawn(move || preview.run(&current, &wakers))
 }
 
 impl Preview {
     /// Waits for changes and rebuilds, until inotify fails.
-    fn run(mut self, current: &CurrentSites) {
+    fn run(mut self, current: &CurrentSites, wakers: &[Arc<Waker>]) {
         loop {
             if let Err(e) = self.wait_for_change() {
                 tracing::error!(
@@ -134,7 +156,13 @@ impl Preview {
                     self.dir.display()
                 );
             }
-            self.rebuild(current);
+            if self.rebuild(current) {
+                // Each loop notices the new generation as it wakes, and
+                // tells its held event streams.
+                for waker in wakers {
+                    waker.wake();
+                }
+            }
         }
     }
 
@@ -168,8 +196,9 @@ impl Preview {
         }
     }
 
-    /// Fires the preview again and publishes it, or logs why not.
-    fn rebuild(&mut self, current: &CurrentSites) {
+    /// Fires the preview again and publishes it, or logs why not; true
+    /// when a new generation was published.
+    fn rebuild(&mut self, current: &CurrentSites) -> bool {
         let started = Instant::now();
         let built = build_preview_with(&self.dir, &self.opts, self.served.pack());
         let (pack, mut report) = match built {
@@ -181,7 +210,7 @@ impl Preview {
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::error!("{e:#}; still serving the previous site");
                 self.failing = true;
-                return;
+                return false;
             }
         };
         log_new_build_warnings(&report, &self.warnings);
@@ -197,10 +226,14 @@ impl Preview {
                         started.elapsed().as_millis()
                     );
                 }
-                return;
+                return false;
             }
             Some(diff) => changes_line(diff),
             None => "a new site".to_owned(),
+        };
+        let change = match diff.as_ref().and_then(Diff::stylesheets_only) {
+            Some(paths) => Change::Stylesheets(paths),
+            None => Change::Reload,
         };
         let again = if recovered {
             ": the build works again"
@@ -215,9 +248,14 @@ impl Preview {
         );
         let stats = Arc::clone(self.served.stats());
         stats.loads.fetch_add(1, Ordering::Relaxed);
-        let site = Site::new(pack, 0, stats);
+        let live = match self.served.live() {
+            Some(live) => live.next(self.epoch, &change),
+            None => Live::first(self.epoch),
+        };
+        let site = Site::preview(pack, stats, live);
         current.publish(Sites::single(Arc::clone(&site)));
         self.served = site;
+        true
     }
 }
 

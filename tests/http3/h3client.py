@@ -49,6 +49,14 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       JSON line, the kind of the server's
                                       first answer and, unless a Retry, the
                                       GET's status or the connection error
+  h3client.py PORT events N PATH      a GET of PATH held open (an event
+                                      stream): one JSON line with the
+                                      status, fields and first event once
+                                      it arrives, then one per event (the
+                                      comments left out) until N, then
+                                      `{"ended": true}` once the server ends
+                                      the stream or the connection (or
+                                      `{"timeout": true}` after 20 s)
   h3client.py PORT hold               a GET answered, then `{"ready": true}`;
                                       then, once the server ends the
                                       connection (or after 10 s), the frames
@@ -390,6 +398,40 @@ async def hold(port):
     return await session(port, go)
 
 
+async def events(port, n, path):
+    async def go(c):
+        control(c)
+        sid = get(c, fields("GET", path))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20.0
+        seen = 0
+
+        def ended():
+            return sid in c.ended or sid in c.resets or c.terminated is not None
+
+        def all_events():
+            status, hs, body = c.response(sid)
+            return status, hs, [e for e in body.decode().split("\n\n")[:-1] if not e.startswith(":")]
+
+        while True:
+            status, hs, got = all_events()
+            for event in got[seen:]:
+                line = {"event": event}
+                if seen == 0:
+                    line.update(status=status, headers=hs)
+                print(json.dumps(line), flush=True)
+                seen += 1
+            if seen >= n and ended():
+                return {"ended": True}
+            if ended() and not all_events()[2][seen:]:
+                return {"ended": True, "events": seen}
+            left = deadline - loop.time()
+            if left <= 0:
+                return {"timeout": True}
+            await c.until(lambda: ended() or len(all_events()[2]) > seen, left)
+    return await session(port, go)
+
+
 async def many(port, n, path):
     async def go(c):
         control(c)
@@ -559,6 +601,9 @@ def main():
     pgs = sub.add_parser("gets")
     pgs.add_argument("requests")
     sub.add_parser("hold")
+    pe = sub.add_parser("events")
+    pe.add_argument("n", type=int)
+    pe.add_argument("path")
     sub.add_parser("session")
     sub.add_parser("ids")
     sub.add_parser("held-retry")
@@ -583,6 +628,8 @@ def main():
         print(json.dumps(asyncio.run(issued_ids(a.port))))
     elif a.cmd == "session":
         asyncio.run(gets_from_stdin(a.port))
+    elif a.cmd == "events":
+        print(json.dumps(asyncio.run(events(a.port, a.n, a.path))), flush=True)
     elif a.cmd == "hold":
         print(json.dumps(asyncio.run(hold(a.port))))
     elif a.cmd == "cases":

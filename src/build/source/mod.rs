@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
+use super::live;
 use crate::pack::RangeReader;
 use ignore::Why;
 
@@ -36,6 +37,10 @@ pub enum Content {
     Disk(PathBuf),
     /// A page the build made (`--index-pages`), small and held whole.
     Generated(Arc<[u8]>),
+    /// An HTML page of a directory source with the live preview's script
+    /// tag put in (`build::live`), read when the build needs it: the
+    /// file's bytes are `len` less the tag's.
+    Live(PathBuf),
 }
 
 /// One file of the site.
@@ -75,6 +80,15 @@ impl SourceFile {
                 self.check_len(path, bytes.len() as u64)?;
             }
             Content::Generated(page) => bytes.copy_from_slice(page),
+            Content::Live(path) => {
+                let own = self.len.saturating_sub(live::TAG.len() as u64);
+                let mut page = Vec::with_capacity(own as usize);
+                File::open(path)
+                    .and_then(|f| f.take(own + 1).read_to_end(&mut page))
+                    .with_context(|| format!("{}: cannot read", path.display()))?;
+                bytes = live::inject(&page);
+                self.check_len(path, bytes.len() as u64)?;
+            }
         }
         Ok(bytes)
     }
@@ -92,6 +106,18 @@ impl SourceFile {
                     .take(self.len + 1),
             ),
             Content::Generated(page) => Box::new(std::io::Cursor::new(Arc::clone(page))),
+            Content::Live(path) => {
+                let own = self.len.saturating_sub(live::TAG.len() as u64);
+                let mut file =
+                    File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+                let mut start = Vec::with_capacity(live::HEAD_WINDOW.min(own as usize));
+                (&mut file)
+                    .take(live::HEAD_WINDOW.min(own as usize) as u64)
+                    .read_to_end(&mut start)
+                    .with_context(|| format!("{}: cannot read", path.display()))?;
+                let rest = own - start.len() as u64;
+                live::injected_reader(start, Box::new(file.take(rest + 1)), own)
+            }
         })
     }
 
@@ -99,7 +125,7 @@ impl SourceFile {
     /// size during the build.
     pub fn finish_read(&self, read: u64) -> anyhow::Result<()> {
         match &self.content {
-            Content::Disk(path) => self.check_len(path, read),
+            Content::Disk(path) | Content::Live(path) => self.check_len(path, read),
             Content::Staged { .. } if read != self.len => {
                 bail!("{}: the staging file ends early", self.path)
             }
@@ -111,7 +137,7 @@ impl SourceFile {
     /// archive, or the folder a generated page lists.
     pub fn shown(&self) -> String {
         match &self.content {
-            Content::Disk(path) => path.display().to_string(),
+            Content::Disk(path) | Content::Live(path) => path.display().to_string(),
             Content::Staged { .. } => self.path.clone(),
             Content::Generated(_) => format!("the index page of /{}", self.path),
         }

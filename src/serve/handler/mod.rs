@@ -9,6 +9,7 @@
 pub mod challenges;
 mod conditional;
 mod field_lines;
+pub mod live;
 mod negotiate;
 mod path;
 mod rules;
@@ -130,6 +131,10 @@ pub enum Extra<'a> {
     /// one with the request's query): `Location: <value>`,
     /// `Content-Length: 0`.
     Location(&'a [u8]),
+    /// A body of no known length, held open (`Body::Events`): HTTP/1.1
+    /// frames it `Transfer-Encoding: chunked`; HTTP/2 and HTTP/3 say
+    /// nothing (the stream's end is the body's).
+    Open,
 }
 
 /// Where the body bytes are.
@@ -145,12 +150,17 @@ pub enum Body {
         off: u64,
         len: u64,
     },
+    /// The live preview's event stream (`live`): the protocol holds the
+    /// response open with a `live::EventStream` and appends what it is
+    /// owed as it is woken.
+    Events,
 }
 
 impl Body {
+    /// The bytes known now (none yet for an event stream).
     pub fn len(&self) -> u64 {
         match self {
-            Body::Empty => 0,
+            Body::Empty | Body::Events => 0,
             Body::Static(b) => b.len() as u64,
             Body::Pack { len, .. } => *len,
         }
@@ -236,11 +246,24 @@ pub struct Site {
     /// seconds), for the metrics.
     loaded_at: i64,
     modified_at: i64,
+    /// A watched preview's generation, as its pages hear of it: answers
+    /// the reserved paths (`live`). `None` for every other site.
+    live: Option<live::Live>,
 }
 
 impl Site {
     /// The site of `pack`, at `slot` of its site set, counted in `stats`.
     pub fn new(pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
+        Site::with(pack, slot, stats, None)
+    }
+
+    /// A watched preview of `pack` (its one site), whose pages hear of
+    /// its generations through `live`.
+    pub fn preview(pack: Pack, stats: Arc<SiteStats>, live: live::Live) -> Arc<Site> {
+        Site::with(pack, 0, stats, Some(live))
+    }
+
+    fn with(pack: Pack, slot: u32, stats: Arc<SiteStats>, live: Option<live::Live>) -> Arc<Site> {
         let rules = Rules::compile(&pack);
         let unix = |t: std::io::Result<std::time::SystemTime>| {
             t.ok()
@@ -255,6 +278,7 @@ impl Site {
             stats,
             loaded_at: unix(Ok(std::time::SystemTime::now())),
             modified_at,
+            live,
         })
     }
 
@@ -278,11 +302,17 @@ impl Site {
             stats,
             loaded_at: 0,
             modified_at: 0,
+            live: None,
         })
     }
 
     pub fn pack(&self) -> Option<&Pack> {
         self.pack.as_ref()
+    }
+
+    /// A watched preview's generation (`live`).
+    pub fn live(&self) -> Option<&live::Live> {
+        self.live.as_ref()
     }
 
     pub fn slot(&self) -> u32 {
@@ -539,9 +569,15 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
         Err(PathError::Hidden) => return not_found(site, pack),
     }
     let path: &'a [u8] = path;
+    // A watched preview's own paths (`live`) come before the site's
+    // rules and fallbacks, after its files: looked at only where a rule
+    // or a missing route would answer, which costs a served route nothing.
     if pack.has_forced_rules()
         && let Some(rule) = find_rule(rules, true, path, req.target, expanded)
     {
+        if let Some(resp) = live::answer(site, path) {
+            return resp;
+        }
         return rule_response(site, pack, rule, req, expanded);
     }
     if let Some(route) = pack.lookup(RouteKind::Exact, path) {
@@ -552,6 +588,9 @@ pub fn handle<'a>(site: &'a Site, req: &Request<'_>, scratch: &'a mut Scratch) -
             return resp;
         }
         return serve_route(site, route, route.status(), Some(req)).unwrap_or_else(corrupt);
+    }
+    if let Some(resp) = live::answer(site, path) {
+        return resp;
     }
     if !rules.list.is_empty()
         && let Some(rule) = find_rule(rules, false, path, req.target, expanded)

@@ -9,6 +9,7 @@ pub mod request_line;
 
 use super::access_log::Entry;
 use super::date::DateCache;
+use super::handler::live::EventStream;
 use super::handler::{self, Body, Extra, Method, Response};
 use super::metrics::Protocol;
 use super::net::conn::Expiry;
@@ -30,7 +31,7 @@ pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
 pub const MAX_BATCH: u32 = 128;
 
 /// What the connection layer must do after a batch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Batch {
     /// Bytes of the buffer used up; the rest is the start of a request.
     pub consumed: usize,
@@ -44,6 +45,56 @@ pub struct Batch {
     /// Stopped at `MAX_BATCH`: the rest of the buffer may hold complete
     /// requests, to be served once this batch is sent.
     pub more: bool,
+    /// The last response is the live preview's event stream, held open
+    /// (its hello written): nothing after it on the connection is
+    /// answered.
+    pub events: Option<Held>,
+}
+
+/// The live preview's event stream, held open on a connection.
+#[derive(Debug)]
+pub struct Held {
+    /// What it heard, and its place in the thread's count.
+    stream: EventStream,
+    /// Each event goes as a chunk (HTTP/1.1); else (HTTP/1.0) as it is,
+    /// the connection's close ending the response.
+    chunked: bool,
+}
+
+impl Held {
+    /// Writes what the stream is owed now (`EventStream::owed`), as a
+    /// chunk when chunked.
+    fn write_owed(&mut self, ctx: &RequestContext<'_>, heartbeat: bool, out: &mut Output) {
+        let Some(event) = self.stream.owed(ctx.sites, heartbeat) else {
+            return;
+        };
+        if self.chunked {
+            push_hex(&mut out.bytes, event.len());
+            out.bytes.extend_from_slice(b"\r\n");
+            out.bytes.extend_from_slice(event);
+            out.bytes.extend_from_slice(b"\r\n");
+        } else {
+            out.bytes.extend_from_slice(event);
+        }
+        out.seal();
+    }
+
+    /// Ends the response: the last chunk (an HTTP/1.0 one ends with the
+    /// connection).
+    fn end(&self, out: &mut Output) {
+        if self.chunked {
+            out.bytes.extend_from_slice(b"0\r\n\r\n");
+            out.seal();
+        }
+    }
+}
+
+/// Appends `n` in hexadecimal, as a chunk size.
+fn push_hex(out: &mut Vec<u8>, n: usize) {
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(b"0123456789abcdef"[(n >> (4 * i)) & 0xf]);
+    }
 }
 
 /// How the response says what happens to the connection.
@@ -139,13 +190,14 @@ fn write_response(
             b.extend_from_slice(location);
             b.extend_from_slice(b"\r\nContent-Length: 0\r\n");
         }
+        Extra::Open => b.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
     }
     b.extend_from_slice(b"\r\n");
     if head_only {
         return 0;
     }
     match resp.body {
-        Body::Empty => 0,
+        Body::Empty | Body::Events => 0,
         Body::Static(bytes) => {
             out.bytes.extend_from_slice(bytes);
             bytes.len() as u64
@@ -256,14 +308,31 @@ pub fn serve_batch(
             }
         };
         let req = &head.request;
-        let resp = handler::answer(ctx.sites, req, ctx.http01, ctx.https_redirect, ctx.scratch);
-        let close = !head.keep_alive || ctx.draining || matches!(resp.status, 400 | 405 | 501);
+        let head_only = req.method == Method::Head;
+        let mut resp = handler::answer(ctx.sites, req, ctx.http01, ctx.https_redirect, ctx.scratch);
+        let mut events = None;
+        if resp.body == Body::Events && !head_only {
+            match ctx.events.hold(resp.site) {
+                Some(stream) => {
+                    let chunked = head.minor_version > 0;
+                    if !chunked {
+                        resp.extra = Extra::Nothing;
+                    }
+                    events = Some(Held { stream, chunked });
+                }
+                None => resp = handler::live::busy(),
+            }
+        }
+        // An event stream of HTTP/1.0 ends with the connection.
+        let close = !head.keep_alive
+            || ctx.draining
+            || matches!(resp.status, 400 | 405 | 501)
+            || events.as_ref().is_some_and(|e| !e.chunked);
         let connection = match (close, head.minor_version) {
             (true, _) => ConnectionLine::Close,
             (false, 0) => ConnectionLine::KeepAlive,
             (false, _) => ConnectionLine::Omit,
         };
-        let head_only = req.method == Method::Head;
         let sent = write_response(
             out,
             ctx.date,
@@ -293,6 +362,19 @@ pub fn serve_batch(
                 user_agent: head.user_agent,
             });
         }
+        if let Some(mut held) = events {
+            // Held from here on: what follows it is not answered, and
+            // a drain ends it at once (its connection closes).
+            held.write_owed(ctx, false, out);
+            if ctx.draining {
+                held.end(out);
+                batch.close = true;
+            } else {
+                batch.events = Some(held);
+            }
+            batch.consumed = buf.len();
+            break;
+        }
         batch.close = close;
         batch.client_closes = !head.keep_alive;
         match body_end {
@@ -308,9 +390,18 @@ pub fn serve_batch(
     batch
 }
 
+/// The step of a connection holding an event stream.
+const HELD: Step = Step::Open {
+    wait: Wait::Held,
+    more: false,
+};
+
 /// One connection's HTTP/1 state between reads. Idle, it owns no buffer.
 #[derive(Default)]
 pub struct Conn {
+    /// The live preview's event stream this connection holds open: its
+    /// only business from then on.
+    events: Option<Held>,
     /// The start of an incomplete request (or requests left over from a
     /// full batch); empty and unallocated otherwise.
     partial: Vec<u8>,
@@ -327,6 +418,11 @@ pub struct Conn {
 impl Conn {
     /// Answers what `bytes` (just read) complete, into `out`.
     pub fn input(&mut self, bytes: &[u8], ctx: &mut RequestContext<'_>, out: &mut Output) -> Step {
+        if self.events.is_some() {
+            // A client has nothing to say on a held stream: what it sends
+            // is dropped (reading on tells when it leaves).
+            return self.wake(ctx, false, out).unwrap_or(HELD);
+        }
         let mut partial = std::mem::take(&mut self.partial);
         let from_partial = !partial.is_empty();
         if from_partial {
@@ -338,8 +434,15 @@ impl Conn {
         if from_partial && self.started_us != 0 {
             ctx.started_us = self.started_us;
         }
-        let batch = serve_batch(buf, &mut self.discard, ctx, out);
+        let mut batch = serve_batch(buf, &mut self.discard, ctx, out);
         ctx.started_us = this_turn;
+        if let Some(held) = batch.events.take() {
+            self.events = Some(held);
+            self.partial = Vec::new();
+            self.backlog = false;
+            self.started_us = 0;
+            return HELD;
+        }
         self.backlog = batch.more;
         let rest_len = buf.len() - batch.consumed;
         let waiting = !batch.close && (rest_len > 0 || !self.discard.is_done());
@@ -381,12 +484,163 @@ impl Conn {
         self.input(&[], ctx, out)
     }
 
+    /// Writes what a held event stream is owed now (with `heartbeat`, a
+    /// comment if nothing else), or ends it when the server drains;
+    /// `None` when the connection holds none.
+    pub fn wake(
+        &mut self,
+        ctx: &mut RequestContext<'_>,
+        heartbeat: bool,
+        out: &mut Output,
+    ) -> Option<Step> {
+        let held = self.events.as_mut()?;
+        if ctx.draining {
+            held.end(out);
+            return Some(Step::Close {
+                linger: true,
+                more: false,
+            });
+        }
+        held.write_owed(ctx, heartbeat, out);
+        Some(HELD)
+    }
+
     /// The head did not arrive in time: 408. An idle connection closes
-    /// without a word.
+    /// without a word, a held event stream with its last chunk.
     pub fn expire(&mut self, expiry: Expiry, ctx: &mut RequestContext<'_>, out: &mut Output) {
+        if let Some(held) = &self.events {
+            held.end(out);
+            return;
+        }
         if expiry == Expiry::Stalled {
             write_error(out, ctx, 408);
             out.seal();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::handler::Scratch;
+    use crate::serve::handler::live::{EventStreams, testing};
+    use crate::serve::metrics::{Metrics, Scheme};
+    use crate::serve::server_headers::ServerHeaders;
+
+    /// What one thread lends a connection, around a watched preview.
+    struct Thread {
+        sites: std::sync::Arc<handler::Sites>,
+        scratch: Scratch,
+        date: DateCache,
+        headers: ServerHeaders,
+        metrics: std::sync::Arc<Metrics>,
+        events: EventStreams,
+        draining: bool,
+    }
+
+    impl Thread {
+        fn new() -> Thread {
+            Thread {
+                sites: testing::preview(0),
+                scratch: Scratch::default(),
+                date: DateCache::new(),
+                headers: ServerHeaders::new(false, false),
+                metrics: Metrics::new(1, 0),
+                events: EventStreams::default(),
+                draining: false,
+            }
+        }
+
+        /// Runs `f` with the context, and returns what it wrote.
+        fn with(
+            &mut self,
+            f: impl FnOnce(&mut RequestContext<'_>, &mut Output) -> Step,
+        ) -> (Step, String) {
+            let mut ctx = RequestContext {
+                sites: &self.sites,
+                scratch: &mut self.scratch,
+                date: &self.date,
+                server_headers: &self.headers,
+                log: None,
+                peer: None,
+                draining: self.draining,
+                http01: None,
+                https_redirect: None,
+                scheme: Scheme::Http,
+                metrics: &self.metrics,
+                thread: 0,
+                started_us: 0,
+                events: &self.events,
+            };
+            let mut out = Output::new(4096, u64::MAX);
+            let step = f(&mut ctx, &mut out);
+            (step, String::from_utf8_lossy(&out.bytes).into_owned())
+        }
+    }
+
+    #[test]
+    fn an_event_stream_is_held_open_in_chunks() {
+        let mut thread = Thread::new();
+        let mut conn = Conn::default();
+        // Pipelined after it: never answered.
+        let request =
+            b"GET /_kiln/events HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n";
+        let (step, sent) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert_eq!(step, HELD);
+        let (head, chunks) = sent.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("\r\nTransfer-Encoding: chunked"), "{head}");
+        assert!(!head.contains("Content-Length"), "{head}");
+        let hello = "retry: 1000\ndata: {\"hello\":true,\"id\":\"1-0\"}\n\n";
+        assert_eq!(chunks, format!("{:x}\r\n{hello}\r\n", hello.len()));
+        assert_eq!(sent.matches("HTTP/1.1").count(), 1);
+        assert_eq!(thread.events.held(), 1);
+
+        // What the client sends is dropped; a heartbeat is a comment.
+        let (step, sent) = thread.with(|ctx, out| conn.input(b"anything", ctx, out));
+        assert_eq!((step, sent.as_str()), (HELD, ""));
+        let (_, sent) = thread.with(|ctx, out| conn.wake(ctx, true, out).unwrap());
+        assert_eq!(sent, "3\r\n:\n\n\r\n");
+        thread.sites = testing::preview(1);
+        let (_, sent) = thread.with(|ctx, out| conn.wake(ctx, false, out).unwrap());
+        assert!(sent.contains("data: {\"css\":[\"/style.css\"]"), "{sent}");
+
+        // A drain ends it with the last chunk, and the connection.
+        thread.draining = true;
+        let (step, sent) = thread.with(|ctx, out| conn.wake(ctx, false, out).unwrap());
+        assert!(step.closes());
+        assert_eq!(sent, "0\r\n\r\n");
+    }
+
+    #[test]
+    fn a_thread_holding_its_most_answers_503() {
+        let mut thread = Thread::new();
+        let mut held: Vec<Conn> = Vec::new();
+        let request = b"GET /_kiln/events HTTP/1.1\r\nHost: t\r\n\r\n";
+        for _ in 0..crate::serve::handler::live::MAX_PER_THREAD {
+            let mut conn = Conn::default();
+            let (step, _) = thread.with(|ctx, out| conn.input(request, ctx, out));
+            assert_eq!(step, HELD);
+            held.push(conn);
+        }
+        let mut conn = Conn::default();
+        let (step, sent) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert!(
+            sent.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{sent}"
+        );
+        assert_eq!(step.wait(), Some(Wait::Idle));
+        held.pop();
+        let (step, _) = thread.with(|ctx, out| conn.input(request, ctx, out));
+        assert_eq!(step, HELD);
+    }
+
+    #[test]
+    fn chunk_sizes_are_hexadecimal() {
+        for (n, hex) in [(0, "0"), (9, "9"), (10, "a"), (255, "ff"), (4096, "1000")] {
+            let mut out = Vec::new();
+            push_hex(&mut out, n);
+            assert_eq!(out, hex.as_bytes());
         }
     }
 }

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use crate::hpack::{DecodeError, Decoder, SharedState};
 use crate::serve::handler::Site;
+use crate::serve::handler::live::EventStream;
 use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
 use crate::serve::output::Output;
@@ -131,6 +132,9 @@ struct Stream {
     /// pack it started on. `None` for the many bodies sent in one turn,
     /// which so cost no reference count.
     site: Option<Arc<Site>>,
+    /// The live preview's event stream, held open on this stream: its
+    /// events go as DATA frames as the connection is woken.
+    events: Option<EventStream>,
 }
 
 /// A field block arriving over several frames.
@@ -297,15 +301,83 @@ impl Conn {
 
     /// The loop ends the connection: a GOAWAY, saying "timeout" when
     /// the header deadline passed (a header block or a frame stalled, or
-    /// the client kept a window closed on a stream kiln is answering).
+    /// the client kept a window closed on a stream kiln is answering);
+    /// held event streams end first.
     pub fn expire(&mut self, expiry: Expiry, out: &mut Output) {
         let reason = match expiry {
             Expiry::Stalled => "timeout",
             Expiry::Idle => "",
             Expiry::Close => return,
         };
+        self.end_events(out);
         self.go_away(ErrorCode::NO_ERROR, reason, out);
         out.seal();
+    }
+
+    /// Writes what the held event streams are owed now (with
+    /// `heartbeat`, a comment if nothing else), and what else the
+    /// connection can send; `None` when it holds none.
+    pub fn wake(
+        &mut self,
+        ctx: &mut RequestContext<'_>,
+        heartbeat: bool,
+        out: &mut Output,
+    ) -> Option<Step> {
+        if !self.streams.iter().any(|s| s.events.is_some()) {
+            return None;
+        }
+        for i in 0..self.streams.len() {
+            self.write_events(i, ctx, heartbeat, out);
+        }
+        Some(self.finish_turn(ctx, out, false))
+    }
+
+    /// The event stream on `self.streams[i]`, if it is one: what it is
+    /// owed, as one DATA frame. An event the windows cannot take now is
+    /// let go, and the stream owes its page a reload instead (a client
+    /// whose windows are full reads nothing anyway).
+    fn write_events(
+        &mut self,
+        i: usize,
+        ctx: &RequestContext<'_>,
+        heartbeat: bool,
+        out: &mut Output,
+    ) {
+        let s = &mut self.streams[i];
+        let Some(stream) = s.events.as_mut() else {
+            return;
+        };
+        let Some(event) = stream.owed(ctx.sites, heartbeat) else {
+            return;
+        };
+        let n = event.len() as i64;
+        if n > self.send_window.min(s.send_window) || n > i64::from(self.peer_max_frame) {
+            stream.missed();
+            return;
+        }
+        out.bytes
+            .extend_from_slice(&frame::data_frame_header(s.id, n as u32, false));
+        out.bytes.extend_from_slice(event);
+        s.send_window -= n;
+        self.send_window -= n;
+    }
+
+    /// Ends every held event stream (DATA with END_STREAM): shutdown.
+    fn end_events(&mut self, out: &mut Output) {
+        self.streams.retain(|s| {
+            if s.events.is_none() {
+                return true;
+            }
+            out.bytes
+                .extend_from_slice(&frame::data_frame_header(s.id, 0, true));
+            // The client's side ended with its request; else it is asked
+            // to stop, as `stream_sent` does.
+            if s.receiving {
+                out.bytes
+                    .extend_from_slice(&frame::rst_stream(s.id, ErrorCode::NO_ERROR));
+            }
+            false
+        });
     }
 
     fn send_settings(&mut self, out: &mut Output) {
@@ -342,6 +414,7 @@ impl Conn {
         progress: bool,
     ) -> Step {
         if ctx.draining && !self.goaway_sent {
+            self.end_events(out);
             self.go_away(ErrorCode::NO_ERROR, "", out);
         }
         let sent = if self.closing {
@@ -367,7 +440,9 @@ impl Conn {
         // flight, which shutdown must let finish, unlike a request still
         // arriving.
         let in_flight = self.streams.iter().any(|s| s.body.is_some());
-        let waiting = !self.partial.is_empty() || self.block.is_some() || !self.streams.is_empty();
+        // A held event stream is neither: it waits on nobody.
+        let answering = self.streams.iter().any(|s| s.events.is_none());
+        let waiting = !self.partial.is_empty() || self.block.is_some() || answering;
         if done {
             return Step::Close {
                 linger: true,
@@ -378,6 +453,8 @@ impl Conn {
             Wait::InFlight { restart: fresh }
         } else if waiting {
             Wait::Input { restart: fresh }
+        } else if !self.streams.is_empty() {
+            Wait::Held
         } else {
             Wait::Idle
         };
@@ -864,6 +941,7 @@ impl Conn {
             send_window: self.peer_initial_window,
             priority,
             site: None,
+            events: None,
         });
         let i = self.streams.len() - 1;
         let decoded = fields_ok.and_then(|()| {
@@ -1100,6 +1178,67 @@ mod tests {
         assert_eq!(goaway_code(&sent), Some(ErrorCode::NO_ERROR));
         assert!(sent.iter().any(|f| f.frame_type == frame_type::DATA));
         assert!(step.closes());
+    }
+
+    #[test]
+    fn an_event_stream_is_held_open_and_woken() {
+        let mut peer = Peer::new();
+        peer.sites = crate::serve::handler::live::testing::preview(0);
+        let mut bytes = start();
+        bytes.extend(headers(1, true, &get_block("/_kiln/events", &[])));
+        let (step, sent) = peer.send(&bytes);
+        let on_stream: Vec<&Sent> = sent.iter().filter(|f| f.stream == 1).collect();
+        assert_eq!(on_stream[0].frame_type, frame_type::HEADERS);
+        assert_eq!(on_stream[0].flags & flag::END_STREAM, 0, "held open");
+        assert_eq!(on_stream[1].frame_type, frame_type::DATA);
+        assert!(
+            on_stream[1]
+                .payload
+                .starts_with(b"retry: 1000\ndata: {\"hello\":true")
+        );
+        assert_eq!(on_stream[1].flags & flag::END_STREAM, 0);
+        assert_eq!(step.wait(), Some(Wait::Held), "no deadline");
+        assert_eq!(peer.events.held(), 1);
+
+        // Nothing new: nothing, or a comment.
+        assert_eq!(peer.wake(false).1.len(), 0);
+        let (_, sent) = peer.wake(true);
+        assert_eq!(sent[0].payload, b":\n\n");
+        // The next generation: its change.
+        peer.sites = crate::serve::handler::live::testing::preview(1);
+        let (step, sent) = peer.wake(false);
+        assert_eq!(step.and_then(Step::wait), Some(Wait::Held));
+        assert_eq!(sent.len(), 1);
+        assert!(
+            sent[0]
+                .payload
+                .starts_with(b"data: {\"css\":[\"/style.css\"]")
+        );
+
+        // A drain ends it (END_STREAM), then GOAWAY, and the connection.
+        peer.draining = true;
+        let (step, sent) = peer.wake(false);
+        assert!(step.is_some_and(Step::closes));
+        assert_eq!(sent[0].frame_type, frame_type::DATA);
+        assert_eq!(sent[0].flags & flag::END_STREAM, flag::END_STREAM);
+        assert_eq!(goaway_code(&sent), Some(ErrorCode::NO_ERROR));
+        assert_eq!(peer.events.held(), 0);
+    }
+
+    #[test]
+    fn a_reset_event_stream_gives_its_place_back() {
+        let mut peer = Peer::new();
+        peer.sites = crate::serve::handler::live::testing::preview(0);
+        let mut bytes = start();
+        bytes.extend(headers(1, true, &get_block("/_kiln/events", &[])));
+        peer.send(&bytes);
+        assert_eq!(peer.events.held(), 1);
+        let mut reset = header(4, frame_type::RST_STREAM, 0, 1);
+        reset.extend(ErrorCode::CANCEL.0.to_be_bytes());
+        let (step, _) = peer.send(&reset);
+        assert_eq!(step.wait(), Some(Wait::Idle));
+        assert_eq!(peer.events.held(), 0);
+        assert_eq!(peer.wake(true).0, None, "nothing held");
     }
 
     #[test]

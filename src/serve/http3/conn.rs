@@ -14,6 +14,7 @@ use super::frame::{self, Frame, FrameReader, ReadError};
 use crate::qpack;
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
+use crate::serve::handler::live::EventStream;
 use crate::serve::handler::{self, Body, Extra, Method, Response};
 use crate::serve::metrics::Protocol;
 use crate::serve::net::Backing;
@@ -207,6 +208,9 @@ struct Request {
     answered: bool,
     /// The request is read to its end (or reading was stopped).
     read_done: bool,
+    /// The live preview's event stream, held open on this stream: the
+    /// response is never finished while it is here.
+    events: Option<EventStream>,
 }
 
 /// A connection error: the code the connection closes with, and why.
@@ -299,11 +303,52 @@ impl Conn {
         self.goaway || self.closed
     }
 
+    /// Whether a request stream holds the live preview's event stream.
+    pub fn holds_events(&self) -> bool {
+        self.requests.iter().any(|r| r.events.is_some())
+    }
+
+    /// Writes what the held event streams are owed now (with
+    /// `heartbeat`, a comment if nothing else), each as a DATA frame.
+    pub fn wake(&mut self, streams: &mut impl Streams, ctx: &RequestContext<'_>, heartbeat: bool) {
+        if self.closed {
+            return;
+        }
+        for i in 0..self.requests.len() {
+            let request = &mut self.requests[i];
+            let Some(stream) = request.events.as_mut() else {
+                continue;
+            };
+            let Some(event) = stream.owed(ctx.sites, heartbeat) else {
+                continue;
+            };
+            let frame = data_frame(event);
+            match &mut request.unsent {
+                // Behind what flow control has not taken yet.
+                Some(unsent) if unsent.iter().any(|b| !b.is_empty()) => {
+                    let mut joined = BytesMut::from(&unsent[1][..]);
+                    joined.extend_from_slice(&frame);
+                    unsent[1] = joined.freeze();
+                }
+                _ => request.unsent = Some([Bytes::new(), frame]),
+            }
+            self.send(i, streams);
+        }
+    }
+
     /// Shutdown or reload: GOAWAY naming the first request not taken
-    /// (§5.2), once; requests taken are still answered.
+    /// (§5.2), once; requests taken are still answered, held event
+    /// streams end.
     pub fn go_away(&mut self, streams: &mut impl Streams) {
         if self.goaway || self.closed {
             return;
+        }
+        for i in (0..self.requests.len()).rev() {
+            if self.requests[i].events.take().is_some() {
+                self.send(i, streams);
+                self.stop_reading_once_answered(i, streams);
+                self.retire(i);
+            }
         }
         self.goaway = true;
         let Some(control) = self.control else {
@@ -583,6 +628,7 @@ impl Conn {
                     unsent: None,
                     answered: false,
                     read_done: false,
+                    events: None,
                 });
                 self.requests.len() - 1
             }
@@ -756,15 +802,22 @@ impl Conn {
         let fields = &scratch.fields;
         let req = fields.request();
         let (server_headers, date) = (ctx.server_headers, ctx.date);
-        let resp = match refused {
+        let mut resp = match refused {
             Some(431) => handler::builtin(431, b"431 Request Header Fields Too Large\n"),
             _ if req.target.len() > 8 * 1024 => handler::builtin(414, b"414 URI Too Long\n"),
             _ => handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch),
         };
         let head_only = req.method == Method::Head && refused.is_none();
+        let mut events = None;
+        if resp.body == Body::Events && !head_only {
+            match ctx.events.hold(resp.site) {
+                Some(stream) => events = Some(stream),
+                None => resp = handler::live::busy(),
+            }
+        }
         let body = match resp.body {
             _ if head_only => Bytes::new(),
-            Body::Empty => Bytes::new(),
+            Body::Empty | Body::Events => Bytes::new(),
             Body::Static(bytes) => Bytes::from_static(bytes),
             Body::Pack { pack, off, len } => cx.bodies.slice(cx.backing, pack, off, len),
         };
@@ -780,6 +833,12 @@ impl Conn {
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
         let head = scratch.heads.carve(head);
         let request = &mut self.requests[i];
+        // An event stream's hello goes with its HEADERS.
+        let body = match events.as_mut().and_then(|e| e.owed(ctx.sites, false)) {
+            Some(hello) => data_frame(hello),
+            None => body,
+        };
+        request.events = events;
         request.unsent = Some([head, body]);
         ctx.count(Protocol::Http3, site, status, sent, encoding);
         if ctx.logs() {
@@ -807,7 +866,7 @@ impl Conn {
             return;
         };
         streams.write(request.id, unsent);
-        if unsent.iter().all(Bytes::is_empty) {
+        if unsent.iter().all(Bytes::is_empty) && request.events.is_none() {
             streams.finish(request.id);
             request.answered = true;
         }
@@ -832,6 +891,14 @@ pub struct Answering<'a, 'w> {
     pub scratch: &'a mut Scratch,
     pub bodies: &'a mut Bodies,
     pub backing: &'a Arc<dyn Backing>,
+}
+
+/// `payload` as one DATA frame (an event of a held stream: small, rare).
+fn data_frame(payload: &[u8]) -> Bytes {
+    let mut frame = Vec::with_capacity(payload.len() + 9);
+    frame::write_frame_header(frame::DATA, payload.len() as u64, &mut frame);
+    frame.extend_from_slice(payload);
+    Bytes::from(frame)
 }
 
 /// The peer's SETTINGS (§7.2.4): HTTP/2's settings and repeats are
@@ -931,6 +998,7 @@ fn encode_response(
             qpack::encode_field(b"location", location, out);
             qpack::encode_field(b"content-length", b"0", out);
         }
+        Extra::Open => {}
     }
 }
 

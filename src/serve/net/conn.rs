@@ -33,6 +33,8 @@ pub enum Phase {
     Sending,
     /// Our side is shut down; reading until the peer closes.
     Lingering,
+    /// A response is held open (`Wait::Held`): no deadline.
+    Held,
 }
 
 /// What a back end does to a connection whose deadline has passed (or,
@@ -59,6 +61,8 @@ impl Phase {
             Phase::Idle => (Expiry::Idle, Some(Timeout::Idle)),
             Phase::Sending => (Expiry::Close, Some(Timeout::Send)),
             Phase::Lingering => (Expiry::Close, None),
+            // Its deadline never passes; shutdown closes it as idle.
+            Phase::Held => (Expiry::Idle, None),
         }
     }
 }
@@ -82,6 +86,9 @@ pub struct ConnState<S> {
     /// The phase to return to once the output waiting on the socket is
     /// sent.
     pub after_send: Phase,
+    /// The stack asked for a `wake` while the connection could not take
+    /// output: it gets one once its output is sent.
+    pub wake_owed: bool,
     /// The connection's protocol stack; `None` once it is closing.
     pub session: Option<S>,
 }
@@ -97,6 +104,7 @@ impl<S> ConnState<S> {
             deadline: u64::MAX,
             more: false,
             after_send: Phase::Idle,
+            wake_owed: false,
             session: None,
         }
     }
@@ -136,6 +144,10 @@ impl<S> ConnState<S> {
                         self.phase = Phase::Idle;
                         self.deadline = now + config.keepalive_timeout_ms;
                     }
+                    Wait::Held => {
+                        self.phase = Phase::Held;
+                        self.deadline = u64::MAX;
+                    }
                 }
             }
         }
@@ -164,11 +176,11 @@ impl<S> ConnState<S> {
             return;
         }
         self.phase = self.after_send;
-        self.deadline = now
-            + match self.after_send {
-                Phase::Head => config.header_timeout_ms,
-                _ => config.keepalive_timeout_ms,
-            };
+        self.deadline = match self.after_send {
+            Phase::Head => now + config.header_timeout_ms,
+            Phase::Held => u64::MAX,
+            _ => now + config.keepalive_timeout_ms,
+        };
     }
 
     /// The connection is done once its output is sent: either it said so
@@ -483,6 +495,24 @@ mod tests {
         let mut fake = Fake::with(state);
         assert_eq!(fake.sweep_at(T0 + 10 + LINGER_MS), [(0, Expiry::Close)]);
         assert_eq!(fake.counted, [], "a lingering close is no timeout");
+    }
+
+    #[test]
+    fn a_held_response_has_no_deadline_and_drains_as_idle() {
+        let config = config();
+        let mut state = ConnState::open((), T0, &config);
+        state.apply(open(INPUT), T0, &config);
+        state.apply(open(Wait::Held), T0 + 10, &config);
+        assert_eq!((state.phase, state.deadline), (Phase::Held, u64::MAX));
+        assert!(state.drainable() && state.done_after_send(true));
+        // An event the socket did not take: the send deadline, then back.
+        state.start_sending(T0 + 20, &config);
+        assert_eq!(state.deadline, T0 + 20 + SEND);
+        state.sent(T0 + 30, &config);
+        assert_eq!((state.phase, state.deadline), (Phase::Held, u64::MAX));
+        let mut fake = Fake::with(state);
+        assert_eq!(fake.sweep_at(T0 + 1_000 * HEADER), []);
+        assert_eq!(fake.counted, [], "never a timeout");
     }
 
     #[test]

@@ -179,6 +179,12 @@ pub enum Wait {
     /// `Input`. Shutdown lets it finish, as it does output the socket has
     /// not taken yet.
     InFlight { restart: bool },
+    /// A response is held open, written to as the stack is woken
+    /// (`Stack::wake`: the live preview's event stream): no deadline (a
+    /// client that stops reading meets the send deadline), nothing
+    /// counted as a timeout. Shutdown closes it as an idle connection,
+    /// with the stack's goodbye.
+    Held,
 }
 
 /// The stack's answer to input (or to a `resume`): only the combinations
@@ -247,7 +253,9 @@ impl Step {
 /// Per thread, the loop calls `begin_turn` once per turn before any
 /// per-connection call of that turn, `tick` about once a second and
 /// `finish` once at the end; `wants_peer` and `backing` may be asked at
-/// any time.
+/// any time. When `begin_turn` says held responses are owed something,
+/// the loop calls `wake` on each open connection that can take output
+/// now, and on the others once their output is sent.
 ///
 /// Per connection: `open` once, then any number of `input` and `resume`,
 /// where `resume` is called only after a step with `more` (once its output
@@ -262,8 +270,10 @@ pub trait Stack {
     /// (a TLS session's output left for `resume`).
     type Session;
     /// Once per loop turn, before events: `unix_seconds` is the wall clock
-    /// (for `Date`), `draining` is set once shutdown began.
-    fn begin_turn(&mut self, unix_seconds: i64, draining: bool);
+    /// (for `Date`), `draining` is set once shutdown began. True when
+    /// responses held open (`Wait::Held`) may be owed output this turn:
+    /// the loop then wakes its connections (`wake`).
+    fn begin_turn(&mut self, unix_seconds: i64, draining: bool) -> bool;
     /// Whether `open` uses the peer's address (for the access log): a
     /// back end that must ask the kernel for it separately (io_uring's
     /// multishot accept reports none) skips that syscall otherwise.
@@ -275,6 +285,11 @@ pub trait Stack {
     fn input(&mut self, session: &mut Self::Session, bytes: &mut [u8], out: &mut Output) -> Step;
     /// The last output was sent and the step had `more`: produce more.
     fn resume(&mut self, session: &mut Self::Session, out: &mut Output) -> Step;
+    /// After a `begin_turn` that said so, with no output of the
+    /// connection waiting and no `more` pending: what its held responses
+    /// are owed goes to `out`. `None` when it holds none (nothing
+    /// changes).
+    fn wake(&mut self, session: &mut Self::Session, out: &mut Output) -> Option<Step>;
     /// The loop ends the connection (a deadline passed, or shutdown closes
     /// it idle): its last words for `expiry`, if any, go to `out`.
     /// `Expiry::Stalled`: a 408 (HTTP/1), sent, then lingering;

@@ -150,10 +150,14 @@ impl<S: Stack> Worker<S> {
             events.clear();
             self.poller.wait(wait_ms, |e| events.push(e))?;
             self.now = monotonic_ms();
-            self.stack
+            let wake = self
+                .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             for ev in &events {
                 self.dispatch(*ev);
+            }
+            if wake {
+                self.wake_held();
             }
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
@@ -391,11 +395,42 @@ impl<S: Stack> Worker<S> {
                     return;
                 }
                 conn.state.sent(self.now, &self.config);
+                if std::mem::take(&mut conn.state.wake_owed) {
+                    self.wake(idx);
+                }
                 // Data that arrived while we were not reading raised its
                 // edge already: read now (after any output the stack
                 // still has).
                 self.on_readable(idx, true);
             }
+        }
+    }
+
+    /// The stack said held responses are owed output: each connection
+    /// that can take output now is woken, the others once theirs is sent.
+    fn wake_held(&mut self) {
+        for idx in 0..self.conns.len() {
+            let conn = &mut self.conns[idx];
+            if conn.fd < 0 || conn.state.phase == Phase::Lingering {
+                continue;
+            }
+            if conn.pending.is_some() || conn.state.more {
+                conn.state.wake_owed = true;
+            } else {
+                self.wake(idx);
+            }
+        }
+    }
+
+    /// Hands the stack what a held response is owed now (`Stack::wake`).
+    fn wake(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        let Some(session) = conn.state.session.as_mut() else {
+            return;
+        };
+        self.out.clear();
+        if let Some(step) = self.stack.wake(session, &mut self.out) {
+            self.after_step(idx, step);
         }
     }
 

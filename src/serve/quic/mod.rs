@@ -368,8 +368,27 @@ impl Endpoint {
                 self.touched.push(slot);
             }
         }
+        if let Some(heartbeat) = cx.wake {
+            self.wake_held(now, heartbeat, cx);
+        }
         self.drive(now, out, cx);
         self.timers.next().map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Held event streams are owed what changed (and with `heartbeat` a
+    /// comment): every connection that holds one writes it.
+    fn wake_held(&mut self, now: Instant, heartbeat: bool, cx: &Context<'_, '_>) {
+        for (slot, conn) in self.conns.iter_mut().enumerate() {
+            let Some(conn) = conn.as_mut().filter(|c| c.started && c.h3.holds_events()) else {
+                continue;
+            };
+            let mut streams = QuicStreams {
+                quic: &mut conn.quic,
+                now,
+            };
+            conn.h3.wake(&mut streams, &cx.ctx, heartbeat);
+            self.touched.push(slot);
+        }
     }
 
     /// Gives every touched connection its events, runs HTTP/3 on them,
@@ -622,6 +641,9 @@ pub struct Context<'a, 'w> {
     pub bodies: &'a mut http3::Bodies,
     pub backing: &'a Arc<dyn Backing>,
     pub draining: bool,
+    /// Held event streams are owed what changed this turn (`Some`), and
+    /// with `Some(true)` a heartbeat.
+    pub wake: Option<bool>,
 }
 
 impl<'w> Context<'_, 'w> {

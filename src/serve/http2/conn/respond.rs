@@ -58,12 +58,26 @@ impl Conn {
             self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
             return;
         }
-        let resp = handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch);
+        let mut resp =
+            handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch);
         let head_only = req.method == Method::Head;
-        self.write_response(i, &resp, head_only, ctx.date, ctx.server_headers, out);
+        let mut events = None;
+        if resp.body == Body::Events && !head_only {
+            match ctx.events.hold(resp.site) {
+                Some(stream) => events = Some(stream),
+                None => resp = handler::live::busy(),
+            }
+        }
+        let held = events.is_some();
+        self.write_response(i, &resp, head_only, held, ctx.date, ctx.server_headers, out);
         let sent = if head_only { 0 } else { resp.body.len() };
         let (status, encoding, site) = (resp.status, resp.encoding, resp.site);
         record(ctx, Some(request), site, status, sent, encoding);
+        if held {
+            // Its hello goes with the HEADERS.
+            self.streams[i].events = events;
+            self.write_events(i, ctx, false, out);
+        }
     }
 
     pub(super) fn respond_builtin(
@@ -76,23 +90,26 @@ impl Conn {
         out: &mut Output,
     ) {
         let resp = handler::builtin(status, body);
-        self.write_response(i, &resp, false, ctx.date, ctx.server_headers, out);
+        self.write_response(i, &resp, false, false, ctx.date, ctx.server_headers, out);
         record(ctx, request, None, status, resp.body.len(), None);
     }
 
-    /// HEADERS (and CONTINUATION) now; the body is left for `send_data`.
+    /// HEADERS (and CONTINUATION) now; the body is left for `send_data`
+    /// (`held`: an event stream, the stream stays open for its events).
+    #[allow(clippy::too_many_arguments)]
     fn write_response(
         &mut self,
         i: usize,
         resp: &Response<'_>,
         head_only: bool,
+        held: bool,
         date: &DateCache,
         server_headers: &ServerHeaders,
         out: &mut Output,
     ) {
         let body = match resp.body {
             _ if head_only => None,
-            Body::Empty => None,
+            Body::Empty | Body::Events => None,
             Body::Static(bytes) => Some(Remaining::Static(bytes)),
             Body::Pack { pack, off, len } => Some(Remaining::Pack { pack, off, len }),
         }
@@ -101,7 +118,7 @@ impl Conn {
         stream.answered = true;
         stream.body = body;
         let id = stream.id;
-        let end_stream = body.is_none();
+        let end_stream = body.is_none() && !held;
 
         let start = out.bytes.len();
         out.bytes.extend_from_slice(&[0; frame::FRAME_HEADER_LEN]);
@@ -164,6 +181,7 @@ impl Conn {
                 hpack::encode_field(b"location", location, b);
                 encode_number(b"content-length", 0, b);
             }
+            Extra::Open => {}
         }
         let block_len = out.bytes.len() - start - frame::FRAME_HEADER_LEN;
         let max = self.peer_max_frame as usize;

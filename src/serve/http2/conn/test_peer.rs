@@ -15,6 +15,7 @@ use crate::serve::server_headers::ServerHeaders;
 /// and the HPACK encoder, the server's output read back with `parse`.
 pub(super) struct Peer {
     pub(super) conn: Conn,
+    pub(super) events: crate::serve::handler::live::EventStreams,
     pub(super) sites: std::sync::Arc<Sites>,
     pub(super) metrics: std::sync::Arc<crate::serve::metrics::Metrics>,
     pub(super) scratch: HandlerScratch,
@@ -46,6 +47,7 @@ impl Peer {
             headers: ServerHeaders::new(false, false),
             h2: Scratch::default(),
             draining: false,
+            events: Default::default(),
         }
     }
 
@@ -66,6 +68,7 @@ impl Peer {
             metrics: &self.metrics,
             thread: 0,
             started_us: 0,
+            events: &self.events,
         };
         let mut out = Output::new(0, u64::MAX);
         let mut step = self.conn.input(bytes, &mut ctx, &mut self.h2, &mut out);
@@ -76,6 +79,30 @@ impl Peer {
             wire.extend(flatten(&out));
         }
         (step, frames(&wire))
+    }
+
+    /// Wakes the connection's held event streams (`Conn::wake`): its
+    /// step, if it holds any, and every frame it wrote.
+    pub(super) fn wake(&mut self, heartbeat: bool) -> (Option<Step>, Vec<Sent>) {
+        let mut ctx = RequestContext {
+            sites: &self.sites,
+            scratch: &mut self.scratch,
+            date: &self.date,
+            server_headers: &self.headers,
+            log: None,
+            peer: None,
+            draining: self.draining,
+            http01: None,
+            https_redirect: None,
+            scheme: crate::serve::metrics::Scheme::Http,
+            metrics: &self.metrics,
+            thread: 0,
+            started_us: 0,
+            events: &self.events,
+        };
+        let mut out = Output::new(0, u64::MAX);
+        let step = self.conn.wake(&mut ctx, heartbeat, &mut out);
+        (step, frames(&flatten(&out)))
     }
 }
 

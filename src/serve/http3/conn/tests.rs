@@ -66,6 +66,7 @@ impl Streams for FakeQuic {
 /// `Hello World!`).
 struct Peer {
     conn: Conn,
+    events: crate::serve::handler::live::EventStreams,
     quic: FakeQuic,
     sites: Arc<Sites>,
     metrics: Arc<Metrics>,
@@ -88,6 +89,7 @@ impl Peer {
             headers: ServerHeaders::new(false, false),
             scratch: Scratch::default(),
             bodies: Bodies::default(),
+            events: Default::default(),
         };
         peer.conn.start(&mut peer.quic);
         peer
@@ -108,6 +110,7 @@ impl Peer {
             metrics: &self.metrics,
             thread: 0,
             started_us: 0,
+            events: &self.events,
         };
         let backing: Arc<dyn Backing> = self.sites.clone();
         let mut answering = Answering {
@@ -118,6 +121,27 @@ impl Peer {
         };
         self.conn
             .on_data(id, bytes, fin, &mut self.quic, &mut answering);
+    }
+
+    /// Wakes the held event streams (`Conn::wake`).
+    fn wake(&mut self, heartbeat: bool) {
+        let ctx = RequestContext {
+            sites: &self.sites,
+            scratch: &mut self.handler,
+            date: &self.date,
+            server_headers: &self.headers,
+            log: None,
+            peer: None,
+            draining: false,
+            http01: None,
+            https_redirect: None,
+            scheme: Scheme::Https,
+            metrics: &self.metrics,
+            thread: 0,
+            started_us: 0,
+            events: &self.events,
+        };
+        self.conn.wake(&mut self.quic, &ctx, heartbeat);
     }
 
     /// The client's control stream (ID 2) with SETTINGS and `more`.
@@ -138,12 +162,32 @@ fn frame_bytes(frame_type: u64, payload: &[u8]) -> Vec<u8> {
 
 /// A GET of `/` as a field section (static-table references only).
 fn get_section() -> Vec<u8> {
+    get_section_of(b"/")
+}
+
+/// A GET of `path` as a field section.
+fn get_section_of(path: &[u8]) -> Vec<u8> {
     let mut section = crate::qpack::FIELD_SECTION_PREFIX.to_vec();
     crate::qpack::encode_field(b":method", b"GET", &mut section);
     crate::qpack::encode_field(b":scheme", b"https", &mut section);
     crate::qpack::encode_field(b":authority", b"localhost", &mut section);
-    crate::qpack::encode_field(b":path", b"/", &mut section);
+    crate::qpack::encode_field(b":path", path, &mut section);
     section
+}
+
+/// The DATA payloads of `bytes` (whole frames), in order.
+fn data_payloads(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (frame_type, n) = frame::read_varint(bytes).unwrap();
+        let (len, m) = frame::read_varint(&bytes[n..]).unwrap();
+        let payload = &bytes[n + m..n + m + len as usize];
+        if frame_type == frame::DATA {
+            out.push(payload.to_vec());
+        }
+        bytes = &bytes[n + m + len as usize..];
+    }
+    out
 }
 
 /// The frames of `bytes`: (type, payload).
@@ -331,4 +375,42 @@ fn goaway_names_the_first_request_not_taken_and_later_ones_are_rejected() {
     assert_eq!(sent.last().unwrap(), &(frame::GOAWAY, vec![4]));
     peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
     assert!(peer.quic.resets.contains(&(4, frame::H3_REQUEST_REJECTED)));
+}
+
+#[test]
+fn an_event_stream_is_held_open_and_woken_until_goaway() {
+    let mut peer = Peer::new();
+    peer.sites = crate::serve::handler::live::testing::preview(0);
+    peer.control(&[]);
+    let section = get_section_of(b"/_kiln/events");
+    peer.send(0, &frame_bytes(frame::HEADERS, &section), true);
+    assert!(peer.quic.finished.is_empty(), "held open");
+    assert!(peer.conn.holds_events() && !peer.conn.is_idle());
+    let data = data_payloads(&peer.quic.written[&0]);
+    assert!(data[0].starts_with(b"retry: 1000\ndata: {\"hello\":true"));
+
+    // Nothing new: nothing, or a comment; the next generation: its change.
+    peer.wake(false);
+    peer.wake(true);
+    peer.sites = crate::serve::handler::live::testing::preview(1);
+    peer.wake(false);
+    let data = data_payloads(&peer.quic.written[&0]);
+    assert_eq!(data[1], b":\n\n");
+    assert!(data[2].starts_with(b"data: {\"css\":[\"/style.css\"]"));
+    assert_eq!(data.len(), 3);
+
+    // Flow control holds an event back: it follows once there is room.
+    peer.quic.budget = Some(0);
+    peer.sites = crate::serve::handler::live::testing::preview(2);
+    peer.wake(false);
+    peer.quic.budget = None;
+    peer.conn.on_writable(0, &mut peer.quic);
+    let data = data_payloads(&peer.quic.written[&0]);
+    assert!(data[3].starts_with(b"data: {\"css\""), "{data:?}");
+
+    // GOAWAY (shutdown) finishes it; the connection is then idle.
+    peer.conn.go_away(&mut peer.quic);
+    assert_eq!(peer.quic.finished, [0]);
+    assert!(peer.conn.is_idle());
+    assert_eq!(peer.events.held(), 0);
 }

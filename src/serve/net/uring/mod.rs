@@ -357,9 +357,13 @@ impl<S: Stack> UringWorker<S> {
             let timeout = types::Timespec::new().nsec((wait_ms * 1_000_000) as u32);
             self.enter(&timeout)?;
             self.now = monotonic_ms();
-            self.stack
+            let wake = self
+                .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
             self.reap();
+            if wake {
+                self.wake_held();
+            }
             self.read_unread_datagrams();
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
@@ -770,12 +774,33 @@ impl<S: Stack> UringWorker<S> {
             } else if slot.peer_done {
                 self.close(idx);
                 return;
+            } else if std::mem::take(&mut slot.state.wake_owed) {
+                match self.stack.wake(session, &mut self.out) {
+                    Some(step) => step,
+                    None => break,
+                }
             } else {
                 break;
             };
             self.after_step(idx, step);
         }
         self.keep_reading(idx);
+    }
+
+    /// The stack said held responses are owed output: every open
+    /// connection is woken (`Stack::wake`), at once when it can take
+    /// output, else once it can (`pump`).
+    fn wake_held(&mut self) {
+        for idx in 0..self.conns.len() {
+            let slot = &mut self.conns[idx];
+            if slot.fd < 0 || slot.state.phase == Phase::Lingering {
+                continue;
+            }
+            slot.state.wake_owed = true;
+            if !slot.busy() {
+                self.pump(idx);
+            }
+        }
     }
 
     /// Applies what the stack answered: deadlines, then the output.
