@@ -231,6 +231,9 @@ pub struct BuildOptions {
     pub base: Base,
     /// `Use-As-Dictionary` and delta variants.
     pub dictionaries: DictionaryOptions,
+    /// Files and folders that cannot be read are left out with a warning
+    /// (a preview, built as the user it is served as), not an error.
+    pub leave_out_unreadable: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -261,6 +264,7 @@ impl Default for BuildOptions {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             base: Base::Output,
             dictionaries: DictionaryOptions::default(),
+            leave_out_unreadable: false,
         }
     }
 }
@@ -279,7 +283,8 @@ pub enum PreviewCacheControl {
 
 impl BuildOptions {
     /// Settings for a local preview: br and gzip at `level` (fast unless
-    /// asked otherwise), `Cache-Control` as `cache_control` says.
+    /// asked otherwise), `Cache-Control` as `cache_control` says; what the
+    /// user building it cannot read is left out.
     pub fn preview(level: Level, cache_control: PreviewCacheControl) -> Self {
         BuildOptions {
             compress: CompressOptions::at(level),
@@ -287,6 +292,7 @@ impl BuildOptions {
                 revalidate_all: cache_control == PreviewCacheControl::NoCache,
                 ..CachePolicy::default()
             },
+            leave_out_unreadable: true,
             ..BuildOptions::default()
         }
     }
@@ -599,6 +605,7 @@ fn fire(
             exclude: workspace.exclude.clone(),
             strip_components: opts.strip_components,
             staging_dir: workspace.staging_dir.clone(),
+            leave_out_unreadable: opts.leave_out_unreadable,
         },
     )?;
     let mut warnings = read.warnings;
@@ -878,6 +885,7 @@ impl BuildArgs {
                 enabled: self.dictionaries == DictionaryMode::Auto,
                 versions: self.delta_versions as usize,
             },
+            leave_out_unreadable: false,
         })
     }
 }
