@@ -62,12 +62,17 @@ pub struct ServeArgs {
     /// What to serve, told by content (not by name) and said at start: a
     /// pack; a folder of sites (packs named by host: `example.com.pack`,
     /// `_default.pack` for other hosts, `HOST.crt` and `HOST.key` beside
-    /// them for TLS), which holds at least one `NAME.pack` and nothing but
-    /// `NAME.pack`, `NAME.crt` and `NAME.key` files; or any other folder,
-    /// or a tar archive, fired into a preview pack in memory. Default: a
-    /// preview of the current folder.
+    /// them for TLS): any folder holding a `NAME.pack` that is a pack,
+    /// whose other files are warned about and never served; or any other
+    /// folder, or a tar archive, fired into a preview pack in memory
+    /// (private keys and what the serving user cannot read left out).
+    /// Default: a preview of the current folder.
     #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
+    /// Preview SITE, a folder holding packs, as a site (its files fired
+    /// into a preview pack) rather than serve it as a folder of sites.
+    #[arg(long, conflicts_with = "dummy", env = "KILN_PREVIEW")]
+    pub preview: bool,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
     /// a build that fails keeps the last good site serving.
@@ -848,32 +853,36 @@ pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig
 }
 
 /// What the sandbox lets the server read after start: what is served
-/// (a pack, a directory, a folder of sites) and the certificates again at
-/// reloads (previews are built in memory).
+/// (a pack, a directory or archive to preview, a folder of sites) and the
+/// certificates again at reloads (previews are built in memory).
 fn sandbox_plan(
     identity: sandbox::Identity,
     backend: Backend,
     site: Option<&Path>,
+    preview: bool,
     tls: Option<&tls::Source>,
 ) -> sandbox::Plan {
+    use sandbox::Held;
     let mut plan = sandbox::Plan::new(identity, backend);
     if let Some(site) = site {
-        if site.is_dir() {
-            plan.read_tree_again(site);
+        if site.is_dir() && preview {
+            plan.read_tree_again(site, Held::Preview);
+        } else if site.is_dir() {
+            plan.read_tree_again(site, Held::FolderOfSites);
             // A pack of a folder of sites may be a link to a file
             // elsewhere: that folder is read again too.
             let entries = std::fs::read_dir(site).into_iter().flatten().flatten();
             for entry in entries.filter(|e| e.file_type().is_ok_and(|t| t.is_symlink())) {
-                plan.read_file_again(&entry.path());
+                plan.read_file_again(&entry.path(), Held::File);
             }
         } else {
-            plan.read_file_again(site);
+            plan.read_file_again(site, Held::File);
         }
     }
     if let Some(tls::Source::Files(pairs)) = tls {
         for pair in pairs {
-            plan.read_file_again(&pair.cert);
-            plan.read_file_again(&pair.key);
+            plan.read_file_again(&pair.cert, Held::File);
+            plan.read_file_again(&pair.key, Held::PrivateKey);
         }
     }
     plan
@@ -947,26 +956,42 @@ fn choose_io(choice: IoChoice) -> anyhow::Result<Backend> {
 
 /// What is served, as opened at start.
 struct Opened {
-    /// The first generation of the sites.
+    /// The first generation of the sites (a stand-in until a preview's
+    /// first build).
     sites: Arc<Sites>,
     /// What reloads it.
     served: control::Served,
-    /// The live preview's watcher, started once inside the sandbox.
-    preview: Option<watch::Preview>,
+    /// A preview's first build, made inside the sandbox.
+    first_build: Option<FirstBuild>,
     /// What SITE named, for the sandbox and the watch.
     path: Option<PathBuf>,
-    /// For the start-up line.
+    /// For the start-up line (a preview's, once built).
     what: String,
 }
 
+/// A preview not built yet: its first build is made once the sandbox is
+/// up, as the user it is served as, as its rebuilds and reloads are, so
+/// that it publishes nothing that user could not read. Checking each file
+/// as that user instead (mode bits, owner, groups, every folder above it)
+/// would miss POSIX ACLs, capabilities and LSMs that the kernel applies to
+/// an open; the kernel's own check, by opening as that user, misses none.
+enum FirstBuild {
+    /// `--watch`: the directory watched, and its settings.
+    Watch(Box<watch::Watching>),
+    /// A directory or archive fired once, reloaded by `Served::One`.
+    Once,
+}
+
 /// Opens what SITE names: the dummy answer, a live preview, a folder of
-/// sites, or one pack (or a directory or archive fired into one).
+/// sites, or one pack (or a directory or archive fired into one, once the
+/// sandbox is up: `first_build`).
 fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opened> {
+    let stand_in = || Sites::single(Site::dummy(metrics.site(load::DEFAULT_SITE)));
     if args.dummy {
         return Ok(Opened {
-            sites: Sites::single(Site::dummy(metrics.site(load::DEFAULT_SITE))),
+            sites: stand_in(),
             served: control::Served::Nothing,
-            preview: None,
+            first_build: None,
             path: None,
             what: "dummy answers".to_string(),
         });
@@ -983,45 +1008,17 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         mlock: args.mlock,
         preview_cache_control: args.preview_cache_control,
     };
-    let kind = crate::build::source::kind_of(&path)?;
-    let packs = (kind == crate::build::source::Kind::Folder)
-        .then(|| load::folder_of_sites(&path))
-        .flatten();
-    if args.watch {
-        if let Some(packs) = packs {
+    let taken = load::take(&path, args.preview)?;
+    if let load::Taken::Folder { packs } = taken {
+        if args.watch || args.index_pages {
+            let flag = if args.watch {
+                "--watch"
+            } else {
+                "--index-pages"
+            };
             bail!(
-                "{}: a folder of sites ({packs} packs, and nothing but packs, certificates and keys): \
-                 --watch previews a site's folder; a folder of sites reloads a pack when it is replaced",
-                path.display()
-            );
-        }
-        let level = args
-            .compression
-            .unwrap_or(crate::build::compress::Level::Fast);
-        let (site, watching) = watch::start(
-            &path,
-            level,
-            args.index_pages,
-            args.preview_cache_control,
-            metrics.site(load::DEFAULT_SITE),
-        )?;
-        tracing::info!(
-            "previewing {} as a site, rebuilt when a file changes",
-            path.display()
-        );
-        let routes = site.pack().map_or(0, |p| p.route_count());
-        return Ok(Opened {
-            sites: Sites::single(site),
-            served: control::Served::Nothing,
-            preview: Some(watching),
-            what: format!("{} ({routes} routes)", path.display()),
-            path: Some(path),
-        });
-    }
-    if let Some(packs) = packs {
-        if args.index_pages {
-            bail!(
-                "{}: --index-pages applies to a preview of a directory or archive, not to a folder of sites' packs",
+                "{}: a folder of sites ({packs} packs), whose packs are reloaded when replaced: \
+                 {flag} applies to a preview; add --preview to fire the folder into a site",
                 path.display()
             );
         }
@@ -1034,13 +1031,39 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
         return Ok(Opened {
             sites: folder.sites(),
             served: control::Served::Folder(folder),
-            preview: None,
+            first_build: None,
             path: Some(path),
             what,
         });
     }
-    match kind {
-        crate::build::source::Kind::Folder
+    if args.watch {
+        let level = args
+            .compression
+            .unwrap_or(crate::build::compress::Level::Fast);
+        let watching = watch::start(&path, level, args.index_pages, args.preview_cache_control)?;
+        tracing::info!(
+            "previewing {} as a site, rebuilt when a file changes",
+            path.display()
+        );
+        return Ok(Opened {
+            sites: stand_in(),
+            served: control::Served::Nothing,
+            first_build: Some(FirstBuild::Watch(Box::new(watching))),
+            what: String::new(),
+            path: Some(path),
+        });
+    }
+    let stats = metrics.site(load::DEFAULT_SITE);
+    let source = load::SiteSource {
+        path: path.clone(),
+        opts,
+        index_pages: args.index_pages,
+    };
+    match taken {
+        load::Taken::Preview(crate::build::source::Kind::Archive) => {
+            tracing::info!("previewing {} as a site (a tar archive)", path.display());
+        }
+        load::Taken::Preview(_)
             if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) =>
         {
             tracing::warn!(
@@ -1048,31 +1071,81 @@ fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opene
                 path.display()
             );
         }
-        crate::build::source::Kind::Folder => tracing::info!(
-            "previewing {} as a site (a folder of sites holds HOST.pack files and nothing but \
-             packs, certificates and keys)",
+        load::Taken::Preview(_) if args.preview => {
+            tracing::info!("previewing {} as a site (--preview)", path.display());
+        }
+        load::Taken::Preview(_) => tracing::info!(
+            "previewing {} as a site (a folder of sites holds a HOST.pack)",
             path.display()
         ),
-        crate::build::source::Kind::Archive => {
-            tracing::info!("previewing {} as a site (a tar archive)", path.display())
+        load::Taken::Pack => {
+            let pack = load::open_site(&source)?;
+            let what = format!("{} ({} routes)", path.display(), pack.route_count());
+            stats.loads.fetch_add(1, Ordering::Relaxed);
+            return Ok(Opened {
+                sites: Sites::single(Site::new(pack, 0, Arc::clone(&stats))),
+                what,
+                path: Some(path),
+                served: control::Served::One { source, stats },
+                first_build: None,
+            });
         }
-        crate::build::source::Kind::Pack => {}
+        load::Taken::Folder { .. } => unreachable!("served above"),
     }
-    let source = load::SiteSource {
-        path,
-        opts,
-        index_pages: args.index_pages,
-    };
-    let pack = load::open_site(&source)?;
-    let routes = pack.route_count();
-    let stats = metrics.site(load::DEFAULT_SITE);
-    stats.loads.fetch_add(1, Ordering::Relaxed);
     Ok(Opened {
-        sites: Sites::single(Site::new(pack, 0, Arc::clone(&stats))),
-        what: format!("{} ({routes} routes)", source.path.display()),
-        path: Some(source.path.clone()),
+        sites: stand_in(),
+        what: String::new(),
+        path: Some(path),
         served: control::Served::One { source, stats },
-        preview: None,
+        first_build: Some(FirstBuild::Once),
+    })
+}
+
+/// Fires a preview's first build, inside the sandbox, and publishes it;
+/// returns the watcher of a live preview, to be started, and what the
+/// start-up line names. `switched`: the user kiln started as (root) is
+/// not the one building, who may lack read rights the starting user had:
+/// an error for want of them says so.
+fn build_first_preview(
+    first: FirstBuild,
+    served: &control::Served,
+    path: &Path,
+    current: &CurrentSites,
+    metrics: &Metrics,
+    switched: Option<&sandbox::Identity>,
+) -> anyhow::Result<(Option<watch::Preview>, String)> {
+    let built = match (first, served) {
+        (FirstBuild::Watch(watching), _) => watching
+            .first_build(metrics.site(load::DEFAULT_SITE))
+            .map(|(site, preview)| (site, Some(preview))),
+        (FirstBuild::Once, control::Served::One { source, stats }) => {
+            load::open_site(source).map(|pack| {
+                stats.loads.fetch_add(1, Ordering::Relaxed);
+                (Site::new(pack, 0, Arc::clone(stats)), None)
+            })
+        }
+        (FirstBuild::Once, _) => unreachable!("a preview built once is reloaded as one site"),
+    };
+    let (site, preview) = built.map_err(|e| match switched {
+        Some(user) if is_permission_denied(&e) => anyhow::anyhow!(
+            "{e:#}; the preview is built as user {0}, who serves it: let {0} read {1}, \
+             or serve as root (--user root)",
+            user.name,
+            path.display()
+        ),
+        _ => e,
+    })?;
+    let routes = site.pack().map_or(0, |p| p.route_count());
+    current.publish(Sites::single(site));
+    Ok((preview, format!("{} ({routes} routes)", path.display())))
+}
+
+/// Whether `e` comes from a refused open or listing (EACCES).
+fn is_permission_denied(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
     })
 }
 
@@ -1145,7 +1218,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         managed.as_deref(),
         tls_reload.is_some(),
     );
-    let announcement = announcement(&opened.what, &urls, settings.threads, &metrics_listeners);
+    // Read while the metrics listener's sockets are still here (they go
+    // to its thread), for the start-up line.
+    let metrics_addrs: Vec<SocketAddr> = metrics_listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
     // The ACME client starts while the process has one thread, before the
     // sandbox, which it does not share: its own is narrower.
     let acme_client = match &managed {
@@ -1157,14 +1235,31 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    let switched = switched_user(settings.identity.as_ref()).cloned();
+    if let Some(user) = &switched {
+        load::set_preview_builder(&user.name);
+    }
     enter_sandbox(
         settings.identity,
         backend,
         opened.path.as_deref(),
+        opened.first_build.is_some(),
         certificates.source.as_ref(),
         managed.as_ref().map(|m| m.dir.as_path()),
     )?;
-    let handles = start_threads(opened.preview, &current, metrics_listeners, &metrics, loops)?;
+    let (preview, what) = match opened.first_build {
+        Some(first) => build_first_preview(
+            first,
+            &opened.served,
+            opened.path.as_deref().unwrap_or(Path::new(".")),
+            &current,
+            &metrics,
+            switched.as_ref(),
+        )?,
+        None => (None, opened.what),
+    };
+    let announcement = announcement(&what, &urls, settings.threads, &metrics_addrs);
+    let handles = start_threads(preview, &current, metrics_listeners, &metrics, loops)?;
     // Every loop runs: ready for systemd; then the control thread (reloads
     // and shutdown), and the line for whoever started kiln.
     if let Some(n) = &settings.notifier {
@@ -1624,18 +1719,13 @@ fn watch_for_reloads(
 }
 
 /// The start-up line: what is served, on which URLs, with how many
-/// threads, and the metrics addresses, read while the metrics listener's
-/// sockets are still here (they go to its thread).
+/// threads, and the metrics addresses.
 fn announcement(
     what: &str,
     urls: &[String],
     threads: usize,
-    metrics_listeners: &[std::net::TcpListener],
+    metrics_addrs: &[SocketAddr],
 ) -> String {
-    let metrics_addrs: Vec<SocketAddr> = metrics_listeners
-        .iter()
-        .filter_map(|l| l.local_addr().ok())
-        .collect();
     let mut announcement = format!(
         "kiln: serving {what} on {} with {threads} {}",
         urls.join(" "),
@@ -1655,14 +1745,15 @@ fn enter_sandbox(
     identity: Option<sandbox::Identity>,
     backend: Backend,
     site: Option<&Path>,
+    preview: bool,
     tls_source: Option<&tls::Source>,
     acme_dir: Option<&Path>,
 ) -> anyhow::Result<()> {
     match identity {
         Some(identity) => {
-            let mut plan = sandbox_plan(identity, backend, site, tls_source);
+            let mut plan = sandbox_plan(identity, backend, site, preview, tls_source);
             if let Some(dir) = acme_dir {
-                plan.read_tree_again(dir);
+                plan.read_tree_again(dir, sandbox::Held::Tree);
             }
             #[cfg(debug_assertions)]
             sandbox::debug_exiting_thread();
