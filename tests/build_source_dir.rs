@@ -414,10 +414,10 @@ fn a_preview_leaves_out_what_cannot_be_read_where_a_build_stops() {
     write(&root, "locked/page.html", "page");
     std::fs::set_permissions(
         root.join("private.html"),
-        std::fs::Permissions::from_mode(0),
+        std::fs::Permissions::from_mode(0o000),
     )
     .unwrap();
-    std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0)).unwrap();
+    std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
     let err = format!(
         "{:#}",
         build_pack(&root, &dir.path().join("x.pack"), &BuildOptions::default()).unwrap_err()
