@@ -651,3 +651,57 @@ fn a_ca_answering_429_is_left_alone_as_long_as_its_retry_after_says() {
         t.contains("attempt 1 failed, next in 71")
     });
 }
+
+/// `--acme-ca-root` in a folder only root may enter (root's home): read
+/// before the switch to `nobody`, so the worker, `nobody` in its sandbox,
+/// still trusts it, and talks to the CA (here one that answers 429)
+/// instead of failing every attempt on the file.
+#[test]
+fn a_ca_root_only_root_can_read_is_trusted_by_a_worker_that_is_not_root() {
+    // SAFETY: a plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = work.path().join("root-home");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let pki = pki(&private);
+    let port = rate_limiting_ca(&pki);
+    let url = format!("https://127.0.0.1:{port}/dir");
+    let dir = work.path().join("acme");
+    let mut child = Command::new(KILN)
+        .args([
+            "acme",
+            "run",
+            "--domain",
+            "busy.kiln.test",
+            "--user",
+            "nobody",
+        ])
+        .args(["--acme-ca", &url])
+        .arg("--acme-ca-root")
+        .arg(&pki.root)
+        .arg("--acme-dir")
+        .arg(&dir)
+        .env_remove("KILN_USER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Log::of(child.stderr.take().unwrap());
+    let _process = Process(child);
+    wait_until("a status with the error", || {
+        status(&dir, "busy.kiln.test").is_some_and(|s| s["last_error"].is_string())
+    });
+    // The CA's Retry-After came back over TLS checked against the root.
+    let s = status(&dir, "busy.kiln.test").unwrap();
+    let wait = s["next_attempt"].as_i64().unwrap() - s["last_error_at"].as_i64().unwrap();
+    assert!((7190..=7200).contains(&wait), "{s}");
+    let text = log.text();
+    assert!(!text.contains("Permission denied"), "{text}");
+    assert!(text.contains("uid 65534"), "the worker is nobody: {text}");
+}

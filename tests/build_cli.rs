@@ -623,3 +623,38 @@ fn a_source_is_taken_for_what_it_holds() {
     let o = kiln(&["build", p(&empty), "-o", p(&out), "-q"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// A private key in the source: a warning naming it on stderr, counted in
+/// the summary, listed with -v, and absent from the pack.
+#[test]
+fn a_private_key_is_left_out_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let key = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(src.join("docs/server.pem"), key.serialize_pem()).unwrap();
+    let pack = dir.path().join("site.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&pack), "-v"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let key_file = src.join("docs/server.pem");
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "kiln: warning: {}: left out: a private key (it holds a PEM private key block), \
+             never published\n",
+            key_file.display()
+        )
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "left out             1  1 private key (*.key, PEM or DER key content); -v lists them\n"
+        ) && out
+            .lines()
+            .any(|l| l
+                == "left out    docs/server.pem  (private key (*.key, PEM or DER key content))"),
+        "{out}"
+    );
+    let o = kiln(&["inspect", p(&pack), "--json"]);
+    assert!(!stdout(&o).contains("server.pem"), "{}", stdout(&o));
+}

@@ -767,6 +767,15 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
         std::fs::write(p, "x").unwrap();
     }
     std::os::unix::fs::symlink("/etc/passwd", site.join("passwd.txt")).unwrap();
+    // Private keys, by name and by content (PEM, DER).
+    let key = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(site.join("server.key"), "x").unwrap();
+    std::fs::write(
+        site.join("docs/bundle.pem"),
+        format!("certificates first\n{}", key.serialize_pem()),
+    )
+    .unwrap();
+    std::fs::write(site.join("key.der"), key.serialize_der()).unwrap();
     let from_dir = build_pack(&site, &dir.path().join("d.pack"), &BuildOptions::default()).unwrap();
     let tar_path = dir.path().join("site.tar");
     let mut builder = tar::Builder::new(std::fs::File::create(&tar_path).unwrap());
@@ -798,12 +807,18 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
         ("docs/_headers", "_headers or _redirects below the root"),
         ("docs/_redirects", "_headers or _redirects below the root"),
         (
+            "docs/bundle.pem",
+            "private key (*.key, PEM or DER key content)",
+        ),
+        ("key.der", "private key (*.key, PEM or DER key content)"),
+        (
             "logs/app.log",
             "log, lock or temporary (*.log *.lock *.tmp *.temp)",
         ),
         ("notes#1.txt", "'#' in the name"),
         ("page.html~", "backup (name~)"),
         ("passwd.txt", "symbolic link out of the source"),
+        ("server.key", "private key (*.key, PEM or DER key content)"),
         (
             "x.temp",
             "log, lock or temporary (*.log *.lock *.tmp *.temp)",
@@ -823,4 +838,17 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
     assert_eq!(listed(&from_dir), expected);
     assert_eq!(listed(&from_tar), expected);
     assert_eq!((from_dir.files, from_tar.files), (2, 2));
+    // Each key named in a warning: by its name in the archive.
+    for (file, why) in [
+        ("server.key", "its name ends in .key"),
+        ("docs/bundle.pem", "it holds a PEM private key block"),
+        ("key.der", "a DER PKCS#8 private key"),
+    ] {
+        let warning = format!("{file}: left out: a private key ({why}), never published");
+        assert!(
+            from_tar.warnings.contains(&warning),
+            "{warning}: {:?}",
+            from_tar.warnings
+        );
+    }
 }

@@ -1,7 +1,10 @@
 //! The sandbox `kiln serve` enters once started: every thread of the
 //! serving process has no_new_privs, the seccomp filter and no
 //! capabilities; started as root it switches to `nobody` and still reloads
-//! its pack and directory site there; files outside its folders cannot be
+//! its pack and directory site there; a preview is built as `nobody`, so it
+//! publishes nothing `nobody` cannot read (ACLs included), and a key
+//! `nobody` cannot read is warned of once, with the group fix; files
+//! outside its folders cannot be
 //! opened; a system call outside the list ends it with a log line; a
 //! symlinked pack is read from the folder the link points into at start;
 //! `--no-sandbox` turns it all off, with a warning; root is refused when
@@ -208,58 +211,200 @@ fn root_switches_to_nobody_and_fires_a_directory_site_again_as_nobody() {
     );
 }
 
+/// Gives `path` a POSIX ACL (the `system.posix_acl_access` attribute, as
+/// `setfacl` writes it): owner, group and others as `mode` says, and the
+/// user `uid` the rights `perm` (`rwx` bits); false where the file system
+/// keeps no ACL.
+fn set_acl(path: &Path, mode: u32, uid: u32, perm: u16) -> bool {
+    const UNDEFINED: u32 = u32::MAX;
+    let entry = |tag: u16, perm: u32, id: u32| {
+        [
+            &tag.to_le_bytes()[..],
+            &(perm as u16).to_le_bytes(),
+            &id.to_le_bytes(),
+        ]
+        .concat()
+    };
+    let group = (mode >> 3) & 7;
+    let acl = [
+        2u32.to_le_bytes().to_vec(),
+        entry(0x01, (mode >> 6) & 7, UNDEFINED),
+        entry(0x02, u32::from(perm), uid),
+        entry(0x04, group, UNDEFINED),
+        entry(0x10, group | u32::from(perm), UNDEFINED),
+        entry(0x20, mode & 7, UNDEFINED),
+    ]
+    .concat();
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: C strings and a buffer that outlive the call.
+    unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        ) == 0
+    }
+}
+
+/// A preview is built as the user it is served as, so it publishes
+/// nothing that user cannot read, as the kernel decides: mode bits, and
+/// POSIX ACLs, which may deny a file its mode lets everyone read, or
+/// grant one its mode keeps private. What is left out is named, with the
+/// fix once; a site nobody can read at all is refused at start.
 #[test]
-fn a_preview_nobody_can_read_is_warned_of_with_both_fixes() {
+fn a_preview_publishes_nothing_its_user_cannot_read() {
     if !is_root() {
         eprintln!("skipped: the switch from root needs the tests to run as root");
         return;
     }
     let dir = open_tempdir();
-    // The whole folder private to root, then only a subfolder of it.
     let site = dir.path().join("public");
-    let sub = site.join("docs");
-    std::fs::create_dir_all(&sub).unwrap();
+    let docs = site.join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(site.join("index.html"), "<p>home</p>").unwrap();
-    std::fs::write(sub.join("guide.html"), "<p>guide</p>").unwrap();
-    for (private, readable) in [(&site, None), (&sub, Some(&site))] {
-        std::fs::set_permissions(private, std::fs::Permissions::from_mode(0o700)).unwrap();
-        if let Some(open) = readable {
-            std::fs::set_permissions(open, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
+    std::fs::write(site.join("secret.txt"), "root's").unwrap();
+    std::fs::set_permissions(
+        site.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(docs.join("guide.html"), "<p>guide</p>").unwrap();
+    std::fs::set_permissions(&docs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (uid, _) = nobody();
+    std::fs::write(site.join("denied.txt"), "everyone's but nobody's").unwrap();
+    std::fs::write(site.join("granted.txt"), "root's and nobody's").unwrap();
+    let acls = set_acl(&site.join("denied.txt"), 0o644, uid, 0)
+        && set_acl(&site.join("granted.txt"), 0o600, uid, 4);
+    if !acls {
+        eprintln!("this file system keeps no POSIX ACL: their part is skipped");
+    }
+    for watch in [&[][..], &["--watch"][..]] {
         let server = Server::launch(
-            &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+            &[&[site.to_str().unwrap(), "--threads", "1"][..], watch].concat(),
             Launch {
                 stay_root: false,
                 ..Launch::default()
             },
         );
         wait_for_log(&server, "sandbox: running as nobody");
+        let status = |path: &str| server.get(path, "").status;
+        assert_eq!(status("/index.html"), 200, "{watch:?}");
+        assert_eq!(status("/secret.txt"), 404, "{watch:?}");
+        assert_eq!(status("/docs/guide.html"), 404, "{watch:?}");
+        if acls {
+            assert_eq!(status("/denied.txt"), 404, "{watch:?}");
+            assert_eq!(status("/granted.txt"), 200, "{watch:?}");
+        }
         let log = server.stderr_text();
-        let line = log
+        for left_out in [site.join("secret.txt"), docs.clone()] {
+            assert!(
+                log.contains(&format!(
+                    "{}: left out: cannot read it (",
+                    left_out.display()
+                )),
+                "{left_out:?}: {log}"
+            );
+        }
+        let hints: Vec<&str> = log
             .lines()
-            .find(|l| l.contains("sandbox: user nobody cannot read"))
-            .unwrap_or_else(|| panic!("no warning for {}: {log}", private.display()));
+            .filter(|l| l.contains("a preview is built as the user it is served as, nobody"))
+            .collect();
         assert!(
-            line.contains(&format!("cannot read {} (", private.display()))
-                && line.contains(&format!("chmod -R o+rX {}", private.display()))
-                && line.contains("--user root"),
-            "{line}"
+            hints.len() == 1 && hints[0].contains("--user root"),
+            "{hints:?}"
         );
+        if !watch.is_empty() {
+            // Rebuilt as nobody too, the fix not said again.
+            std::fs::write(site.join("index.html"), "<p>home, again</p>").unwrap();
+            wait_for_log(&server, "rebuilt");
+            assert_eq!(status("/secret.txt"), 404);
+            assert_eq!(
+                server
+                    .stderr_text()
+                    .matches("a preview is built as")
+                    .count(),
+                1
+            );
+        }
     }
-    // Readable by everyone: no warning.
-    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The site itself private to root: refused at start, saying how.
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = kiln_serve(&[site.to_str().unwrap(), "--listen", "127.0.0.1:0"], || {
+        Ok(())
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "kiln: error: {}: cannot list directory: ",
+            site.display()
+        )) && last.contains(&format!(
+            "let nobody read {}, or serve as root (--user root)",
+            site.display()
+        )),
+        "{err}"
+    );
+}
+
+/// A private key the user switched to cannot read is said once, with the
+/// group set-up of docs/deploy.md: never a chmod that lets every user
+/// read a key.
+#[test]
+fn a_key_nobody_cannot_read_is_warned_of_once_with_the_group_fix() {
+    if entry_covered_by_the_cleartext_pass() {
+        return;
+    }
+    if !is_root() {
+        eprintln!("skipped: the switch from root needs the tests to run as root");
+        return;
+    }
+    let dir = open_tempdir();
+    let sites = dir.path().join("sites");
+    std::fs::create_dir(&sites).unwrap();
+    std::fs::set_permissions(&sites, std::fs::Permissions::from_mode(0o755)).unwrap();
+    version_pack(&sites.join("example.com.pack"), "v1");
+    let key_pair = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["example.com".to_owned()])
+        .unwrap()
+        .self_signed(&key_pair)
+        .unwrap();
+    std::fs::write(sites.join("example.com.crt"), cert.pem()).unwrap();
+    let key = sites.join("example.com.key");
+    std::fs::write(&key, key_pair.serialize_pem()).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let server = Server::launch(
-        &[site.to_str().unwrap(), "--watch", "--threads", "1"],
+        &[
+            sites.to_str().unwrap(),
+            "--listen-tls",
+            "127.0.0.1:0",
+            "--threads",
+            "1",
+        ],
         Launch {
             stay_root: false,
             ..Launch::default()
         },
     );
     wait_for_log(&server, "sandbox: running as nobody");
+    let log = server.stderr_text();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("cannot read")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    let line = warnings[0];
     assert!(
-        !server.stderr_text().contains("cannot read"),
-        "{}",
-        server.stderr_text()
+        line.contains(&format!("cannot read the private key {} (", key.display()))
+            && line.contains(&format!(
+                "chgrp kiln-tls {0} && chmod 640 {0}",
+                key.display()
+            ))
+            && line.contains("docs/deploy.md")
+            && line.contains("--user root")
+            && !line.contains("o+r")
+            && !line.contains("-R "),
+        "{line}"
     );
 }
 

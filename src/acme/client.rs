@@ -4,7 +4,8 @@
 //! those into problem documents without the header).
 
 use std::future::Future;
-use std::path::Path;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -58,25 +59,84 @@ pub struct CaClient {
     retry_after: RetryAfter,
 }
 
+/// The most a `--acme-ca-root` bundle may hold: a few roots are a few
+/// kilobytes, the whole of the Web PKI's under 300 KB.
+const MAX_CA_ROOT_BYTES: u64 = 4 << 20;
+
+/// A private CA's root certificates (`--acme-ca-root`), read once, where
+/// the supervisor still has the rights of the user kiln started as: the
+/// file may lie where the user the client runs as cannot read (anywhere in
+/// root's home), and the worker, that user inside its sandbox, never
+/// opens it (`CaRoot::from_descriptor`).
+#[derive(Clone, Debug)]
+pub struct CaRoot {
+    /// The file, as messages name it.
+    pub path: PathBuf,
+    /// Its certificates, one at least.
+    pub roots: Vec<CertificateDer<'static>>,
+}
+
+impl CaRoot {
+    /// The certificates of the PEM bundle `pem`, read from `path`; an
+    /// error, naming it, when there is none or one is broken.
+    pub fn parse(path: &Path, pem: &[u8]) -> anyhow::Result<CaRoot> {
+        let named = || format!("--acme-ca-root {}", path.display());
+        let roots = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(named)?;
+        if roots.is_empty() {
+            bail!("{}: no certificate in it", named());
+        }
+        Ok(CaRoot {
+            path: path.to_path_buf(),
+            roots,
+        })
+    }
+
+    /// The bundle in `file`, opened on `path`, read from its start (the
+    /// descriptor is shared by every worker the supervisor starts, so its
+    /// offset is not used).
+    pub fn from_descriptor(path: &Path, file: impl AsFd) -> anyhow::Result<CaRoot> {
+        let named = || format!("--acme-ca-root {}", path.display());
+        let mut pem = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match rustix::io::pread(&file, &mut buf, pem.len() as u64) {
+                Ok(0) => break,
+                Ok(n) => pem.extend_from_slice(&buf[..n]),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(std::io::Error::from(e)).with_context(named),
+            }
+            if pem.len() as u64 > MAX_CA_ROOT_BYTES {
+                bail!(
+                    "{}: more than {MAX_CA_ROOT_BYTES} bytes, not a bundle of roots",
+                    named()
+                );
+            }
+        }
+        CaRoot::parse(path, &pem)
+    }
+
+    /// Opens and reads the bundle at `path`.
+    pub fn read(path: &Path) -> anyhow::Result<CaRoot> {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("--acme-ca-root {}", path.display()))?;
+        CaRoot::from_descriptor(path, &file)
+    }
+}
+
 impl CaClient {
-    /// A client trusting the certificates in `ca_root` (PEM, one or more),
-    /// or the system's trust store.
-    pub fn new(ca_root: Option<&Path>, retry_after: RetryAfter) -> anyhow::Result<CaClient> {
+    /// A client trusting the certificates of `ca_root`, or the system's
+    /// trust store.
+    pub fn new(ca_root: Option<&CaRoot>, retry_after: RetryAfter) -> anyhow::Result<CaClient> {
         let builder = HttpsConnectorBuilder::new();
         let builder = match ca_root {
-            Some(path) => {
+            Some(ca_root) => {
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(path)
-                    .with_context(|| format!("--acme-ca-root {}", path.display()))?
-                {
-                    let cert =
-                        cert.with_context(|| format!("--acme-ca-root {}", path.display()))?;
+                for cert in &ca_root.roots {
                     roots
-                        .add(cert)
-                        .with_context(|| format!("--acme-ca-root {}", path.display()))?;
-                }
-                if roots.is_empty() {
-                    bail!("--acme-ca-root {}: no certificate in it", path.display());
+                        .add(cert.clone())
+                        .with_context(|| format!("--acme-ca-root {}", ca_root.path.display()))?;
                 }
                 let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
                 let config = rustls::ClientConfig::builder_with_provider(provider)

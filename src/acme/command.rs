@@ -69,6 +69,11 @@ pub struct RunArgs {
     pub user: Option<String>,
     #[command(flatten)]
     pub acme: AcmeArgs,
+    /// The worker's: the `--acme-ca-root` bundle is read from standard
+    /// input, a descriptor of the file the supervisor opened before it
+    /// switched users (the path only names it in messages).
+    #[arg(long, hide = true, requires = "ca_root")]
+    pub ca_root_on_stdin: bool,
 }
 
 /// The flags of `kiln acme status`.

@@ -3,9 +3,10 @@
 //!
 //! - no capabilities and no_new_privs (the user switch, `--user`, was made
 //!   by the supervisor before it started the worker);
-//! - Landlock: the state folder read and written; the `--acme-ca-root`
-//!   file, the system's trust store and the resolver's files read; nothing
-//!   else, so nothing of the packs; TCP connections only to the CA's port
+//! - Landlock: the state folder read and written; the system's trust store
+//!   and the resolver's files read (the `--acme-ca-root` bundle was read
+//!   before, from a descriptor the supervisor opened); nothing else, so
+//!   nothing of the packs; TCP connections only to the CA's port
 //!   (and 53, DNS over TCP), no TCP bind; no signal or abstract socket
 //!   outside the domain.
 //!
@@ -48,8 +49,6 @@ const RESOLVER_FILES: &[&str] = &[
 pub struct WorkerPlan<'a> {
     /// The state folder.
     pub dir: &'a Path,
-    /// `--acme-ca-root`, if given.
-    pub ca_root: Option<&'a Path>,
     /// The TCP port of the CA's directory URL.
     pub ca_port: u16,
 }
@@ -97,9 +96,6 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
         if let Some(value) = std::env::var_os(var) {
             read.extend(std::env::split_paths(&value).flat_map(|p| with_target(&p)));
         }
-    }
-    if let Some(root) = plan.ca_root {
-        read.extend(with_target(root));
     }
     ruleset = ruleset
         .add_rules(landlock::path_beneath_rules(read, AccessFs::from_read(abi)))

@@ -1,15 +1,19 @@
-//! `kiln acme run`: prepares the state folder, becomes `--user`, and
+//! `kiln acme run`: prepares the state folder, opens the `--acme-ca-root`
+//! bundle (handed to each worker as its standard input: the user the
+//! worker runs as may not be able to open it), becomes `--user`, and
 //! keeps one worker running: restarted after it dies, 1 s after the
 //! first death, doubling up to 5 minutes, back to 1 s once a worker lived
 //! 10 minutes. It stops (stopping the worker) on SIGTERM or SIGINT and
 //! when its parent, the server, is gone.
 
+use std::fs::File;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 use rustix::process::{self, Pid, Signal};
 
+use super::client::CaRoot;
 use super::command::RunArgs;
 use super::store;
 use crate::serve::sandbox;
@@ -73,14 +77,21 @@ const FLAG_VARIABLES: [&str; 6] = [
 ];
 
 /// The worker's command: this binary again, `acme worker` and the request
-/// spelled out, no flag from the environment.
-fn worker_command(args: &RunArgs) -> Command {
+/// spelled out, no flag from the environment; the `--acme-ca-root` bundle,
+/// opened here, on its standard input.
+fn worker_command(args: &RunArgs, ca_root: Option<&File>) -> std::io::Result<Command> {
     let mut command = Command::new("/proc/self/exe");
-    command.args(args.worker_argv()).stdin(Stdio::null());
+    command.args(args.worker_argv());
+    match ca_root {
+        Some(file) => command
+            .arg("--ca-root-on-stdin")
+            .stdin(Stdio::from(file.try_clone()?)),
+        None => command.stdin(Stdio::null()),
+    };
     for variable in FLAG_VARIABLES {
         command.env_remove(variable);
     }
-    command
+    Ok(command)
 }
 
 /// Runs the supervisor until told to stop.
@@ -89,9 +100,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // than by a worker restarted for ever.
     args.names()?;
     super::worker::ca_endpoint(args.acme.directory_url())?;
-    if let Some(root) = &args.acme.ca_root {
-        std::fs::metadata(root).with_context(|| format!("--acme-ca-root {}", root.display()))?;
+    if args.ca_root_on_stdin {
+        bail!("--ca-root-on-stdin is the worker's");
     }
+    // Opened with the rights kiln started with, before the user switch:
+    // the file may lie where the user the worker runs as cannot read (in
+    // root's home). Each worker reads it from this descriptor; checked
+    // here first, once.
+    let ca_root = match &args.acme.ca_root {
+        Some(path) => {
+            let file =
+                File::open(path).with_context(|| format!("--acme-ca-root {}", path.display()))?;
+            CaRoot::from_descriptor(path, &file)?;
+            Some(file)
+        }
+        None => None,
+    };
     let (euid, egid, parent) = (
         process::geteuid().as_raw(),
         process::getegid().as_raw(),
@@ -119,8 +143,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     set.block().context("cannot block signals")?;
     let mut delay = FIRST_RESTART_DELAY;
     loop {
-        let mut child = worker_command(&args)
-            .spawn()
+        let mut child = worker_command(&args, ca_root.as_ref())
+            .and_then(|mut command| command.spawn())
             .context("cannot start the ACME worker")?;
         let started = Instant::now();
         tracing::info!("acme: worker {} started", child.id());
@@ -169,7 +193,7 @@ mod tests {
     #[test]
     fn the_worker_takes_its_flags_from_its_command_line_alone() {
         let args = Cli::parse_from(["kiln", "--domain", "a.test", "--acme-staging"]).run;
-        let command = worker_command(&args);
+        let command = worker_command(&args, None).unwrap();
         let cleared: Vec<_> = command
             .get_envs()
             .filter(|(_, value)| value.is_none())

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use instant_acme::{Account, AccountCredentials, CertificateIdentifier, NewAccount};
 
-use super::client::{CaClient, RetryAfter};
+use super::client::{CaClient, CaRoot, RetryAfter};
 use super::command::{Challenge, RunArgs};
 use super::lock::{self, NameLock, Taken};
 use super::schedule;
@@ -83,7 +83,7 @@ enum Outcome {
 struct Worker {
     dir: PathBuf,
     url: String,
-    ca_root: Option<PathBuf>,
+    ca_root: Option<CaRoot>,
     email: Option<String>,
     challenges: Vec<Challenge>,
     names: Vec<Name>,
@@ -125,9 +125,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // modules now, from folders the sandbox will not show. Failing is for
     // the loop to report.
     let _ = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port));
+    // Read once, before the sandbox, which does not show it: from the
+    // descriptor the supervisor opened before it gave up the rights of the
+    // user kiln started as, or, for a worker started by hand, from the file.
+    let ca_root = match &args.acme.ca_root {
+        Some(path) if args.ca_root_on_stdin => {
+            Some(CaRoot::from_descriptor(path, std::io::stdin())?)
+        }
+        Some(path) => Some(CaRoot::read(path)?),
+        None => None,
+    };
     sandbox::enter(&sandbox::WorkerPlan {
         dir: &dir,
-        ca_root: args.acme.ca_root.as_deref(),
         ca_port: port,
     })?;
     let names = names
@@ -150,7 +159,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let worker = Worker {
         dir,
         url,
-        ca_root: args.acme.ca_root.clone(),
+        ca_root,
         email: args.acme.email.clone(),
         challenges: args.challenge_order(),
         names,
@@ -323,7 +332,7 @@ impl Worker {
         let path = store::account_path(&self.dir, &self.url);
         let client = || -> anyhow::Result<Box<CaClient>> {
             Ok(Box::new(CaClient::new(
-                self.ca_root.as_deref(),
+                self.ca_root.as_ref(),
                 self.retry_after.clone(),
             )?))
         };

@@ -235,6 +235,9 @@ pub struct BuildOptions {
     /// Put the live preview's script tag into every HTML page (`live`):
     /// for `kiln serve DIR --watch` only, never for a pack on disk.
     pub live_reload: bool,
+    /// Files and folders that cannot be read are left out with a warning
+    /// (a preview, built as the user it is served as), not an error.
+    pub leave_out_unreadable: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -266,6 +269,7 @@ impl Default for BuildOptions {
             base: Base::Output,
             dictionaries: DictionaryOptions::default(),
             live_reload: false,
+            leave_out_unreadable: false,
         }
     }
 }
@@ -284,7 +288,8 @@ pub enum PreviewCacheControl {
 
 impl BuildOptions {
     /// Settings for a local preview: br and gzip at `level` (fast unless
-    /// asked otherwise), `Cache-Control` as `cache_control` says.
+    /// asked otherwise), `Cache-Control` as `cache_control` says; what the
+    /// user building it cannot read is left out.
     pub fn preview(level: Level, cache_control: PreviewCacheControl) -> Self {
         BuildOptions {
             compress: CompressOptions::at(level),
@@ -292,6 +297,7 @@ impl BuildOptions {
                 revalidate_all: cache_control == PreviewCacheControl::NoCache,
                 ..CachePolicy::default()
             },
+            leave_out_unreadable: true,
             ..BuildOptions::default()
         }
     }
@@ -604,6 +610,7 @@ fn fire(
             exclude: workspace.exclude.clone(),
             strip_components: opts.strip_components,
             staging_dir: workspace.staging_dir.clone(),
+            leave_out_unreadable: opts.leave_out_unreadable,
         },
     )?;
     let mut warnings = read.warnings;
@@ -908,6 +915,7 @@ impl BuildArgs {
                 versions: self.delta_versions as usize,
             },
             live_reload: false,
+            leave_out_unreadable: false,
         })
     }
 }

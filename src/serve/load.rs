@@ -5,11 +5,11 @@
 //! for TLS), `_default.pack` for other hosts, each site loaded, replaced
 //! and removed on its own.
 
-use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::bail;
@@ -19,6 +19,7 @@ use super::handler::{Site, Sites};
 use super::metrics::Metrics;
 use super::tls::PairPaths;
 use crate::build::compress::Level;
+use crate::build::source::ignore::Why;
 use crate::build::source::{Kind, kind_of};
 use crate::build::{BuildOptions, BuildReport};
 use crate::pack::{Pack, verify};
@@ -144,37 +145,100 @@ pub fn log_build_warnings(report: &BuildReport) {
 }
 
 /// Logs the warnings of `report` that are not among `said` already (a
-/// rebuild of a preview repeats those of the builds before it).
+/// rebuild of a preview repeats those of the builds before it); the first
+/// time a preview leaves out what the user kiln switched to cannot read,
+/// says how to fix it.
 pub fn log_new_build_warnings(report: &BuildReport, said: &[String]) {
     for warning in report.warnings.iter().filter(|w| !said.contains(w)) {
         tracing::warn!("{warning}");
     }
+    static HINTED: AtomicBool = AtomicBool::new(false);
+    if let Some(user) = PREVIEW_BUILDER.get()
+        && report
+            .left_out
+            .iter()
+            .any(|(_, why)| *why == Why::Unreadable)
+        && !HINTED.swap(true, Ordering::Relaxed)
+    {
+        tracing::warn!(
+            "a preview is built as the user it is served as, {user}, and leaves out what {user} \
+             cannot read (above); to publish it, let {user} read it, or serve as root (--user root)"
+        );
+    }
+}
+
+/// The user kiln switched to from root, who builds and serves previews;
+/// named when a preview leaves out what it cannot read.
+static PREVIEW_BUILDER: OnceLock<String> = OnceLock::new();
+
+/// Says that previews are built by `user`, a user kiln switched to.
+pub fn set_preview_builder(user: &str) {
+    let _ = PREVIEW_BUILDER.set(user.to_owned());
+}
+
+/// What SITE is taken for (said at start, by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// A pack, served as it is.
+    Pack,
+    /// A folder of sites holding this many packs.
+    Folder { packs: usize },
+    /// A directory or a tar archive, fired into a preview.
+    Preview(Kind),
+}
+
+/// Tells what `path` is taken for, by content, never by name: a file is a
+/// pack or a tar archive (`kind_of`); a directory holding a pack
+/// (`folder_of_sites`) is a folder of sites unless `preview` (`--preview`)
+/// asks for a preview of it; any other directory is a site to preview.
+pub fn take(path: &Path, preview: bool) -> anyhow::Result<Taken> {
+    Ok(match kind_of(path)? {
+        Kind::Pack if preview => bail!(
+            "{}: a kiln pack, served as it is: --preview fires a directory or an archive",
+            path.display()
+        ),
+        Kind::Pack => Taken::Pack,
+        Kind::Folder if !preview => match folder_of_sites(path) {
+            Some(packs) => Taken::Folder { packs },
+            None => Taken::Preview(Kind::Folder),
+        },
+        kind => Taken::Preview(kind),
+    })
 }
 
 /// The rule that tells a folder of sites from a site to preview: a folder
-/// of sites holds at least one `NAME.pack`, and nothing but files named
-/// `NAME.pack`, `NAME.crt` and `NAME.key` (hidden files aside: a build's
-/// temporary file); anything else, a subdirectory or a page, makes it a
-/// site. Returns the number of packs of a folder of sites.
+/// of sites holds a `NAME.pack` (not hidden) that is a pack, by its magic,
+/// or is empty (a copy just begun). Nothing else in it changes that: a
+/// stray file (`example.com.pack.bak`, `notes.txt`) is warned about and
+/// never served (`Folder::warn_strays`), where it once made the folder a
+/// preview that published its keys. A folder whose `.pack` files are not
+/// packs (a game's assets) is a site. Returns the number of packs.
 pub fn folder_of_sites(dir: &Path) -> Option<usize> {
-    let mut packs = 0;
-    for entry in std::fs::read_dir(dir).ok()? {
-        let entry = entry.ok()?;
-        let name = entry.file_name();
-        if name.as_encoded_bytes().starts_with(b".") {
-            continue;
-        }
-        let extension = Path::new(&name).extension().and_then(OsStr::to_str);
-        if !entry.path().is_file() {
-            return None;
-        }
-        match extension {
-            Some("pack") => packs += 1,
-            Some("crt" | "key") => {}
-            _ => return None,
-        }
-    }
+    let packs = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.as_encoded_bytes();
+            !name.starts_with(b".") && name.ends_with(b".pack") && {
+                let path = entry.path();
+                path.is_file()
+                    && (is_pack(&path).unwrap_or(true)
+                        || std::fs::metadata(&path).is_ok_and(|m| m.len() == 0))
+            }
+        })
+        .count();
     (packs > 0).then_some(packs)
+}
+
+/// Whether `name`, in a folder of sites, is one of its files: a site's
+/// pack, certificate or key, or a hidden file (a build's temporary one);
+/// anything else is a stray, never served.
+fn belongs_in_folder(name: &OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b".")
+        || ["pack", "crt", "key"]
+            .iter()
+            .any(|extension| site_name(name, extension).is_some())
 }
 
 /// The site a file of a folder of sites belongs to, if its name is
@@ -232,6 +296,9 @@ pub struct Folder {
     loaded: BTreeMap<String, Loaded>,
     /// Where each site's counts go, kept across its reloads.
     metrics: Arc<Metrics>,
+    /// The stray files (neither a site's pack, certificate nor key)
+    /// warned about already: each is named once.
+    strays_said: BTreeSet<OsString>,
 }
 
 impl Folder {
@@ -245,7 +312,9 @@ impl Folder {
             opts,
             loaded: BTreeMap::new(),
             metrics,
+            strays_said: BTreeSet::new(),
         };
+        folder.warn_strays(None);
         let mut first_error = None;
         for name in folder.site_names()? {
             let path = folder.pack_path(&name);
@@ -275,6 +344,43 @@ impl Folder {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Warns, in one line, about the stray files among `changed` (file
+    /// names in the folder; every file when `None`) not named before:
+    /// they are never served, whatever they hold.
+    fn warn_strays(&mut self, changed: Option<&[OsString]>) {
+        let names: Vec<OsString> = match changed {
+            Some(names) => names
+                .iter()
+                .filter(|name| self.dir.join(name).symlink_metadata().is_ok())
+                .cloned()
+                .collect(),
+            None => match std::fs::read_dir(&self.dir) {
+                Ok(entries) => entries.flatten().map(|e| e.file_name()).collect(),
+                Err(_) => return,
+            },
+        };
+        let mut strays: Vec<OsString> = names
+            .into_iter()
+            .filter(|name| !belongs_in_folder(name) && !self.strays_said.contains(name))
+            .collect();
+        if strays.is_empty() {
+            return;
+        }
+        strays.sort();
+        strays.dedup();
+        let shown: Vec<String> = strays
+            .iter()
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect();
+        tracing::warn!(
+            "{}: not served: {} (a folder of sites serves HOST.pack files, with HOST.crt and HOST.key \
+             for TLS, and nothing else; kiln serve DIR --preview fires the folder into a site instead)",
+            self.dir.display(),
+            shown.join(", ")
+        );
+        self.strays_said.extend(strays);
     }
 
     /// Every site name with a pack in the folder now.
@@ -372,7 +478,8 @@ impl Folder {
     /// one kept. A pack that fails to load is logged and the site keeps
     /// its previous pack (or stays absent). Returns whether any site
     /// changed.
-    pub fn refresh(&mut self, changed: Option<&[std::ffi::OsString]>) -> bool {
+    pub fn refresh(&mut self, changed: Option<&[OsString]>) -> bool {
+        self.warn_strays(changed);
         let names: Vec<String> = match changed {
             Some(files) => {
                 let mut names: Vec<String> =
@@ -481,6 +588,36 @@ impl Folder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_holding_a_pack_is_a_folder_of_sites() {
+        let dir = tempfile::tempdir().unwrap();
+        let write =
+            |name: &str, bytes: &[u8]| std::fs::write(dir.path().join(name), bytes).unwrap();
+        write("index.html", b"<p>a site</p>");
+        write("assets.pack", b"not a kiln pack");
+        write(".example.com.pack", &crate::pack::format::MAGIC);
+        assert_eq!(folder_of_sites(dir.path()), None, "no pack, by content");
+        // A copy just begun is a pack: a deploy in progress at boot must
+        // not turn the folder into a preview.
+        write("new.example.pack", b"");
+        assert_eq!(folder_of_sites(dir.path()), Some(1));
+        write("example.com.pack", &crate::pack::format::MAGIC);
+        assert_eq!(folder_of_sites(dir.path()), Some(2));
+        for (name, belongs) in [
+            ("example.com.pack", true),
+            ("_default.pack", true),
+            ("example.com.crt", true),
+            ("example.com.key", true),
+            (".example.com.pack.x1.tmp", true),
+            ("example.com.pack.bak", false),
+            ("notes.txt", false),
+            ("my site.pack", false),
+            ("docs", false),
+        ] {
+            assert_eq!(belongs_in_folder(OsStr::new(name)), belongs, "{name}");
+        }
+    }
 
     #[test]
     fn file_names_name_sites() {

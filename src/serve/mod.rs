@@ -4,7 +4,8 @@
 //! protocols as the loop drives them), `tls`, `http1` and `http2` (the
 //! protocols), `handler` (request → site by host → prepared pack bytes,
 //! protocol-agnostic), `load` (opening a pack, a preview or a folder of
-//! sites), `control` (signals, hot reload, site by site), `watch` (the
+//! sites), `open` (what SITE is taken for at start, a preview's first
+//! build inside the sandbox, the sandbox's plan), `control` (signals, hot reload, site by site), `watch` (the
 //! live preview of a directory), `metrics` (counters and their
 //! listener), `systemd` (socket activation, readiness) and `sandbox` (the
 //! walls the serving threads run inside).
@@ -22,6 +23,7 @@ pub mod listen;
 pub mod load;
 pub mod metrics;
 pub mod net;
+mod open;
 pub mod output;
 pub mod quic;
 pub mod request_context;
@@ -37,19 +39,18 @@ use std::io::Write as _;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use rustls::ServerConfig;
 
-use handler::{Site, Sites};
 use listen::Listen;
 use metrics::Metrics;
 use net::uring::UringWorker;
 use net::worker::Worker;
 use net::{Backend, EventLoop, LoopConfig, Shared, Waker};
+use open::Opened;
 use server_headers::ServerHeaders;
 use stack::{CurrentSites, Protocols, StackConfig};
 use tls::SniResolver;
@@ -62,12 +63,17 @@ pub struct ServeArgs {
     /// What to serve, told by content (not by name) and said at start: a
     /// pack; a folder of sites (packs named by host: `example.com.pack`,
     /// `_default.pack` for other hosts, `HOST.crt` and `HOST.key` beside
-    /// them for TLS), which holds at least one `NAME.pack` and nothing but
-    /// `NAME.pack`, `NAME.crt` and `NAME.key` files; or any other folder,
-    /// or a tar archive, fired into a preview pack in memory. Default: a
-    /// preview of the current folder.
+    /// them for TLS): any folder holding a `NAME.pack` that is a pack,
+    /// whose other files are warned about and never served; or any other
+    /// folder, or a tar archive, fired into a preview pack in memory
+    /// (private keys and what the serving user cannot read left out).
+    /// Default: a preview of the current folder.
     #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
+    /// Preview SITE, a folder holding packs, as a site (its files fired
+    /// into a preview pack) rather than serve it as a folder of sites.
+    #[arg(long, conflicts_with = "dummy", env = "KILN_PREVIEW")]
+    pub preview: bool,
     /// Live preview of a directory: rebuild the pack in memory when a file
     /// under it changes (incrementally), swap it in, and log what changed;
     /// a build that fails keeps the last good site serving. Open pages
@@ -850,38 +856,6 @@ pub fn tls_config(resolver: Arc<SniResolver>) -> anyhow::Result<Arc<ServerConfig
     tls::server_config(resolver, alpn).map_err(anyhow::Error::msg)
 }
 
-/// What the sandbox lets the server read after start: what is served
-/// (a pack, a directory, a folder of sites) and the certificates again at
-/// reloads (previews are built in memory).
-fn sandbox_plan(
-    identity: sandbox::Identity,
-    backend: Backend,
-    site: Option<&Path>,
-    tls: Option<&tls::Source>,
-) -> sandbox::Plan {
-    let mut plan = sandbox::Plan::new(identity, backend);
-    if let Some(site) = site {
-        if site.is_dir() {
-            plan.read_tree_again(site);
-            // A pack of a folder of sites may be a link to a file
-            // elsewhere: that folder is read again too.
-            let entries = std::fs::read_dir(site).into_iter().flatten().flatten();
-            for entry in entries.filter(|e| e.file_type().is_ok_and(|t| t.is_symlink())) {
-                plan.read_file_again(&entry.path());
-            }
-        } else {
-            plan.read_file_again(site);
-        }
-    }
-    if let Some(tls::Source::Files(pairs)) = tls {
-        for pair in pairs {
-            plan.read_file_again(&pair.cert);
-            plan.read_file_again(&pair.key);
-        }
-    }
-    plan
-}
-
 /// Opens the access log `--access-log` names, if any.
 fn open_access_log(args: &ServeArgs) -> anyhow::Result<Option<Arc<access_log::Sink>>> {
     Ok(match args.access_log.as_deref() {
@@ -948,137 +922,6 @@ fn choose_io(choice: IoChoice) -> anyhow::Result<Backend> {
     })
 }
 
-/// What is served, as opened at start.
-struct Opened {
-    /// The first generation of the sites.
-    sites: Arc<Sites>,
-    /// What reloads it.
-    served: control::Served,
-    /// The live preview's watcher, started once inside the sandbox.
-    preview: Option<watch::Preview>,
-    /// What SITE named, for the sandbox and the watch.
-    path: Option<PathBuf>,
-    /// For the start-up line.
-    what: String,
-}
-
-/// Opens what SITE names: the dummy answer, a live preview, a folder of
-/// sites, or one pack (or a directory or archive fired into one).
-fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opened> {
-    if args.dummy {
-        return Ok(Opened {
-            sites: Sites::single(Site::dummy(metrics.site(load::DEFAULT_SITE))),
-            served: control::Served::Nothing,
-            preview: None,
-            path: None,
-            what: "dummy answers".to_string(),
-        });
-    }
-    let path = match &args.site {
-        Some(path) => path.clone(),
-        None => {
-            tracing::info!("no SITE given: serving the current folder");
-            PathBuf::from(".")
-        }
-    };
-    let opts = load::LoadOptions {
-        preload: args.preload || args.mlock,
-        mlock: args.mlock,
-        preview_cache_control: args.preview_cache_control,
-    };
-    let kind = crate::build::source::kind_of(&path)?;
-    let packs = (kind == crate::build::source::Kind::Folder)
-        .then(|| load::folder_of_sites(&path))
-        .flatten();
-    if args.watch {
-        if let Some(packs) = packs {
-            bail!(
-                "{}: a folder of sites ({packs} packs, and nothing but packs, certificates and keys): \
-                 --watch previews a site's folder; a folder of sites reloads a pack when it is replaced",
-                path.display()
-            );
-        }
-        let level = args
-            .compression
-            .unwrap_or(crate::build::compress::Level::Fast);
-        let (site, watching) = watch::start(
-            &path,
-            level,
-            args.index_pages,
-            args.preview_cache_control,
-            metrics.site(load::DEFAULT_SITE),
-        )?;
-        tracing::info!(
-            "previewing {} as a site, rebuilt when a file changes",
-            path.display()
-        );
-        let routes = site.pack().map_or(0, |p| p.route_count());
-        return Ok(Opened {
-            sites: Sites::single(site),
-            served: control::Served::Nothing,
-            preview: Some(watching),
-            what: format!("{} ({routes} routes)", path.display()),
-            path: Some(path),
-        });
-    }
-    if let Some(packs) = packs {
-        if args.index_pages {
-            bail!(
-                "{}: --index-pages applies to a preview of a directory or archive, not to a folder of sites' packs",
-                path.display()
-            );
-        }
-        tracing::info!(
-            "serving {} as a folder of sites ({packs} packs)",
-            path.display()
-        );
-        let folder = load::Folder::open(&path, opts, Arc::clone(metrics))?;
-        let what = format!("{} sites from {}", folder.site_count(), path.display());
-        return Ok(Opened {
-            sites: folder.sites(),
-            served: control::Served::Folder(folder),
-            preview: None,
-            path: Some(path),
-            what,
-        });
-    }
-    match kind {
-        crate::build::source::Kind::Folder
-            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) =>
-        {
-            tracing::warn!(
-                "{} is empty: serving it as an empty site (a folder of sites needs a HOST.pack in it at start)",
-                path.display()
-            );
-        }
-        crate::build::source::Kind::Folder => tracing::info!(
-            "previewing {} as a site (a folder of sites holds HOST.pack files and nothing but \
-             packs, certificates and keys)",
-            path.display()
-        ),
-        crate::build::source::Kind::Archive => {
-            tracing::info!("previewing {} as a site (a tar archive)", path.display())
-        }
-        crate::build::source::Kind::Pack => {}
-    }
-    let source = load::SiteSource {
-        path,
-        opts,
-        index_pages: args.index_pages,
-    };
-    let pack = load::open_site(&source)?;
-    let routes = pack.route_count();
-    let stats = metrics.site(load::DEFAULT_SITE);
-    stats.loads.fetch_add(1, Ordering::Relaxed);
-    Ok(Opened {
-        sites: Sites::single(Site::new(pack, 0, Arc::clone(&stats))),
-        what: format!("{} ({routes} routes)", source.path.display()),
-        path: Some(source.path.clone()),
-        served: control::Served::One { source, stats },
-        preview: None,
-    })
-}
-
 /// The gauges of every pack served now, for a scrape.
 fn pack_gauges(current: &CurrentSites) -> Vec<metrics::PackGauges> {
     current.sites().iter().filter_map(|s| s.gauges()).collect()
@@ -1096,7 +939,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // control thread. A signal during the preview build waits for it.
     let signals = control::block_signals().context("cannot set up signal handling")?;
     let metrics = Metrics::new(settings.threads, now_unix());
-    let opened = open_served(&args, &metrics)?;
+    let opened = open::open_served(&args, &metrics)?;
     let access_log = open_access_log(&args)?;
     let activated = sort_activated(settings.activated);
     let certificates = certificates(&args, &settings.listens, &activated, &opened.served)?;
@@ -1148,7 +991,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         managed.as_deref(),
         tls_reload.is_some(),
     );
-    let announcement = announcement(&opened.what, &urls, settings.threads, &metrics_listeners);
+    // Read while the metrics listener's sockets are still here (they go
+    // to its thread), for the start-up line.
+    let metrics_addrs: Vec<SocketAddr> = metrics_listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
     // The ACME client starts while the process has one thread, before the
     // sandbox, which it does not share: its own is narrower.
     let acme_client = match &managed {
@@ -1160,15 +1008,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    let switched = switched_user(settings.identity.as_ref()).cloned();
+    if let Some(user) = &switched {
+        load::set_preview_builder(&user.name);
+    }
     enter_sandbox(
         settings.identity,
         backend,
         opened.path.as_deref(),
+        opened.first_build.is_some(),
         certificates.source.as_ref(),
         managed.as_ref().map(|m| m.dir.as_path()),
     )?;
+    let (preview, what) = match opened.first_build {
+        Some(first) => open::build_first_preview(
+            first,
+            &opened.served,
+            opened.path.as_deref().unwrap_or(Path::new(".")),
+            &current,
+            &metrics,
+            switched.as_ref(),
+        )?,
+        None => (None, opened.what),
+    };
+    let announcement = announcement(&what, &urls, settings.threads, &metrics_addrs);
     let handles = start_threads(
-        opened.preview,
+        preview,
         &current,
         &wakers,
         metrics_listeners,
@@ -1634,18 +1499,13 @@ fn watch_for_reloads(
 }
 
 /// The start-up line: what is served, on which URLs, with how many
-/// threads, and the metrics addresses, read while the metrics listener's
-/// sockets are still here (they go to its thread).
+/// threads, and the metrics addresses.
 fn announcement(
     what: &str,
     urls: &[String],
     threads: usize,
-    metrics_listeners: &[std::net::TcpListener],
+    metrics_addrs: &[SocketAddr],
 ) -> String {
-    let metrics_addrs: Vec<SocketAddr> = metrics_listeners
-        .iter()
-        .filter_map(|l| l.local_addr().ok())
-        .collect();
     let mut announcement = format!(
         "kiln: serving {what} on {} with {threads} {}",
         urls.join(" "),
@@ -1665,14 +1525,15 @@ fn enter_sandbox(
     identity: Option<sandbox::Identity>,
     backend: Backend,
     site: Option<&Path>,
+    preview: bool,
     tls_source: Option<&tls::Source>,
     acme_dir: Option<&Path>,
 ) -> anyhow::Result<()> {
     match identity {
         Some(identity) => {
-            let mut plan = sandbox_plan(identity, backend, site, tls_source);
+            let mut plan = open::sandbox_plan(identity, backend, site, preview, tls_source);
             if let Some(dir) = acme_dir {
-                plan.read_tree_again(dir);
+                plan.read_tree_again(dir, sandbox::Held::Tree);
             }
             #[cfg(debug_assertions)]
             sandbox::debug_exiting_thread();

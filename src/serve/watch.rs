@@ -84,17 +84,23 @@ pub struct Preview {
     epoch: u64,
 }
 
-/// Watches `dir`, then fires its first preview at `level` (listing
-/// folders without an index with `index_pages`), counted in `stats`: set
-/// up before the server announces itself, so that no change after
-/// start-up is missed.
+/// A preview watched and not built yet.
+pub struct Watching {
+    dir: PathBuf,
+    opts: BuildOptions,
+    inotify: OwnedFd,
+}
+
+/// Watches `dir`, whose preview is fired at `level` (listing folders
+/// without an index with `index_pages`): set up before the sandbox and
+/// before the first build (`Watching::first_build`), so that no change
+/// after start-up is missed.
 pub fn start(
     dir: &Path,
     level: Level,
     index_pages: bool,
     cache_control: PreviewCacheControl,
-    stats: Arc<SiteStats>,
-) -> anyhow::Result<(Arc<Site>, Preview)> {
+) -> anyhow::Result<Watching> {
     if !dir.is_dir() {
         bail!(
             "{}: --watch needs a directory (a pack or an archive is reloaded when it is replaced)",
@@ -108,23 +114,40 @@ pub fn start(
     let mut opts = BuildOptions::preview(level, cache_control);
     opts.routes.index_pages = index_pages;
     opts.live_reload = true;
-    let (pack, report) = build_preview_with(dir, &opts, None)?;
-    log_build_warnings(&report);
-    stats.loads.fetch_add(1, Ordering::Relaxed);
-    let epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let served = Site::preview(pack, stats, Live::first(epoch));
-    let preview = Preview {
+    Ok(Watching {
         dir: dir.to_path_buf(),
         opts,
         inotify,
-        served: Arc::clone(&served),
-        warnings: report.warnings,
-        failing: false,
-        epoch,
-    };
-    Ok((served, preview))
+    })
+}
+
+impl Watching {
+    /// The directory previewed.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Fires the first preview, counted in `stats`, as every rebuild is:
+    /// inside the sandbox, as the user it is served as.
+    pub fn first_build(self, stats: Arc<SiteStats>) -> anyhow::Result<(Arc<Site>, Preview)> {
+        let (pack, report) = build_preview_with(&self.dir, &self.opts, None)?;
+        log_build_warnings(&report);
+        stats.loads.fetch_add(1, Ordering::Relaxed);
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let served = Site::preview(pack, stats, Live::first(epoch));
+        let preview = Preview {
+            dir: self.dir,
+            opts: self.opts,
+            inotify: self.inotify,
+            served: Arc::clone(&served),
+            warnings: report.warnings,
+            failing: false,
+            epoch,
+        };
+        Ok((served, preview))
+    }
 }
 
 /// Starts the thread that rebuilds and publishes the preview on change,

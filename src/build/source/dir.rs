@@ -49,7 +49,40 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
         .as_ref()
         .and_then(|p| fs::metadata(p).ok())
         .map(|m| (m.dev(), m.ino()));
-    walk(root, "", &[(meta.dev(), meta.ino())], exclude)
+    let how = Walk {
+        exclude,
+        leave_out_unreadable: opts.leave_out_unreadable,
+    };
+    walk(root, "", &[(meta.dev(), meta.ino())], &how)
+}
+
+/// What every directory of a walk is listed with.
+struct Walk {
+    /// The output pack, never read.
+    exclude: Option<FileId>,
+    /// `ReadOptions::leave_out_unreadable`.
+    leave_out_unreadable: bool,
+}
+
+impl Walk {
+    /// Whether `e`, met listing or looking at an entry, leaves it out
+    /// rather than failing the walk.
+    fn left_out_unreadable(&self, e: &std::io::Error) -> bool {
+        self.leave_out_unreadable && e.kind() == std::io::ErrorKind::PermissionDenied
+    }
+}
+
+/// What is left of an entry that cannot be read: a warning naming it, and
+/// `rel` (with a trailing '/' for a folder) left out.
+fn unreadable(path: &Path, rel: String, e: &std::io::Error) -> Source {
+    Source {
+        warnings: vec![format!(
+            "{}: left out: cannot read it ({e})",
+            path.display()
+        )],
+        left_out: vec![(rel, Why::Unreadable)],
+        ..Source::default()
+    }
 }
 
 /// Where a symbolic link of the source leads.
@@ -161,16 +194,19 @@ fn name_in(dir: &Path, id: FileId) -> std::io::Result<Option<std::ffi::OsString>
 /// Lists `dir`, the '/'-separated path `rel` below the root ("" for the
 /// root), whose chain of directories from the root (itself included) is
 /// `chain`: its files, then those of its subdirectories, in name order,
-/// subdirectories walked in parallel. `exclude` is the output pack.
-/// What is left out goes to `left_out`.
-fn walk(
-    dir: &Path,
-    rel: &str,
-    chain: &[FileId],
-    exclude: Option<FileId>,
-) -> anyhow::Result<Source> {
-    let entries =
-        fs::read_dir(dir).with_context(|| format!("{}: cannot list directory", dir.display()))?;
+/// subdirectories walked in parallel, as `how` says. What is left out
+/// goes to `left_out`.
+fn walk(dir: &Path, rel: &str, chain: &[FileId], how: &Walk) -> anyhow::Result<Source> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if how.left_out_unreadable(&e) && !rel.is_empty() => {
+            return Ok(unreadable(dir, format!("{rel}/"), &e));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("{}: cannot list directory", dir.display()));
+        }
+    };
     let mut names = Vec::new();
     for entry in entries {
         let entry = entry.with_context(|| format!("{}: cannot list directory", dir.display()))?;
@@ -233,7 +269,7 @@ fn walk(
         }
         // Through the directory's descriptor (no walk of the whole path),
         // unless the entry is a link, which is followed.
-        let found = match file_type {
+        let found = match &file_type {
             Ok(t) if !t.is_symlink() => entry.metadata(),
             _ => fs::metadata(&path),
         };
@@ -244,6 +280,17 @@ fn walk(
                     "{}: broken symbolic link skipped ({e})",
                     path.display()
                 ));
+                continue;
+            }
+            Err(e) if how.left_out_unreadable(&e) => {
+                let slash = if file_type.is_ok_and(|t| t.is_dir()) {
+                    "/"
+                } else {
+                    ""
+                };
+                let part = unreadable(&path, format!("{child_rel}{slash}"), &e);
+                here.warnings.extend(part.warnings);
+                here.left_out.extend(part.left_out);
                 continue;
             }
             Err(e) => bail!("{}: cannot read: {e}", path.display()),
@@ -258,7 +305,7 @@ fn walk(
             parts.push(Part::Here(std::mem::take(&mut here)));
             parts.push(Part::Below(path, child_rel, id));
         } else if meta.is_file() {
-            if exclude == Some((meta.dev(), meta.ino())) {
+            if how.exclude == Some((meta.dev(), meta.ino())) {
                 continue;
             }
             let mtime = meta
@@ -287,7 +334,7 @@ fn walk(
             Part::Below(path, rel, id) => {
                 let mut below = chain.to_vec();
                 below.push(id);
-                walk(&path, &rel, &below, exclude)
+                walk(&path, &rel, &below, how)
             }
         })
         .collect::<anyhow::Result<_>>()?;

@@ -34,11 +34,16 @@ pub enum Why {
     OutsideLink,
     /// A symbolic link to (or through) a name left out, such as `.git`.
     LeftOutLink,
+    /// A private key, by its name (`*.key`) or its content (PEM or DER):
+    /// never published (`private_key`).
+    PrivateKey,
+    /// A file or folder the user building a preview cannot read.
+    Unreadable,
 }
 
 impl Why {
     /// Every reason, in the summary's order.
-    pub const ALL: [Why; 8] = [
+    pub const ALL: [Why; 10] = [
         Why::Hidden,
         Why::Hash,
         Why::Backup,
@@ -47,6 +52,8 @@ impl Why {
         Why::NestedRules,
         Why::OutsideLink,
         Why::LeftOutLink,
+        Why::PrivateKey,
+        Why::Unreadable,
     ];
 }
 
@@ -61,6 +68,8 @@ impl fmt::Display for Why {
             Why::NestedRules => "_headers or _redirects below the root",
             Why::OutsideLink => "symbolic link out of the source",
             Why::LeftOutLink => "symbolic link to a name left out",
+            Why::PrivateKey => "private key (*.key, PEM or DER key content)",
+            Why::Unreadable => "cannot be read",
         })
     }
 }

@@ -8,6 +8,8 @@
 
 pub mod dir;
 pub mod ignore;
+pub mod private_key;
+pub mod screen;
 pub mod tar;
 
 use std::fs::File;
@@ -196,6 +198,12 @@ pub struct ReadOptions {
     /// `None`: in an anonymous in-memory file, as for a preview, whose pack
     /// is in memory too and whose server may write nowhere (the sandbox).
     pub staging_dir: Option<PathBuf>,
+    /// A file or folder of a directory that cannot be read (EACCES) is
+    /// left out with a warning, not an error: a preview is built as the
+    /// user it is served as, and publishes nothing that user could not
+    /// read. `kiln build` stops on it instead: a pack missing pages would
+    /// be deployed.
+    pub leave_out_unreadable: bool,
 }
 
 impl Default for ReadOptions {
@@ -205,6 +213,7 @@ impl Default for ReadOptions {
             exclude: None,
             strip_components: None,
             staging_dir: Some(std::env::temp_dir()),
+            leave_out_unreadable: false,
         }
     }
 }
@@ -230,7 +239,7 @@ pub fn kind_of(path: &Path) -> anyhow::Result<Kind> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{shown}: no such file or directory")
         }
-        Err(e) => bail!("{shown}: cannot open: {e}"),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("{shown}: cannot open"))),
     };
     if meta.is_dir() {
         return Ok(Kind::Folder);
@@ -238,7 +247,7 @@ pub fn kind_of(path: &Path) -> anyhow::Result<Kind> {
     let mut head = Vec::with_capacity(512);
     std::fs::File::open(path)
         .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 512), &mut head))
-        .map_err(|e| anyhow::anyhow!("{shown}: cannot open: {e}"))?;
+        .with_context(|| format!("{shown}: cannot open"))?;
     const GZIP: &[u8] = &[0x1f, 0x8b];
     const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
     if head.is_empty() {
@@ -299,7 +308,8 @@ fn is_tar_header(block: &[u8]) -> bool {
 
 /// Reads `path`: a directory is walked, a regular file is read as a tar
 /// archive (plain, gzip or zstd, detected by magic bytes); a pack or any
-/// other file is refused in one line that says what it is.
+/// other file is refused in one line that says what it is. Every file
+/// listed is then looked at (`screen`): private keys are left out.
 pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
     let kind = kind_of(path)?;
     let mut source = if kind == Kind::Folder {
@@ -319,6 +329,7 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
         );
     };
     source.files.sort_by(|a, b| a.path.cmp(&b.path));
+    screen::screen(&mut source, opts.leave_out_unreadable)?;
     source.left_out.sort();
     source.left_out.dedup();
     Ok(source)

@@ -41,13 +41,16 @@ pub fn deny_all_ruleset() -> anyhow::Result<RulesetCreated> {
 pub(super) fn landlock_ruleset(plan: &Plan) -> anyhow::Result<RulesetCreated> {
     let fail = landlock_error;
     let mut ruleset = deny_all_ruleset()?;
-    let read_files = plan.files_read_again.iter().flat_map(|f| folders_of(f));
+    let read_files = plan
+        .files_read_again
+        .iter()
+        .flat_map(|(f, _)| folders_of(f));
     let rules = read_files
         .map(|folder| (folder, AccessFs::ReadFile.into()))
         .chain(
             plan.trees_read_again
                 .iter()
-                .map(|dir| (dir.clone(), AccessFs::ReadFile | AccessFs::ReadDir)),
+                .map(|(dir, _)| (dir.clone(), AccessFs::ReadFile | AccessFs::ReadDir)),
         );
     for (folder, access) in rules {
         let fd = PathFd::new(&folder)

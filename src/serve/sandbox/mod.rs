@@ -67,6 +67,25 @@ fn folders_of(file: &Path) -> Vec<PathBuf> {
     folders
 }
 
+/// What a path read again after start holds: the advice given when the
+/// user switched to cannot read it depends on it (`user::warn_unreachable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// A pack, a certificate, a tar archive: public.
+    File,
+    /// A private key: never to be made readable by every user.
+    PrivateKey,
+    /// A folder of sites: the folder and its packs are checked, not the
+    /// rest (a stray file is never read).
+    FolderOfSites,
+    /// A directory a preview is fired from: the preview's own build, as
+    /// the serving user, says what it leaves out, so nothing is checked.
+    Preview,
+    /// A folder read whole (the ACME state): the first thing in it that
+    /// cannot be read is named.
+    Tree,
+}
+
 /// What the server may touch once the sandbox is up.
 pub struct Plan {
     /// Who to run as.
@@ -75,10 +94,10 @@ pub struct Plan {
     pub backend: Backend,
     /// Files read again after start (the pack, certificates and keys, a
     /// tar site): their folders become readable.
-    files_read_again: Vec<PathBuf>,
-    /// Directory sites, fired again at each reload: everything beneath is
-    /// readable.
-    trees_read_again: Vec<PathBuf>,
+    files_read_again: Vec<(PathBuf, Held)>,
+    /// Directories read again (a folder of sites, a directory site fired
+    /// again at each reload): everything beneath is readable.
+    trees_read_again: Vec<(PathBuf, Held)>,
 }
 
 impl Plan {
@@ -91,14 +110,16 @@ impl Plan {
         }
     }
 
-    /// `file`, and any file later renamed into its folder, is read again.
-    pub fn read_file_again(&mut self, file: &Path) {
-        self.files_read_again.push(file.to_path_buf());
+    /// `file`, and any file later renamed into its folder, is read again;
+    /// `held` says what it is.
+    pub fn read_file_again(&mut self, file: &Path, held: Held) {
+        self.files_read_again.push((file.to_path_buf(), held));
     }
 
-    /// Every file and folder beneath `dir` is read again.
-    pub fn read_tree_again(&mut self, dir: &Path) {
-        self.trees_read_again.push(dir.to_path_buf());
+    /// Every file and folder beneath `dir` is read again; `held` says what
+    /// the folder is.
+    pub fn read_tree_again(&mut self, dir: &Path, held: Held) {
+        self.trees_read_again.push((dir.to_path_buf(), held));
     }
 }
 

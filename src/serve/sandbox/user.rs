@@ -10,8 +10,9 @@ use rustix::fs::Access as FileAccess;
 use rustix::process::{Gid, Uid, getegid, geteuid};
 use rustix::thread;
 
-use super::Plan;
 use super::capabilities::drop_capabilities;
+use super::{Held, Plan};
+use crate::build::source::private_key::named_as_key;
 use crate::sys;
 
 /// The user the server runs as once started.
@@ -179,29 +180,89 @@ fn first_unreadable(root: &Path) -> Option<(PathBuf, std::io::Error)> {
     None
 }
 
-/// Warns about what the user switched to cannot read: the reloads (or a
-/// preview's rebuilds) that need it would fail. `switched`: kiln started
-/// as root and switched, so serving as root is the other fix.
+/// What in a folder of sites the user kiln runs as now cannot read: the
+/// folder itself, or a site's pack in it (its keys are checked as the
+/// pairs' files; a stray file is never read).
+fn unreadable_in_folder_of_sites(dir: &Path) -> Vec<(PathBuf, std::io::Error)> {
+    if let Err(e) = may(dir, FileAccess::READ_OK | FileAccess::EXEC_OK) {
+        return vec![(dir.to_path_buf(), e)];
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut packs: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| crate::serve::load::site_name(&e.file_name(), "pack").is_some())
+        .map(|e| e.path())
+        .collect();
+    packs.sort();
+    packs
+        .into_iter()
+        .filter_map(|pack| may(&pack, FileAccess::READ_OK).err().map(|e| (pack, e)))
+        .collect()
+}
+
+/// Warns, once for each path, about what the user switched to cannot
+/// read: the reloads that need it would fail. The advice depends on what
+/// the path holds: a private key is never to be made readable by every
+/// user (docs/deploy.md's group), a folder needs listing, a public file
+/// reading. `switched`: kiln started as root and switched, so serving as
+/// root is the other fix.
 pub(super) fn warn_unreachable(plan: &Plan, switched: bool) {
-    let files = plan
-        .files_read_again
-        .iter()
-        .filter_map(|f| may(f, FileAccess::READ_OK).err().map(|e| (f.clone(), e)));
-    let trees = plan
-        .trees_read_again
-        .iter()
-        .filter_map(|d| first_unreadable(d));
-    for (path, e) in files.chain(trees) {
-        let user = &plan.identity.name;
-        let or_root = if switched {
-            " or serve as root (--user root)"
-        } else {
-            ""
+    let mut found: Vec<(PathBuf, std::io::Error, Held)> = Vec::new();
+    for (file, held) in &plan.files_read_again {
+        if let Err(e) = may(file, FileAccess::READ_OK) {
+            found.push((file.clone(), e, *held));
+        }
+    }
+    for (dir, held) in &plan.trees_read_again {
+        let unreadable = match held {
+            Held::Preview => Vec::new(),
+            Held::FolderOfSites => unreadable_in_folder_of_sites(dir),
+            _ => first_unreadable(dir).into_iter().collect(),
         };
-        tracing::warn!(
-            "sandbox: user {user} cannot read {} ({e}): reloads and rebuilds that need it will fail; \
-             let {user} read it (chmod -R o+rX {0}, or a group of {user}){or_root}",
-            path.display()
+        found.extend(unreadable.into_iter().map(|(path, e)| {
+            let held = if named_as_key(&path.to_string_lossy()) {
+                Held::PrivateKey
+            } else {
+                Held::File
+            };
+            (path, e, held)
+        }));
+    }
+    let mut said: Vec<PathBuf> = Vec::new();
+    for (path, e, held) in found {
+        if said.contains(&path) {
+            continue;
+        }
+        tracing::warn!("{}", advice(&path, &e, held, &plan.identity.name, switched));
+        said.push(path);
+    }
+}
+
+/// The warning for `path`, which `user` cannot read (`e`).
+fn advice(path: &Path, e: &std::io::Error, held: Held, user: &str, switched: bool) -> String {
+    let shown = path.display();
+    let or_root = if switched {
+        ", or serve as root (--user root)"
+    } else {
+        ""
+    };
+    if held == Held::PrivateKey {
+        return format!(
+            "sandbox: user {user} cannot read the private key {shown} ({e}): certificate reloads \
+             will fail; let a group {user} is in read it, and no other user (chgrp kiln-tls {shown} \
+             && chmod 640 {shown}: the kiln-tls group of docs/deploy.md){or_root}"
         );
     }
+    if path.is_dir() {
+        return format!(
+            "sandbox: user {user} cannot read the folder {shown} ({e}): reloads that need it \
+             will fail; let {user} list it (chmod o+rx {shown}){or_root}"
+        );
+    }
+    format!(
+        "sandbox: user {user} cannot read {shown} ({e}): reloads that need it will fail; \
+         let {user} read it (chmod o+r {shown}, or a group {user} is in){or_root}"
+    )
 }
