@@ -87,13 +87,13 @@ fn hold(
     std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
 ) {
     use std::io::BufRead;
-    let mut client = Command::new("python3")
+    let mut client = Command::new(common::python())
         .arg("tests/http3/h3client.py")
         .arg(port.to_string())
         .arg("hold")
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .expect("python3");
+        .expect("the tests' Python");
     let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
     let ready: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_eq!(ready["status"], 200, "{ready}");
@@ -829,14 +829,14 @@ fn a_reload_reaches_open_connections_without_goaway() {
             "--io",
             backend,
         ]);
-        let mut client = Command::new("python3")
+        let mut client = Command::new(common::python())
             .arg("tests/http3/h3client.py")
             .arg(server.tls_port.unwrap().to_string())
             .arg("session")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("python3");
+            .expect("the tests' Python");
         let mut paths = client.stdin.take().unwrap();
         let mut answers = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
         let mut version = || {
@@ -931,14 +931,14 @@ struct HeldRetry {
 impl HeldRetry {
     fn start(port: u16) -> HeldRetry {
         use std::io::BufRead;
-        let mut client = Command::new("python3")
+        let mut client = Command::new(common::python())
             .arg("tests/http3/h3client.py")
             .arg(port.to_string())
             .arg("held-retry")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("python3");
+            .expect("the tests' Python");
         let stdin = client.stdin.take().unwrap();
         let mut stdout = std::io::BufReader::new(client.stdout.take().unwrap());
         let mut line = String::new();

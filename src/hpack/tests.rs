@@ -6,41 +6,58 @@ use super::*;
 
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Bytes written as hex digits (whitespace ignored), as the RFC prints them.
-/// Runs `script` under python3 with `module` imported and `input` on
-/// stdin, and returns its stdout; `None`, saying why, when python3 or the
-/// module is missing (`install` says how to get it). For checks against
-/// an independent decoder (`hpack`, `pylsqpack`).
-pub(crate) fn run_python(module: &str, install: &str, script: &str, input: &str) -> Option<String> {
-    use std::io::Write;
-    let preamble = format!(
-        "import sys, json\ntry:\n    import {module}\nexcept ImportError:\n    print('missing'); sys.exit(0)\n"
-    );
-    let child = std::process::Command::new("python3")
-        .args(["-c", &format!("{preamble}{script}")])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        eprintln!("skipped: no python3");
-        return None;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "python {module} failed");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    if stdout.trim() == "missing" {
-        eprintln!("skipped: the Python {module} package is not installed ({install})");
-        return None;
-    }
-    Some(stdout)
+/// The Python the cross-checks run: `KILN_TEST_PYTHON` (`./test` points it
+/// at the virtual environment it makes from tests/requirements.txt), else
+/// `python3`.
+pub(crate) fn python() -> std::ffi::OsString {
+    std::env::var_os("KILN_TEST_PYTHON").unwrap_or_else(|| "python3".into())
 }
 
+/// Runs `script` under the tests' Python with `module` imported and
+/// `input` on stdin, and returns its stdout; `None`, saying why, when
+/// Python or the module is missing (`install` says how to get it). For
+/// checks against an independent decoder (`hpack`, `pylsqpack`). Whether
+/// the module imports is asked first, in a run of its own: a script that
+/// exits before reading its input would break the pipe under the write.
+pub(crate) fn run_python(module: &str, install: &str, script: &str, input: &str) -> Option<String> {
+    use std::io::Write;
+    let python = python();
+    let probe = std::process::Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+    match probe {
+        Err(e) => {
+            eprintln!("skipped: no Python at {python:?} ({e})");
+            return None;
+        }
+        Ok(status) if !status.success() => {
+            eprintln!(
+                "skipped: the Python {module} package is not installed for {python:?} \
+                 (./test installs it from tests/requirements.txt; or {install})"
+            );
+            return None;
+        }
+        Ok(_) => {}
+    }
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", &format!("import sys, json, {module}\n{script}")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("Python ran a moment ago");
+    let written = child.stdin.take().unwrap().write_all(input.as_bytes());
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success() && written.is_ok(),
+        "python {module} failed ({written:?}): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(String::from_utf8(output.stdout).unwrap())
+}
+
+/// Bytes written as hex digits (whitespace ignored), as the RFC prints them.
 pub(crate) fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(u8::is_ascii_hexdigit).collect();
     digits

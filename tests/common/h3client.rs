@@ -7,7 +7,7 @@ use std::process::Command;
 
 /// Whether Python's aioquic (and pylsqpack, which comes with it) is here.
 pub fn available() -> bool {
-    let found = Command::new("python3")
+    let found = Command::new(super::python())
         .args(["-c", "import aioquic, pylsqpack"])
         .status()
         .is_ok_and(|s| s.success());
@@ -20,12 +20,12 @@ pub fn available() -> bool {
 /// Runs the client against UDP `port`: one JSON object per line of its
 /// output.
 pub fn run(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
-    let output = Command::new("python3")
+    let output = Command::new(super::python())
         .arg("tests/http3/h3client.py")
         .arg(port.to_string())
         .args(args)
         .output()
-        .expect("python3");
+        .expect("the tests' Python");
     assert!(
         output.status.success(),
         "h3client {args:?}: {}",

@@ -29,6 +29,13 @@ use kiln::pack::{
     Encoding, HeadBlock, HeadBlockBuilder, PackWriter, RouteIn, RouteKind, RuleIn, VariantIn,
 };
 
+/// The Python the tests' helper scripts run under: `KILN_TEST_PYTHON`
+/// (`./test` points it at the virtual environment it makes from
+/// tests/requirements.txt), else `python3`.
+pub fn python() -> std::ffi::OsString {
+    std::env::var_os("KILN_TEST_PYTHON").unwrap_or_else(|| "python3".into())
+}
+
 /// Whether this run speaks TLS to the servers it starts.
 pub fn tls_mode() -> bool {
     std::env::var_os("KILN_TEST_TLS").is_some_and(|v| v == "1")
@@ -875,6 +882,29 @@ impl Server {
 
     pub fn stderr_text(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The log once it holds every one of `needles`, waiting up to 30 s
+    /// (a thread copies the server's stderr, so a line logged before a
+    /// response may reach the test after it); fails naming what is missing.
+    pub fn wait_for_log(&self, needles: &[&str]) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.stderr_text();
+            let missing: Vec<&str> = needles
+                .iter()
+                .copied()
+                .filter(|n| !log.contains(n))
+                .collect();
+            if missing.is_empty() {
+                return log;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no {missing:?} in the log after 30 s: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// One request on a fresh connection, reading until the server closes.
