@@ -49,6 +49,23 @@ const CASES: &[(&str, u16, &str)] = &[
     ("/blog/hello?utm_source=a", 301, "/posts/hello?utm_source=a"),
     ("/news/2024/a?p=2", 308, "/blog/2024/a?p=2"),
     ("/away/a?x=1", 302, "https://example.org/x?keep=1"),
+    // A placeholder or splat is decoded from the path and encoded again
+    // in the Location: what was data (`%`, `?`, `#`, spaces, quotes,
+    // UTF-8) stays data; what a path may hold as is stays as is.
+    ("/news/100%25.txt", 308, "/blog/100%25.txt"),
+    ("/news/what%3F.txt?p=1", 308, "/blog/what%3F.txt?p=1"),
+    ("/blog/x%3Fy%23z", 301, "/posts/x%3Fy%23z"),
+    (
+        "/news/a%20b/%22%3C%3E%5E%60%7B%7C%7D",
+        308,
+        "/blog/a%20b/%22%3C%3E%5E%60%7B%7C%7D",
+    ),
+    ("/news/caf%C3%A9", 308, "/blog/caf%C3%A9"),
+    (
+        "/news/a-._~!$&'()*+,;=:@z",
+        308,
+        "/blog/a-._~!$&'()*+,;=:@z",
+    ),
 ];
 
 #[test]

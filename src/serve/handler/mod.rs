@@ -630,7 +630,7 @@ fn find_rule<'a>(
         .iter()
         .filter(|r| r.force == forced)
         .find(|r| r.matches(path, &mut caps))?;
-    rule.expand(&caps, expanded);
+    rule.expand(&caps, expanded, (300..400).contains(&rule.status));
     if (300..400).contains(&rule.status)
         && let Some(query) = query(target)
     {

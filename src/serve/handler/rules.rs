@@ -152,15 +152,44 @@ impl Rule {
         rest.iter().all(|&c| c == b'/')
     }
 
-    /// Writes `to` with the captures substituted into `out`.
-    pub fn expand(&self, caps: &Captures<'_>, out: &mut Vec<u8>) {
+    /// Writes `to` with the captures substituted into `out`. With
+    /// `encode`, for a `Location`, a capture's bytes (decoded from the
+    /// request's path) are percent-encoded again as the template's fixed
+    /// part already is (`kiln build` encodes it): a `%`, `?` or `#` that was
+    /// data stays data. Without it, for a rewrite looked up as a route key,
+    /// they stay decoded as the keys are.
+    pub fn expand(&self, caps: &Captures<'_>, out: &mut Vec<u8>, encode: bool) {
         out.clear();
         for piece in &self.to {
-            match piece {
-                Piece::Literal(lit) => out.extend_from_slice(lit),
-                Piece::Capture(n) => out.extend_from_slice(caps.values[*n]),
-                Piece::Splat => out.extend_from_slice(caps.splat),
+            let value = match piece {
+                Piece::Literal(lit) => {
+                    out.extend_from_slice(lit);
+                    continue;
+                }
+                Piece::Capture(n) => caps.values[*n],
+                Piece::Splat => caps.splat,
+            };
+            if encode {
+                percent_encode_path(value, out);
+            } else {
+                out.extend_from_slice(value);
             }
+        }
+    }
+}
+
+/// Appends `bytes` to `out` as a URI path may hold them (RFC 3986 `pchar`
+/// and `/`): unreserved characters, sub-delimiters, `:`, `@` and `/` as
+/// they are, every other byte (`%`, `?`, `#`, space, `"<>`, controls,
+/// UTF-8) as `%XX`.
+fn percent_encode_path(bytes: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &c in bytes {
+        let as_is = c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&c);
+        if as_is {
+            out.push(c);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(c >> 4)], HEX[usize::from(c & 15)]]);
         }
     }
 }
@@ -177,7 +206,7 @@ mod tests {
         let mut caps = Captures::default();
         let mut out = Vec::new();
         r.matches(path.as_bytes(), &mut caps).then(|| {
-            r.expand(&caps, &mut out);
+            r.expand(&caps, &mut out, true);
             String::from_utf8(out).unwrap()
         })
     }
@@ -207,5 +236,32 @@ mod tests {
         assert_eq!(apply(&s, "/older/x"), None);
         let u = rule("/x", "/y?a=:unknown");
         assert_eq!(apply(&u, "/x").as_deref(), Some("/y?a=:unknown"));
+    }
+
+    #[test]
+    fn captures_in_a_location_are_encoded_again() {
+        let splat = rule("/files/*", "/:splat");
+        for (path, location) in [
+            ("/files/100%.txt", "/100%25.txt"),
+            ("/files/what?.txt", "/what%3F.txt"),
+            ("/files/a b/c#d", "/a%20b/c%23d"),
+            ("/files/\"<>\\^`{|}[]", "/%22%3C%3E%5C%5E%60%7B%7C%7D%5B%5D"),
+            ("/files/caf\u{e9}", "/caf%C3%A9"),
+            ("/files/\x01\x7f", "/%01%7F"),
+            ("/files/a-._~!$&'()*+,;=:@z", "/a-._~!$&'()*+,;=:@z"),
+        ] {
+            assert_eq!(apply(&splat, path).as_deref(), Some(location), "{path}");
+        }
+        let named = rule("/t/:id", "/go/:id?from=t");
+        assert_eq!(
+            apply(&named, "/t/x?y#z").as_deref(),
+            Some("/go/x%3Fy%23z?from=t")
+        );
+        // A rewrite's target is a route key: decoded, as keys are.
+        let mut caps = Captures::default();
+        let mut out = Vec::new();
+        assert!(splat.matches(b"/files/a b", &mut caps));
+        splat.expand(&caps, &mut out, false);
+        assert_eq!(out, b"/a b");
     }
 }
