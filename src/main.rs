@@ -4,7 +4,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -37,7 +38,7 @@ enum Command {
         base: Vec<PathBuf>,
     },
     /// Serve a pack, a folder of sites or a directory over HTTP/1.1,
-    /// HTTP/2 and TLS.
+    /// HTTP/2, TLS and HTTP/3 (QUIC, on the UDP twin of each TLS port).
     Serve(Box<kiln::serve::ServeArgs>),
     /// Obtain and renew certificates from an ACME CA (what `kiln serve
     /// --acme` runs beside the server), or list their state.
@@ -95,8 +96,60 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
+/// Every on/off flag read from a `KILN_*` variable takes what people
+/// write in environments (1/0, yes/no, true/false, on/off), and a value
+/// that is none of them is refused naming the variable, not the flag: the
+/// user wrote the variable.
+fn boolish_variables(command: clap::Command) -> Result<clap::Command, String> {
+    let mut refused = None;
+    let mut command = command.mut_args(|arg| {
+        if !matches!(arg.get_action(), ArgAction::SetTrue) {
+            return arg;
+        }
+        let Some(name) = arg.get_env().map(|n| n.to_os_string()) else {
+            return arg;
+        };
+        if let Some(value) = std::env::var_os(&name) {
+            // What BoolishValueParser takes.
+            let words = [
+                "1", "0", "y", "n", "yes", "no", "t", "f", "true", "false", "on", "off",
+            ];
+            let known = value
+                .to_str()
+                .is_some_and(|v| words.contains(&v.to_ascii_lowercase().as_str()));
+            if !known && refused.is_none() {
+                refused = Some(format!(
+                    "{}={}: not a yes or no (1/0, yes/no, true/false, on/off)",
+                    name.to_string_lossy(),
+                    value.to_string_lossy()
+                ));
+            }
+        }
+        arg.value_parser(BoolishValueParser::new())
+    });
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .collect();
+    for name in names {
+        let sub = command.find_subcommand(&name).cloned().expect("listed");
+        let sub = boolish_variables(sub)?;
+        command = command.mut_subcommand(&name, |_| sub);
+    }
+    Ok(command)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match boolish_variables(Cli::command()) {
+        Ok(command) => Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit()),
+        Err(refused) => {
+            let _ = writeln!(std::io::stderr(), "kiln: error: {refused}");
+            return ExitCode::from(2);
+        }
+    };
     // `kiln diff` exits like `diff`: 1 means "different", so trouble is 2.
     let failure = match cli.command {
         Command::Diff(_) => ExitCode::from(2),

@@ -131,3 +131,47 @@ fn a_bad_value_in_the_environment_names_the_variable() {
         "{stderr}"
     );
 }
+
+#[test]
+fn on_off_variables_take_the_usual_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = sample_pack(dir.path());
+    for (value, off) in [
+        ("yes", true),
+        ("1", true),
+        ("On", true),
+        ("no", false),
+        ("0", false),
+    ] {
+        let server = Server::launch(
+            &[pack.to_str().unwrap()],
+            Launch {
+                env: vec![("KILN_NO_SECURITY_HEADERS", value.to_string())],
+                ..Launch::default()
+            },
+        );
+        let r = server.get("/hello.txt", "");
+        assert_eq!(
+            r.header("X-Content-Type-Options").is_none(),
+            off,
+            "KILN_NO_SECURITY_HEADERS={value}: {}",
+            r.head
+        );
+    }
+}
+
+#[test]
+fn a_bad_on_off_value_names_the_variable() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "--dummy"])
+        .env("KILN_WATCH", "maybe")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("KILN_WATCH=maybe: not a yes or no") && !stderr.contains("--watch"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -145,3 +145,41 @@ fn an_unusable_value_is_one_line_naming_it() {
         assert!(!err.contains("kiln: serving"), "{value}: started anyway");
     }
 }
+
+#[test]
+fn a_port_below_1024_refused_to_a_user_says_how_to_get_one() {
+    // As root the test runs kiln as nobody; as another user, as itself.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let kiln = env!("CARGO_BIN_EXE_kiln");
+    let args = ["serve", "--dummy", "--listen", "127.0.0.1:81"];
+    let out = if root {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", kiln])
+            .args(args)
+            .output()
+    } else {
+        Command::new(kiln).args(args).output()
+    };
+    let Ok(out) = out else {
+        eprintln!("no setpriv to run kiln as nobody; skipped");
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let privileged = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .is_ok_and(|v| v.trim().parse::<u16>().is_ok_and(|start| start > 81));
+    if !privileged || (root && !stderr.contains("kiln:")) {
+        eprintln!("port 81 is not privileged here, or nobody cannot run {kiln}: {stderr}; skipped");
+        return;
+    }
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot listen on 127.0.0.1:81: a port below 1024 needs root")
+            && stderr.contains("CAP_NET_BIND_SERVICE")
+            && stderr.contains("from 1024 up"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

@@ -280,6 +280,12 @@ fn sighup_reads_the_whole_folder_again() {
     );
     assert_eq!(version_of(&server, "a.example"), "200 a");
     assert_eq!(version_of(&server, "b.example"), "200 b");
+    // A SIGHUP that changes nothing says so, as a single pack's does.
+    server.signal(libc::SIGHUP);
+    wait_for_log(
+        &server,
+        "reloaded: no pack changed; 3 sites served as they were",
+    );
 }
 
 /// Waits (bounded) until every thread of the server is stopped (state T

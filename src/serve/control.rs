@@ -255,6 +255,13 @@ impl Reloader {
             Served::Folder(folder) => {
                 if folder.refresh(names) {
                     self.current.publish(folder.sites());
+                } else if names.is_none() {
+                    // SIGHUP is answered even when it changes nothing, as a
+                    // single pack's is: the operator learns it was heard.
+                    tracing::info!(
+                        "reloaded: no pack changed; {} sites served as they were",
+                        folder.site_count()
+                    );
                 }
             }
         }

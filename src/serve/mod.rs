@@ -443,7 +443,10 @@ fn bind_all(
                     tracing::info!("not listening on {addr}: no IPv6 on this machine ({e})");
                     continue;
                 }
-                Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr}")),
+                Err(e) => {
+                    let context = cannot_listen(addr, &e);
+                    return Err(e).context(context);
+                }
             };
             let local = first.local_addr()?;
             chosen_port.get_or_insert(local.port());
@@ -456,6 +459,20 @@ fn bind_all(
         }
     }
     Ok(per_thread)
+}
+
+/// What a failed bind says: the address, and for a port below 1024
+/// refused to a user other than root, the ways to get one.
+fn cannot_listen(addr: SocketAddr, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::PermissionDenied && addr.port() < 1024 {
+        format!(
+            "cannot listen on {addr}: a port below 1024 needs root (start as root with \
+             --user to serve as another user) or CAP_NET_BIND_SERVICE (as \
+             deploy/kiln.service gives), or listen on a port from 1024 up"
+        )
+    } else {
+        format!("cannot listen on {addr}")
+    }
 }
 
 /// The first listener of `addr`; with `needs_twin` (port 0 for TLS), on a
