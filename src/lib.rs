@@ -15,9 +15,12 @@
 //! - [`diff`]: `kiln diff` — what a new pack changes against an old one.
 //! - [`serve`]: `kiln serve` — connection layer, protocols and the handler
 //!   that maps a request to prepared pack bytes.
+//! - [`confine`]: giving up rights — the user switch, capabilities and the
+//!   Landlock basics the server's sandbox and the ACME worker's share.
 
 pub mod acme;
 pub mod build;
+pub mod confine;
 pub mod dictionary;
 pub mod diff;
 pub mod hpack;

@@ -20,7 +20,7 @@ use landlock::{
     Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RulesetCreatedAttr, RulesetStatus,
 };
 
-use crate::serve::sandbox::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
+use crate::confine::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 
 /// Where TLS clients find the system's trust store (the places
 /// rustls-native-certs, through openssl-probe, looks), and where those
@@ -71,7 +71,7 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
         rustix::process::geteuid().as_raw(),
         rustix::process::getegid().as_raw(),
     );
-    crate::serve::sandbox::switch_user(&crate::serve::sandbox::Identity {
+    crate::confine::switch_user(&crate::confine::Identity {
         name: uid.to_string(),
         uid,
         gid,

@@ -16,7 +16,7 @@ use rustix::process::{self, Pid, Signal};
 use super::client::CaRoot;
 use super::command::RunArgs;
 use super::store;
-use crate::serve::sandbox;
+use crate::confine;
 use crate::sys::SignalSet;
 
 const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
@@ -122,8 +122,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         process::getppid(),
     );
     let identity = match &args.user {
-        Some(user) => sandbox::resolve_user(Some(user))?,
-        None => sandbox::Identity {
+        Some(user) => confine::resolve_user(Some(user))?,
+        None => confine::Identity {
             name: euid.to_string(),
             uid: euid,
             gid: egid,
@@ -133,7 +133,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let owner =
         (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
     store::prepare(&args.acme.dir, owner)?;
-    sandbox::switch_user(&identity)?;
+    confine::switch_user(&identity)?;
     rustix::thread::set_no_new_privs(true).map_err(|e| anyhow!("cannot set no_new_privs: {e}"))?;
     // After the user switch, which would clear it.
     super::die_with_parent_signal(Signal::TERM, parent)?;

@@ -1,40 +1,14 @@
 //! The Landlock domain: read beneath the folders of the plan, write
 //! nowhere, no TCP bind or connect, no signal outside the domain.
 
-use anyhow::{Context as _, anyhow};
+use anyhow::Context as _;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+    AccessFs, LandlockStatus, PathBeneath, PathFd, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus,
 };
 
 use super::{Plan, folders_of};
-
-/// The Landlock ABI whose rights kiln asks for: the newest it was tested
-/// on (Linux 6.15 and later). An older kernel enforces what it knows (best
-/// effort); the start-up log says which.
-pub const LANDLOCK_ABI: ABI = ABI::V7;
-
-/// A Landlock error as the sandbox says it.
-pub fn landlock_error(e: landlock::RulesetError) -> anyhow::Error {
-    anyhow!("sandbox: Landlock: {e}")
-}
-
-/// A ruleset that handles every right `LANDLOCK_ABI` knows (files, TCP,
-/// scopes) and allows none yet: what a domain does not allow by a rule is
-/// refused. The server's domain and the ACME worker's start here.
-pub fn deny_all_ruleset() -> anyhow::Result<RulesetCreated> {
-    let abi = LANDLOCK_ABI;
-    let fail = landlock_error;
-    Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(fail)?
-        .handle_access(AccessNet::from_all(abi))
-        .map_err(fail)?
-        .scope(Scope::from_all(abi))
-        .map_err(fail)?
-        .create()
-        .map_err(fail)
-}
+use crate::confine::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 
 /// Builds the Landlock ruleset of `plan`, opening its folders (with the
 /// rights of the user kiln started as).

@@ -21,11 +21,12 @@
 //! installed with TSYNC all the same. `docs/security.md` has the threat
 //! model and why each system call is on the list.
 //!
-//! One file per wall: `user.rs` (the user switch), `capabilities.rs`,
-//! `landlock_domain.rs`, `seccomp.rs` (the list and its filter), and
-//! `threads.rs` (the wait until the process has one thread).
+//! One file per wall: the user switch and the capabilities are
+//! `crate::confine`'s (the ACME worker uses them too); `user.rs` warns
+//! about what the user switched to cannot read; `landlock_domain.rs`,
+//! `seccomp.rs` (the list and its filter), and `threads.rs` (the wait
+//! until the process has one thread).
 
-mod capabilities;
 mod landlock_domain;
 mod seccomp;
 mod threads;
@@ -37,15 +38,13 @@ use anyhow::anyhow;
 use rustix::process::geteuid;
 use rustix::thread;
 
-pub use self::landlock_domain::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 use self::landlock_domain::{landlock_ruleset, log_landlock};
 use self::seccomp::seccomp_program;
 pub use self::seccomp::{ArgTest, Syscall, allowed_syscalls};
 use self::threads::wait_until_single_threaded;
-pub use self::user::switch_user;
 use self::user::warn_unreachable;
-pub use self::user::{Identity, resolve_user};
 use super::net::Backend;
+pub use crate::confine::{Identity, resolve_user, switch_user};
 use crate::sys;
 
 /// The folders a file is read from again after start: the one holding it

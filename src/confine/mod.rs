@@ -1,0 +1,12 @@
+//! What a kiln process does to give up its rights, shared by the server's
+//! sandbox (`serve::sandbox`) and the ACME worker's (`acme::sandbox`), so
+//! that neither depends on the other: the user switch with every
+//! capability dropped (`user.rs`, `capabilities.rs`) and the Landlock
+//! ruleset each domain starts from (`landlock.rs`).
+
+mod capabilities;
+mod landlock;
+mod user;
+
+pub use self::landlock::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
+pub use self::user::{Identity, resolve_user, switch_user};
