@@ -10,7 +10,7 @@ use rustix::fs::Access as FileAccess;
 use rustix::process::{Gid, Uid, getegid, geteuid};
 use rustix::thread;
 
-use super::capabilities::drop_capabilities;
+use super::capabilities::{drop_capabilities, kept};
 use super::{Held, Plan};
 use crate::build::source::private_key::named_as_key;
 use crate::sys;
@@ -117,6 +117,7 @@ pub fn resolve_user(asked: Option<&str>) -> anyhow::Result<Identity> {
 /// later step needs the privileges the user switch gives up) and drops
 /// every capability, also when staying root.
 pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
+    let keep = kept();
     if geteuid().is_root() && identity.uid != 0 {
         let name = CString::new(identity.name.as_bytes()).context("NUL in the user name")?;
         let fail = |what: &str, e: std::io::Error| {
@@ -133,6 +134,10 @@ pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
         };
         groups.map_err(|e| fail("setgroups", e))?;
         thread::set_thread_res_gid(gid, gid, gid).map_err(|e| fail("setgid", e.into()))?;
+        // The permitted set survives the switch, to keep CAP_LEASE from
+        // it below; nothing else of it is kept.
+        thread::set_keep_capabilities(!keep.is_empty())
+            .map_err(|e| fail("keeping capabilities", e.into()))?;
         thread::set_thread_res_uid(uid, uid, uid).map_err(|e| fail("setuid", e.into()))?;
         if thread::set_thread_uid(Uid::ROOT).is_ok() {
             bail!(
@@ -141,7 +146,13 @@ pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
             );
         }
     }
-    drop_capabilities()
+    drop_capabilities(keep)?;
+    thread::set_keep_capabilities(false).map_err(|e| {
+        anyhow!(
+            "cannot clear keep-capabilities: {}",
+            std::io::Error::from(e)
+        )
+    })
 }
 
 /// Whether the user kiln runs as now may `mode` (`access(2)` bits) `path`;
