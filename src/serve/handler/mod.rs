@@ -504,6 +504,11 @@ pub fn answer<'a>(
         None if site.is_stale() => WRITTEN_IN_PLACE,
         None => handle(site, req, scratch),
     };
+    // Asked again after the lookup: a read of a pack written in place
+    // faults it stale (`in_place`), and what it read is not an answer.
+    if site.is_stale() {
+        resp = WRITTEN_IN_PLACE;
+    }
     resp.site = Some(site.slot);
     resp
 }
