@@ -127,17 +127,113 @@ pub fn release_free_memory() {
 /// (`serve::sandbox`): the kernel's ABI, which rustix does not export.
 pub mod seccomp {
     pub use libc::{
-        F_DUPFD_CLOEXEC, F_GETFD, F_SETFD, FIONREAD, PR_SET_NAME, PROT_EXEC, SYS_accept4, SYS_brk,
-        SYS_clock_gettime, SYS_clone, SYS_clone3, SYS_close, SYS_epoll_ctl, SYS_epoll_pwait,
-        SYS_exit, SYS_exit_group, SYS_fcntl, SYS_fstat, SYS_ftruncate, SYS_futex, SYS_getdents64,
-        SYS_getpeername, SYS_getrandom, SYS_gettid, SYS_inotify_add_watch, SYS_io_uring_enter,
-        SYS_io_uring_register, SYS_ioctl, SYS_lseek, SYS_lstat, SYS_madvise, SYS_memfd_create,
-        SYS_mlock, SYS_mmap, SYS_mprotect, SYS_mremap, SYS_munmap, SYS_newfstatat, SYS_open,
-        SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64, SYS_pwrite64, SYS_read, SYS_readlink,
-        SYS_recvmmsg, SYS_restart_syscall, SYS_rseq, SYS_rt_sigaction, SYS_rt_sigprocmask,
-        SYS_sched_getaffinity, SYS_sched_yield, SYS_sendfile, SYS_sendmmsg, SYS_set_robust_list,
-        SYS_shutdown, SYS_sigaltstack, SYS_stat, SYS_statx, SYS_write, SYS_writev,
+        F_DUPFD_CLOEXEC, F_GETFD, F_GETLEASE, F_SETFD, F_SETLEASE, FIONREAD, PR_SET_NAME,
+        PROT_EXEC, SYS_accept4, SYS_brk, SYS_clock_gettime, SYS_clone, SYS_clone3, SYS_close,
+        SYS_dup3, SYS_epoll_ctl, SYS_epoll_pwait, SYS_exit, SYS_exit_group, SYS_fcntl, SYS_fstat,
+        SYS_ftruncate, SYS_futex, SYS_getdents64, SYS_getpeername, SYS_getrandom, SYS_gettid,
+        SYS_inotify_add_watch, SYS_io_uring_enter, SYS_io_uring_register, SYS_ioctl, SYS_lseek,
+        SYS_lstat, SYS_madvise, SYS_memfd_create, SYS_mlock, SYS_mmap, SYS_mprotect, SYS_mremap,
+        SYS_munmap, SYS_newfstatat, SYS_open, SYS_openat, SYS_ppoll, SYS_prctl, SYS_pread64,
+        SYS_pwrite64, SYS_read, SYS_readlink, SYS_recvmmsg, SYS_restart_syscall, SYS_rseq,
+        SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_sched_getaffinity,
+        SYS_sched_yield, SYS_sendfile, SYS_sendmmsg, SYS_set_robust_list, SYS_shutdown,
+        SYS_sigaltstack, SYS_stat, SYS_statx, SYS_write, SYS_writev,
     };
+}
+
+/// File leases (`fcntl` `F_SETLEASE`, `F_GETLEASE`), which rustix lacks:
+/// a read lease makes the kernel hold back any open of the file for
+/// writing (and any truncation) and tell the lease holder, by SIGIO to
+/// the process, until the holder lets go or `lease-break-time` passes.
+pub mod lease {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+
+    fn fcntl(fd: BorrowedFd<'_>, command: libc::c_int, arg: libc::c_int) -> std::io::Result<i32> {
+        // SAFETY: a lease command on a descriptor the caller holds open;
+        // it touches no memory of ours.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), command, arg) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(rc)
+    }
+
+    /// Takes a read lease on `fd` (opened read-only). Refused when any
+    /// process has the file open for writing (EAGAIN), when the caller
+    /// neither owns the file nor has CAP_LEASE (EACCES), and by
+    /// filesystems without leases (EINVAL).
+    pub fn take_read(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK).map(drop)
+    }
+
+    /// Lets the lease on `fd` go: a writer held back proceeds.
+    pub fn release(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+        fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK).map(drop)
+    }
+
+    /// Whether the read lease on `fd` is being broken: while a writer
+    /// waits, `F_GETLEASE` says what the lease is broken to (no lease),
+    /// not the read lease still held.
+    pub fn breaking(fd: BorrowedFd<'_>) -> std::io::Result<bool> {
+        Ok(fcntl(fd, libc::F_GETLEASE, 0)? != libc::F_RDLCK)
+    }
+}
+
+/// What [`on_bus_error`] calls with the faulting address: true when it
+/// made the access good (mapped something there), so that the faulting
+/// instruction runs again. Must be async-signal-safe.
+pub type BusErrorHandler = fn(usize) -> bool;
+
+static BUS_ERROR_HANDLER: std::sync::OnceLock<BusErrorHandler> = std::sync::OnceLock::new();
+
+/// The exit status after a bus error no handler made good: 128 + SIGBUS,
+/// as a shell reports a process killed by that signal.
+pub const BUS_ERROR_EXIT: i32 = 128 + libc::SIGBUS;
+
+/// The SIGBUS handler: hands the faulting address to the handler given to
+/// [`on_bus_error`]; when that cannot make the access good, writes one
+/// line and ends the process. Async-signal-safe (an atomic load, the
+/// handler, write and _exit).
+extern "C" fn on_bus_error_signal(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    // SAFETY: the kernel hands a SIGBUS handler a siginfo with `si_addr`.
+    let address = unsafe { (*info).si_addr() } as usize;
+    if BUS_ERROR_HANDLER
+        .get()
+        .is_some_and(|handle| handle(address))
+    {
+        return;
+    }
+    let line = b"kiln: bus error outside the packs served (a mapped file shrank); exiting\n";
+    // SAFETY: write(2) and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(BUS_ERROR_EXIT);
+    }
+}
+
+/// Installs `handler` for bus errors (a read of a mapped file past its
+/// end, once the file shrank), in place of the C library's and std's
+/// (std's stack-overflow report uses SIGSEGV for guard pages on Linux,
+/// and reinstalls the default action with `sigaction`, which the seccomp
+/// filter refuses). Installed once, before the sandbox.
+pub fn on_bus_error(handler: BusErrorHandler) -> std::io::Result<()> {
+    let _ = BUS_ERROR_HANDLER.set(handler);
+    // SAFETY: a zeroed sigaction with the handler, flags and an empty mask
+    // (initialised by sigemptyset); the result is checked.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_bus_error_signal as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// One entry of the user database.

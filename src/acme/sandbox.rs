@@ -71,12 +71,13 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
         rustix::process::geteuid().as_raw(),
         rustix::process::getegid().as_raw(),
     );
-    crate::confine::switch_user(&crate::confine::Identity {
+    let identity = crate::confine::Identity {
         name: uid.to_string(),
         uid,
         gid,
         listed: false,
-    })?;
+    };
+    crate::confine::switch_user(&identity, rustix::thread::CapabilitySet::empty())?;
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| anyhow!("sandbox: cannot set no_new_privs: {e}"))?;
     let fail = landlock_error;

@@ -133,7 +133,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let owner =
         (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
     store::prepare(&args.acme.dir, owner)?;
-    confine::switch_user(&identity)?;
+    confine::switch_user(&identity, rustix::thread::CapabilitySet::empty())?;
     rustix::thread::set_no_new_privs(true).map_err(|e| anyhow!("cannot set no_new_privs: {e}"))?;
     // After the user switch, which would clear it.
     super::die_with_parent_signal(Signal::TERM, parent)?;

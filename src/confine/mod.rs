@@ -8,5 +8,6 @@ mod capabilities;
 mod landlock;
 mod user;
 
+pub use self::capabilities::lease_if_held;
 pub use self::landlock::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 pub use self::user::{Identity, resolve_user, switch_user};

@@ -6,7 +6,7 @@ use std::ffi::CString;
 
 use anyhow::{Context as _, anyhow, bail};
 use rustix::process::{Gid, Uid, getegid, geteuid};
-use rustix::thread;
+use rustix::thread::{self, CapabilitySet};
 
 use super::capabilities::drop_capabilities;
 use crate::sys;
@@ -111,8 +111,8 @@ pub fn resolve_user(asked: Option<&str>) -> anyhow::Result<Identity> {
 
 /// Switches to `identity` (supplementary groups, group, then user: each
 /// later step needs the privileges the user switch gives up) and drops
-/// every capability, also when staying root.
-pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
+/// every capability but `keep`, also when staying root.
+pub fn switch_user(identity: &Identity, keep: CapabilitySet) -> anyhow::Result<()> {
     if geteuid().is_root() && identity.uid != 0 {
         let name = CString::new(identity.name.as_bytes()).context("NUL in the user name")?;
         let fail = |what: &str, e: std::io::Error| {
@@ -129,6 +129,10 @@ pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
         };
         groups.map_err(|e| fail("setgroups", e))?;
         thread::set_thread_res_gid(gid, gid, gid).map_err(|e| fail("setgid", e.into()))?;
+        // The permitted set survives the switch, to keep `keep` from it
+        // below; nothing else of it is kept.
+        thread::set_keep_capabilities(!keep.is_empty())
+            .map_err(|e| fail("keeping capabilities", e.into()))?;
         thread::set_thread_res_uid(uid, uid, uid).map_err(|e| fail("setuid", e.into()))?;
         if thread::set_thread_uid(Uid::ROOT).is_ok() {
             bail!(
@@ -137,5 +141,11 @@ pub fn switch_user(identity: &Identity) -> anyhow::Result<()> {
             );
         }
     }
-    drop_capabilities()
+    drop_capabilities(keep)?;
+    thread::set_keep_capabilities(false).map_err(|e| {
+        anyhow!(
+            "cannot clear keep-capabilities: {}",
+            std::io::Error::from(e)
+        )
+    })
 }

@@ -171,7 +171,9 @@ impl Pack {
         }
         // SAFETY: packs are replaced by rename, never modified in place, so the
         // mapping stays valid; a file truncated behind our back is outside the
-        // contract (documented in docs/pack-format.md).
+        // contract (docs/pack-format.md), which `kiln serve` survives all the
+        // same (`serve::in_place`: a copy mapped over it, or a bus-error
+        // handler that maps a zero page and stops serving from it).
         let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(format!("cannot map: {e}")))?;
         let b = &map[..];
         if b.len() < HEADER_LEN {

@@ -35,6 +35,7 @@ use rustix::process::Signal;
 
 use super::acme::{self, Managed};
 use super::handler::{Site, Sites};
+use super::in_place;
 use super::inotify;
 use super::load::{Folder, SiteSource, open_site};
 use super::metrics::{Metrics, SiteStats};
@@ -46,8 +47,11 @@ use crate::sys;
 
 /// Blocks the signals the control thread handles, in the calling thread and
 /// every thread spawned after, and returns a signalfd for them.
+/// SIGIO: a writer is opening a pack the server holds a read lease on
+/// (`in_place`); blocked like the others, its default action would end
+/// the process.
 pub fn block_signals() -> io::Result<OwnedFd> {
-    sys::block_signals_into_signalfd(&[Signal::TERM, Signal::INT, Signal::HUP])
+    sys::block_signals_into_signalfd(&[Signal::TERM, Signal::INT, Signal::HUP, Signal::IO])
 }
 
 /// What a watched name is to the server.
@@ -82,6 +86,8 @@ impl Role {
 struct Watched {
     /// The watch descriptor of the directory.
     wd: i32,
+    /// The directory, for the paths of files modified in it.
+    dir: PathBuf,
     /// Events for other names in the directory are ignored (`Folder`:
     /// every name counts).
     name: OsString,
@@ -110,6 +116,9 @@ struct Changes {
     http01: bool,
     /// A TLS-ALPN-01 certificate came or went.
     tls_alpn01: bool,
+    /// Files written (or truncated) in place: a pack among them may be
+    /// served from (`in_place`); nothing is reloaded before its close.
+    modified: Vec<PathBuf>,
 }
 
 impl Watch {
@@ -118,6 +127,19 @@ impl Watch {
         let mut changes = Changes::default();
         for event in inotify::events(buf) {
             changes.overflowed |= event.overflowed();
+            if event.mask & WatchFlags::MODIFY.bits() != 0 {
+                // A write, not a replacement: reloads wait for the close.
+                if let Some(f) = self
+                    .files
+                    .iter()
+                    .find(|f| f.wd == event.wd && matches!(f.role, Role::Pack | Role::Folder))
+                {
+                    changes
+                        .modified
+                        .push(f.dir.join(OsStr::from_bytes(event.name)));
+                }
+                continue;
+            }
             for f in self.files.iter().filter(|f| f.wd == event.wd) {
                 match f.role {
                     Role::Folder => changes
@@ -156,8 +178,15 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
                     .unwrap_or_default(),
             ),
         };
-        // In a folder a removal matters too (the site goes).
-        let mask = WatchFlags::MOVED_TO
+        // In a folder a removal matters too (the site goes). A pack
+        // written in place is modified before its close.
+        let modify = if matches!(role, Role::Pack | Role::Folder) {
+            WatchFlags::MODIFY
+        } else {
+            WatchFlags::empty()
+        };
+        let mask = modify
+            | WatchFlags::MOVED_TO
             | WatchFlags::CLOSE_WRITE
             | WatchFlags::CREATE
             | WatchFlags::DELETE
@@ -168,7 +197,12 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
             let e = io::Error::from(errno);
             io::Error::new(e.kind(), format!("{}: {e}", dir.display()))
         })?;
-        watched.push(Watched { wd, name, role });
+        watched.push(Watched {
+            wd,
+            dir,
+            name,
+            role,
+        });
     }
     Ok(Watch { fd, files: watched })
 }
@@ -354,6 +388,9 @@ impl Reloader {
     /// returns whether a certificate or key changed, which reloads after
     /// a pause (a pair is renewed by two renames).
     fn files_changed(&mut self, changes: Changes) -> bool {
+        for path in &changes.modified {
+            in_place::modified(path);
+        }
         if changes.http01 {
             self.reload_http01();
         }
@@ -602,7 +639,9 @@ fn run(
                 }
                 Ok(_) => {
                     let signo = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes")) as i32;
-                    if signo == Signal::HUP.as_raw() {
+                    if signo == Signal::IO.as_raw() {
+                        in_place::lease_broken();
+                    } else if signo == Signal::HUP.as_raw() {
                         timers.certificates = None;
                         reloader.reload_all();
                     } else if std::mem::replace(&mut stopping, true) {

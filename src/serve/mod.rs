@@ -19,6 +19,7 @@ pub mod handler;
 pub mod http1;
 pub mod http2;
 pub mod http3;
+pub mod in_place;
 pub mod inotify;
 pub mod listen;
 pub mod load;
@@ -468,6 +469,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // and SIGHUP or SIGTERM would kill the process instead of reaching the
     // control thread. A signal during the preview build waits for it.
     let signals = control::block_signals().context("cannot set up signal handling")?;
+    // Before any pack is mapped, and before the sandbox (which has no
+    // `sigaction`): a pack written in place must not end the server.
+    in_place::install_fault_handler().context("cannot set up the bus-error handler")?;
     let metrics = Metrics::new(settings.threads, now_unix());
     let opened = open::open_served(&args, &metrics)?;
     let access_log = open_access_log(&args)?;

@@ -143,15 +143,22 @@ fn backing_of(sites: &Arc<Sites>, http01: Option<&Arc<Http01>>) -> Arc<dyn Backi
     }
 }
 
+/// A site whose pack was written in place without a lease gives nothing:
+/// output still to be sent from it fails its connection, rather than send
+/// what the file holds now (zero pages, or another pack's bytes).
 impl Backing for Sites {
     fn bytes(&self, pack: u32) -> &[u8] {
         self.site(pack)
+            .filter(|s| !s.is_stale())
             .and_then(|s| s.pack())
             .map_or(&[], |p| p.bytes())
     }
 
     fn file(&self, pack: u32) -> Option<RawFd> {
-        self.site(pack)?.pack().map(|p| p.file().as_raw_fd())
+        self.site(pack)
+            .filter(|s| !s.is_stale())?
+            .pack()
+            .map(|p| p.file().as_raw_fd())
     }
 }
 

@@ -272,6 +272,7 @@ mod tests {
         let stats = SiteStats::new("_default", 1);
         let site = |live: Live| {
             Sites::single(Arc::new(Site {
+                in_place: None,
                 pack: None,
                 rules: super::super::Rules::default(),
                 slot: 0,

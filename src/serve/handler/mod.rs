@@ -17,6 +17,7 @@ pub mod sites;
 
 use std::sync::Arc;
 
+use super::in_place;
 use super::metrics::{PackGauges, SiteStats};
 use crate::pack::{Encoding, Pack, RouteKind};
 pub use challenges::Http01;
@@ -231,6 +232,9 @@ impl Shared<'_> {
 /// What is being served: a pack with its compiled rules, or (without a
 /// pack) the dummy answer that measures the server core alone.
 pub struct Site {
+    /// The pack tracked for a write in place (`in_place`), when it is a
+    /// file: declared first, so dropped before the pack is unmapped.
+    in_place: Option<in_place::Guard>,
     /// The mapping every response points into; `None` in dummy mode.
     pack: Option<Pack>,
     /// The pack's pattern rules, compiled at load.
@@ -271,7 +275,13 @@ impl Site {
                 .map_or(0, |d| d.as_secs() as i64)
         };
         let modified_at = unix(pack.file().metadata().and_then(|m| m.modified()));
+        // A watched preview is in memory: nothing writes it in place.
+        let in_place = live
+            .is_none()
+            .then(|| in_place::Guard::track(&pack))
+            .flatten();
         Arc::new(Site {
+            in_place,
             pack: Some(pack),
             rules,
             slot,
@@ -296,6 +306,7 @@ impl Site {
     /// A dummy site at `slot`, for tests of the site set.
     pub fn dummy_at(slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
         Arc::new(Site {
+            in_place: None,
             pack: None,
             rules: Rules::default(),
             slot,
@@ -308,6 +319,16 @@ impl Site {
 
     pub fn pack(&self) -> Option<&Pack> {
         self.pack.as_ref()
+    }
+
+    /// Whether the pack was written in place without a lease and is not
+    /// to be served from (`in_place`): its site answers 503, and output
+    /// still to be sent from it fails its connection.
+    #[inline]
+    pub fn is_stale(&self) -> bool {
+        self.in_place
+            .as_ref()
+            .is_some_and(in_place::Guard::is_stale)
     }
 
     /// A watched preview's generation (`live`).
@@ -383,6 +404,13 @@ const ALLOW_TEXT_HPACK: &[u8] = &[
     0xd5, 0xa7, 0x77, 0x0f, 0x10, 0x92, 0x49, 0x7c, 0xa5, 0x8a, 0xe8, 0x19, 0xaa, 0xfb, 0x50, 0x93,
     0x8e, 0xc4, 0x15, 0x30, 0x5a, 0x99, 0x56, 0x7b,
 ];
+/// `RETRY_TEXT`: `retry-after` (static name index 53: 0x0f 0x26), the
+/// literal `1` (0x01), then `TEXT_HPACK`.
+const RETRY_TEXT_HPACK: &[u8] = &[
+    0x0f, 0x26, 0x01, b'1', 0x0f, 0x10, 0x92, 0x49, 0x7c, 0xa5, 0x8a, 0xe8, 0x19, 0xaa, 0xfb, 0x50,
+    0x93, 0x8e, 0xc4, 0x15, 0x30, 0x5a, 0x99, 0x56, 0x7b,
+];
+const RETRY_TEXT: &[u8] = b"Retry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n";
 
 /// A built-in plain-text response.
 pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
@@ -399,6 +427,21 @@ pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
         shared: Shared::NONE,
     }
 }
+
+/// 503 for a site whose pack was written in place without a lease
+/// (`in_place`): asked again in a second, the new pack may be whole.
+const WRITTEN_IN_PLACE: Response<'static> = Response {
+    status: 503,
+    head: RETRY_TEXT,
+    hpack: RETRY_TEXT_HPACK,
+    qpack: None,
+    overrides: 0,
+    extra: Extra::Length,
+    body: Body::Static(b"503 Service Unavailable: the site's pack is being replaced\n"),
+    site: None,
+    encoding: None,
+    shared: Shared::NONE,
+};
 
 fn not_found<'a>(site: &'a Site, pack: &'a Pack) -> Response<'a> {
     match pack.not_found() {
@@ -458,8 +501,14 @@ pub fn answer<'a>(
     };
     let mut resp = match https_redirect.and_then(|port| Some((port, redirect_parts(req)?))) {
         Some((https_port, (name, target))) => redirect_to_https(name, target, https_port, scratch),
+        None if site.is_stale() => WRITTEN_IN_PLACE,
         None => handle(site, req, scratch),
     };
+    // Asked again after the lookup: a read of a pack written in place
+    // faults it stale (`in_place`), and what it read is not an answer.
+    if site.is_stale() {
+        resp = WRITTEN_IN_PLACE;
+    }
     resp.site = Some(site.slot);
     resp
 }
@@ -888,6 +937,7 @@ mod tests {
             (TEXT, TEXT_HPACK),
             (ALLOW, ALLOW_HPACK),
             (ALLOW_TEXT, ALLOW_TEXT_HPACK),
+            (RETRY_TEXT, RETRY_TEXT_HPACK),
         ] {
             let text = String::from_utf8_lossy(lines);
             assert_eq!(decoded_lines(block), lowercase_names(lines), "{text}");

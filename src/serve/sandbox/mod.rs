@@ -3,7 +3,8 @@
 //! [`enter`]:
 //!
 //! 1. switches to an unprivileged user (`--user`; `nobody` by default when
-//!    started as root) and drops every capability;
+//!    started as root) and drops every capability but CAP_LEASE (read
+//!    leases on the packs a reload opens: `serve::in_place`);
 //! 2. sets no_new_privs;
 //! 3. enters a Landlock domain: files are read only beneath the folders of
 //!    the pack (or beneath a directory site) and of the certificates and
@@ -130,7 +131,12 @@ pub fn enter(plan: &Plan) -> anyhow::Result<()> {
     let program = seccomp_program(plan.backend)?;
     let ruleset = landlock_ruleset(plan)?;
     let switched = geteuid().is_root() && plan.identity.uid != 0;
-    switch_user(&plan.identity)?;
+    switch_user(&plan.identity, crate::confine::lease_if_held())?;
+    // Asked before the filter, which has no capget.
+    let capabilities = match rustix::thread::capabilities(None) {
+        Ok(sets) if !sets.effective.is_empty() => "with CAP_LEASE alone (read leases on the packs)",
+        _ => "without capabilities",
+    };
     warn_unreachable(plan, switched);
     thread::set_no_new_privs(true).map_err(|e| {
         anyhow!(
@@ -146,7 +152,7 @@ pub fn enter(plan: &Plan) -> anyhow::Result<()> {
     seccompiler::apply_filter_all_threads(&program)
         .map_err(|e| anyhow!("sandbox: cannot install the system call filter: {e}"))?;
     tracing::info!(
-        "sandbox: running as {} (uid {}) without capabilities; {} system calls allowed ({:?} back end)",
+        "sandbox: running as {} (uid {}) {capabilities}; {} system calls allowed ({:?} back end)",
         plan.identity.name,
         plan.identity.uid,
         allowed_syscalls(plan.backend).len(),

@@ -105,7 +105,21 @@ fn common_syscalls() -> Vec<Syscall> {
         // std's IO-safety check before each close in debug builds; a
         // preview pack's in-memory file is duplicated for reading back
         // (`File::try_clone`).
-        sys!(SYS_fcntl, if arg 1 in [kernel::F_GETFD, kernel::F_DUPFD_CLOEXEC]),
+        // A pack written in place (`serve::in_place`): a read lease taken
+        // on each pack a reload opens, asked about and let go when a
+        // writer breaks it; the pack's descriptor kept for that moment.
+        sys!(
+            SYS_fcntl,
+            if arg 1 in [
+                kernel::F_GETFD,
+                kernel::F_DUPFD_CLOEXEC,
+                kernel::F_SETLEASE,
+                kernel::F_GETLEASE
+            ]
+        ),
+        // The copy of a pack whose lease a writer broke put at the pack's
+        // descriptor number (`sendfile` and `splice` read it there).
+        sys!(SYS_dup3),
         // Reloads: file sizes and types, `Path::exists`, a directory walk.
         sys!(SYS_fstat),
         sys!(SYS_newfstatat),
@@ -152,6 +166,9 @@ fn common_syscalls() -> Vec<Syscall> {
         sys!(SYS_gettid),
         sys!(SYS_rt_sigprocmask),
         sys!(SYS_rt_sigaction, if arg 0 & u32::MAX => GLIBC_SIGSETXID),
+        // The return from the bus-error handler (`serve::in_place`), which
+        // made a read of a pack written in place good.
+        sys!(SYS_rt_sigreturn),
         sys!(SYS_prctl, if arg 0 & u32::MAX => kernel::PR_SET_NAME),
         // The control thread's wait on the signalfd and inotify; the
         // metrics listener's waits (rustix's poll is ppoll).

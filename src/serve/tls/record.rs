@@ -246,6 +246,12 @@ impl RecordLayer {
         Begun(start)
     }
 
+    /// Drops the record begun at `begun`, plaintext and all: nothing of
+    /// it is sent.
+    pub fn abandon(&self, begun: Begun, out: &mut Vec<u8>) {
+        out.truncate(begun.0);
+    }
+
     /// Seals the plaintext appended since `begun` as one record of type
     /// `content_type`, in place.
     pub fn end(

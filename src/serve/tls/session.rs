@@ -566,9 +566,20 @@ impl Open {
             let begun = self.records.begin(out);
             let mut room = MAX_FRAGMENT.min(limit - total);
             while room > 0 && taken < segs.len() {
-                let whole = resolve(segs[taken], bytes, backing).ok_or(Failed)?;
+                let Some(whole) = resolve(segs[taken], bytes, backing) else {
+                    // Never the plaintext begun in the clear.
+                    self.records.abandon(begun, out);
+                    return Err(Failed);
+                };
                 let piece = &whole[offset..whole.len().min(offset + room)];
                 out.extend_from_slice(piece);
+                // A pack written in place without a lease (`in_place`)
+                // may have faulted in that copy, a zero page read in: the
+                // backing gives nothing for it from then on.
+                if resolve(segs[taken], bytes, backing).is_none() {
+                    self.records.abandon(begun, out);
+                    return Err(Failed);
+                }
                 room -= piece.len();
                 total += piece.len();
                 offset += piece.len();

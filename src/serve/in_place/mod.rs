@@ -1,0 +1,276 @@
+//! A pack written in place under the server (`cp new.pack site.pack`:
+//! the file opened with `O_TRUNC` and written, where a deploy should
+//! rename a new file over it). The mapping every response points into
+//! would shrink and then fill with the new pack's bytes: reads past the
+//! new end fault (SIGBUS, which ended the server), reads before it mix
+//! two packs. Two ways to survive it, per pack:
+//!
+//! - **A read lease** (`freeze.rs`), taken when the pack is opened: the
+//!   kernel holds the writer's `open` back and sends SIGIO, which the
+//!   control thread reads from its signalfd; it copies the pack into an
+//!   in-memory file, maps the copy over the same addresses and puts it
+//!   at the same descriptor number (for `sendfile` and `splice`), which
+//!   closes the file and so lets the lease go. Responses in flight finish from the copy, which
+//!   keeps serving until the new pack is whole and verifies (the close
+//!   of the writer's file reloads it, as a rename does).
+//! - **Without a lease** (not the file's owner and no CAP_LEASE, a
+//!   filesystem without leases, a writer that had the file open already;
+//!   `KILN_DEBUG_REFUSE_LEASES=1` in debug builds): the first change
+//!   (inotify's `IN_MODIFY`, read by the control thread) or the first
+//!   fault (`fault.rs`: a zero page mapped over the faulting one so that
+//!   the read completes) marks the pack *stale*: its site answers 503
+//!   with `Retry-After`, and output still to be sent from it fails its
+//!   connection (the backing gives no bytes for it, see `stack.rs`), so
+//!   that no zero page goes out as content, until the new pack is whole
+//!   and reloaded. Bytes read between the writer's first write and that
+//!   mark may mix (`docs/deploy.md` says so).
+//!
+//! Either way one warning per event names the file and the fix: deploy
+//! by rename. Packs are tracked in a fixed table that the SIGBUS handler
+//! reads without a lock ([`MAPPINGS`]) and, for the control thread, in a
+//! list under a lock ([`TRACKED`]) that a pack's drop also takes, so that
+//! its descriptor stays open while it is copied.
+
+mod fault;
+mod freeze;
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+pub use self::fault::install_fault_handler;
+use crate::pack::Pack;
+use crate::sys;
+
+/// Packs tracked at once (a folder of sites has one per site, and a
+/// reload holds two for a moment); more are served without this guard,
+/// said once.
+const MAX_PACKS: usize = 4096;
+
+/// One pack's mapping, as the SIGBUS handler sees it: `len` 0 when the
+/// entry is free.
+struct Mapping {
+    start: AtomicUsize,
+    len: AtomicUsize,
+    /// Written in place without a lease: not to be served from.
+    stale: AtomicBool,
+}
+
+/// Every tracked mapping, at its index.
+static MAPPINGS: [Mapping; MAX_PACKS] = [const {
+    Mapping {
+        start: AtomicUsize::new(0),
+        len: AtomicUsize::new(0),
+        stale: AtomicBool::new(false),
+    }
+}; MAX_PACKS];
+
+/// What the control thread knows of a tracked pack.
+struct Tracked {
+    /// The pack's descriptor number (the pack owns it).
+    fd: RawFd,
+    /// The path it was opened at, as named.
+    path: PathBuf,
+    /// Holds a read lease.
+    leased: bool,
+    /// Serves a copy of itself since a writer broke its lease.
+    frozen: bool,
+    /// Its warning was logged.
+    said: bool,
+}
+
+/// The tracked packs, at their index in [`MAPPINGS`].
+static TRACKED: Mutex<Vec<Option<Tracked>>> = Mutex::new(Vec::new());
+
+fn tracked() -> MutexGuard<'static, Vec<Option<Tracked>>> {
+    TRACKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A pack tracked for writes in place while it is served; dropped (before
+/// the pack is unmapped and closed) it is no longer.
+#[derive(Debug)]
+pub struct Guard {
+    index: usize,
+}
+
+impl Guard {
+    /// Tracks `pack`, a file on disk, and takes a read lease on it when it
+    /// can; `None` for a pack that is no file at its path (a preview in
+    /// memory) or when the table is full.
+    pub fn track(pack: &Pack) -> Option<Guard> {
+        let map = pack.bytes();
+        let file = pack.file();
+        let on_disk = match (file.metadata(), std::fs::metadata(pack.path())) {
+            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+            _ => false,
+        };
+        if map.is_empty() || !on_disk {
+            return None;
+        }
+        let mut list = tracked();
+        let Some(index) = (0..MAX_PACKS).find(|&i| list.get(i).is_none_or(Option::is_none)) else {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "more than {MAX_PACKS} packs open: {} and those after it are not guarded against a write in place",
+                    pack.path().display()
+                );
+            }
+            return None;
+        };
+        let leased = take_lease(file.as_fd(), pack.path());
+        let mapping = &MAPPINGS[index];
+        mapping.stale.store(false, Ordering::Release);
+        mapping
+            .start
+            .store(map.as_ptr() as usize, Ordering::Release);
+        mapping.len.store(map.len(), Ordering::Release);
+        if list.len() <= index {
+            list.resize_with(index + 1, || None);
+        }
+        list[index] = Some(Tracked {
+            fd: file.as_raw_fd(),
+            path: pack.path().to_path_buf(),
+            leased,
+            frozen: false,
+            said: false,
+        });
+        Some(Guard { index })
+    }
+
+    /// Whether the pack was written in place without a lease: its site
+    /// answers 503 and nothing more is sent from it. One atomic load.
+    #[inline]
+    pub fn is_stale(&self) -> bool {
+        MAPPINGS[self.index].stale.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut list = tracked();
+        let mapping = &MAPPINGS[self.index];
+        mapping.len.store(0, Ordering::Release);
+        mapping.start.store(0, Ordering::Release);
+        mapping.stale.store(false, Ordering::Release);
+        list[self.index] = None;
+    }
+}
+
+/// Whether leases are refused on purpose (`KILN_DEBUG_REFUSE_LEASES=1`,
+/// debug builds only): the tests' way onto the path without one.
+fn leases_refused() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("KILN_DEBUG_REFUSE_LEASES").is_some_and(|v| v == "1")
+}
+
+/// Takes a read lease on the pack `fd`; when it cannot, says so once per
+/// process (the reason is the same for every pack, nearly always).
+fn take_lease(fd: BorrowedFd<'_>, path: &Path) -> bool {
+    let refused = if leases_refused() {
+        Err(std::io::Error::other(
+            "refused on purpose (KILN_DEBUG_REFUSE_LEASES=1)",
+        ))
+    } else {
+        sys::lease::take_read(fd)
+    };
+    match refused {
+        Ok(()) => true,
+        Err(e) => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::info!(
+                    "{}: no read lease ({e}): a pack written in place is survived, but its site answers 503 \
+                     until the new pack is whole; deploy by rename (mv)",
+                    path.display()
+                );
+            }
+            false
+        }
+    }
+}
+
+/// SIGIO: a writer is opening a leased pack. Every leased pack whose
+/// lease is being broken is frozen (a standard signal does not queue: one
+/// may stand for several packs).
+pub fn lease_broken() {
+    let mut list = tracked();
+    for (index, entry) in list.iter_mut().enumerate() {
+        let Some(entry) = entry.as_mut().filter(|e| e.leased) else {
+            continue;
+        };
+        // SAFETY: the pack owns the descriptor and cannot close it while
+        // the list is locked (its guard's drop takes the lock first).
+        let fd = unsafe { BorrowedFd::borrow_raw(entry.fd) };
+        if !sys::lease::breaking(fd).unwrap_or(false) {
+            continue;
+        }
+        let mapping = &MAPPINGS[index];
+        let (start, len) = (
+            mapping.start.load(Ordering::Acquire),
+            mapping.len.load(Ordering::Acquire),
+        );
+        entry.leased = false;
+        match freeze::freeze(fd, start, len) {
+            Ok(()) => {
+                entry.frozen = true;
+                entry.said = true;
+                tracing::warn!(
+                    "{} was written in place; deploy by rename (mv) instead: serving a copy of the previous pack \
+                     until the new one is whole and verifies",
+                    entry.path.display()
+                );
+            }
+            Err(e) => {
+                // Serve nothing from it; the writer goes on when the lease
+                // is let go (as the file's owner or with CAP_LEASE), else
+                // when the kernel breaks it (`lease-break-time`).
+                mapping.stale.store(true, Ordering::Release);
+                let _ = sys::lease::release(fd);
+                entry.said = true;
+                tracing::warn!(
+                    "{} was written in place; deploy by rename (mv) instead: it could not be copied ({e}), \
+                     so its site answers 503 until the new one is whole and verifies",
+                    entry.path.display()
+                );
+            }
+        }
+    }
+}
+
+/// inotify: the file at `path` was modified (written or truncated). A
+/// pack served from it without a lease is stale from now on; one frozen
+/// or leased is not touched (a lease holds every writer back).
+pub fn modified(path: &Path) {
+    let mut list = tracked();
+    for (index, entry) in list.iter_mut().enumerate() {
+        let Some(entry) = entry
+            .as_mut()
+            .filter(|e| !e.leased && !e.frozen && e.path == path)
+        else {
+            continue;
+        };
+        MAPPINGS[index].stale.store(true, Ordering::Release);
+        say_stale(entry);
+    }
+    // A fault marks its pack stale before any event says why: said here.
+    for (index, entry) in list.iter_mut().enumerate() {
+        if let Some(entry) = entry.as_mut()
+            && MAPPINGS[index].stale.load(Ordering::Acquire)
+        {
+            say_stale(entry);
+        }
+    }
+}
+
+/// The warning for a pack written in place without a lease, once.
+fn say_stale(entry: &mut Tracked) {
+    if !std::mem::replace(&mut entry.said, true) {
+        tracing::warn!(
+            "{} was written in place; deploy by rename (mv) instead: its site answers 503 \
+             until the new one is whole and verifies",
+            entry.path.display()
+        );
+    }
+}
