@@ -54,7 +54,7 @@ use kiln::serve::http3::frame as h3frame;
 use kiln::serve::http3::{Answering, Bodies, Conn as H3Conn, Scratch as H3Scratch, Streams};
 use kiln::serve::metrics::{Metrics, Scheme};
 use kiln::serve::net::io::{self, Flush, Sent, SparePending};
-use kiln::serve::net::{Backing, Output, Seg, Stack};
+use kiln::serve::net::{Backing, Output, Seg, Stack, TURN_SHARE};
 use kiln::serve::output::SENDFILE_MIN;
 use kiln::serve::request_context::RequestContext;
 use kiln::serve::server_headers::ServerHeaders;
@@ -714,8 +714,9 @@ fn partial_writes_allocate_nothing_after_warm_up() {
             out.clear();
             out.bytes.extend_from_slice(head);
             out.pack_body(0, 0, LARGE as u64);
-            let (sent, mut allocations) =
-                counted(|| io::send_output(fd, &backing, &mut out, &mut spare));
+            let (sent, mut allocations) = counted(|| {
+                io::send_output(fd, &backing, &mut out, &mut spare, &mut { TURN_SHARE })
+            });
             let Sent::Partly(mut pending) = sent else {
                 panic!("{name}: the socket took 1 MiB at once, or failed");
             };
@@ -723,7 +724,9 @@ fn partial_writes_allocate_nothing_after_warm_up() {
             loop {
                 // The socket is full: there is something to read.
                 received += client.read(&mut buf).unwrap();
-                let (flush, resumed) = counted(|| io::resume(fd, &mut pending));
+                // A share of a turn per call, as the loop gives.
+                let (flush, resumed) =
+                    counted(|| io::resume(fd, &mut pending, &mut { TURN_SHARE }));
                 allocations += resumed;
                 match flush {
                     Flush::Done => break,

@@ -31,6 +31,11 @@ fn malformed_requests_get_400_and_close() {
         "GET / HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n continued\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        // One Content-Length, one number: a proxy in front may read a
+        // repeated field or a list otherwise (nginx refuses them too).
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5, 5\r\n\r\nhello",
+        "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\ncontent-length: 0\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: t\r\nContent-Length: -1\r\n\r\n",
         "GET / HTTP/1.1\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",

@@ -248,6 +248,12 @@ fn broken_chunk_framing_gets_400_and_close() {
         "5\r\nhelloXX\r\n0\r\n\r\n",
         "10000000000000000\r\n",
         "0\r\nno colon\r\n\r\n",
+        // Chunk extensions outside RFC 9112 §7.1.1's grammar: an
+        // unterminated quoted string, a bare value, whitespace not BWS.
+        "5;a=\"b\r\nhello\r\n0\r\n\r\n",
+        "5;a=\"b\\\"\r\nhello\r\n0\r\n\r\n",
+        "5;a=b c\r\nhello\r\n0\r\n\r\n",
+        "5;=b\r\nhello\r\n0\r\n\r\n",
     ] {
         // In the same read as the head: refused, never answered.
         let r = server.raw(&format!("{CHUNKED_GET}{bad}{NEXT_GET}"));

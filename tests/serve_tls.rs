@@ -483,3 +483,62 @@ fn a_stalled_handshake_is_cut_by_the_header_deadline() {
         "a TLS alert record: {answer:?}"
     );
 }
+
+/// A ClientHello record offering TLS 1.0 or 1.1 only, as an old client
+/// sends it: `legacy_version`, two CBC suites, SNI, and for `listed` a
+/// supported_versions list too.
+fn old_client_hello(legacy_version: u16, listed: &[u16]) -> Vec<u8> {
+    let mut extensions = vec![0, 0, 0, 14, 0, 12, 0, 0, 9];
+    extensions.extend_from_slice(b"site.test");
+    if !listed.is_empty() {
+        extensions.extend_from_slice(&[0, 43, 0, 1 + 2 * listed.len() as u8]);
+        extensions.push(2 * listed.len() as u8);
+        for v in listed {
+            extensions.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+    let mut body = legacy_version.to_be_bytes().to_vec();
+    body.extend_from_slice(&[0x42; 32]);
+    body.extend_from_slice(&[0, 0, 4, 0x00, 0x2f, 0x00, 0x35, 1, 0]);
+    body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+    body.extend_from_slice(&extensions);
+    let mut record = vec![0x16, 3, 1];
+    record.extend_from_slice(&(body.len() as u16 + 4).to_be_bytes());
+    record.extend_from_slice(&[1, 0]);
+    record.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    record.extend_from_slice(&body);
+    record
+}
+
+#[test]
+fn tls_1_0_and_1_1_clients_get_the_protocol_version_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = write_pair(dir.path(), "site", &["site.test"], false);
+    let server = serve_with_pairs(dir.path(), &[pair], &[]);
+    for (hello, record_version, split) in [
+        (old_client_hello(0x0301, &[]), 0x0301u16, false),
+        (old_client_hello(0x0302, &[]), 0x0302, true),
+        (old_client_hello(0x0303, &[0x0302, 0x0301]), 0x0303, false),
+    ] {
+        let mut tcp = TcpStream::connect(("127.0.0.1", server.tls_port.unwrap())).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        if split {
+            // The hello in pieces: judged once its record is whole.
+            for piece in hello.chunks(7) {
+                tcp.write_all(piece).unwrap();
+            }
+        } else {
+            tcp.write_all(&hello).unwrap();
+        }
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).unwrap();
+        let [major, minor] = record_version.to_be_bytes();
+        // A fatal protocol_version (70) alert, not handshake_failure (40),
+        // and the connection closed after it.
+        assert_eq!(answer, [0x15, major, minor, 0, 2, 2, 70]);
+    }
+    // TLS 1.2 and 1.3 clients still get through.
+    let mut client = connect_tls(&server, "site.test", &[]);
+    assert_eq!(get_over(&mut client, "/hello.txt").status, 200);
+}

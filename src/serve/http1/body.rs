@@ -2,13 +2,17 @@
 //! fed whatever bytes arrive, holding no buffer. A `Content-Length` body is
 //! a count; a chunked body (RFC 9112 §7.1) is decoded just enough to find
 //! where it ends, with extensions and trailer fields read and ignored.
+//! Extensions are held to their grammar (RFC 9112 §7.1.1: token names,
+//! token or quoted-string values, with quoted-pairs): a front end that
+//! reads `5;a="b` as an open string that swallows the line end would
+//! find another end of the body than this one.
 //!
 //! Chunk framing must end its lines with CRLF: a bare LF (which RFC 9112
 //! §2.2 lets a recipient accept) or a bare CR is malformed. Leniency here
 //! is what lets a front end and a back end disagree on where a body ends
 //! (request smuggling); refusing closes the connection, so nothing is
-//! misread. Whitespace after the chunk size is accepted only before a `;`
-//! (BWS of a chunk extension).
+//! misread. Whitespace after the chunk size, or in an extension, is accepted
+//! only where the grammar has BWS: before a `;` or around an `=`.
 //!
 //! The size cap counts the body as sent, framing and trailers included, so
 //! extensions or trailer fields cannot stretch it.
@@ -51,13 +55,10 @@ enum Chunked {
         size: u64,
         has_digit: bool,
     },
-    /// Whitespace after the size: only a `;` may follow.
-    ExtensionBws {
-        size: u64,
-    },
-    /// After `;`: extension text, ignored up to the CR.
+    /// In the chunk extensions after the size.
     Extension {
         size: u64,
+        at: Extension,
     },
     /// The size line's CR was read.
     SizeLf {
@@ -81,6 +82,61 @@ enum Chunked {
     TrailerLf,
     /// The final blank line's CR was read.
     EndLf,
+}
+
+/// Where the reader of a chunk's extensions is (RFC 9112 §7.1.1):
+/// `*( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] )`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extension {
+    /// Whitespace after the size or a value: only a `;` may follow.
+    Bws,
+    /// After `;`, before the name.
+    NameStart,
+    /// In the name (a token).
+    Name,
+    /// Whitespace after the name: a `;` or an `=` may follow.
+    NameBws,
+    /// After `=`, before the value.
+    ValueStart,
+    /// In a token value.
+    Token,
+    /// In a quoted-string value.
+    Quoted,
+    /// After a `\` in a quoted string: one more byte of text.
+    QuotedPair,
+    /// After the closing `"`.
+    Closed,
+}
+
+impl Extension {
+    /// Whether the size line may end here (with its CR).
+    fn may_end(self) -> bool {
+        matches!(self, Extension::Name | Extension::Token | Extension::Closed)
+    }
+
+    /// The state after `b` (not the line's CR), or `None` when `b` breaks
+    /// the grammar.
+    fn next(self, b: u8) -> Option<Extension> {
+        use Extension::*;
+        let blank = b == b' ' || b == b'\t';
+        Some(match self {
+            Bws | Token | Closed if b == b';' => NameStart,
+            Bws | Token | Closed if blank => Bws,
+            NameStart if blank => NameStart,
+            NameStart | Name if is_token_byte(b) => Name,
+            Name | NameBws if b == b';' => NameStart,
+            Name | NameBws if b == b'=' => ValueStart,
+            Name | NameBws if blank => NameBws,
+            ValueStart if blank => ValueStart,
+            ValueStart if b == b'"' => Quoted,
+            ValueStart | Token if is_token_byte(b) => Token,
+            Quoted if b == b'"' => Closed,
+            Quoted if b == b'\\' => QuotedPair,
+            // qdtext: text but the quote and the backslash, met above.
+            Quoted | QuotedPair if is_text_byte(b) => Quoted,
+            _ => return None,
+        })
+    }
 }
 
 /// What feeding bytes to a `Discard` came to.
@@ -219,16 +275,17 @@ fn decode(at: &mut Chunked, line: &mut u16, bytes: &[u8], seen: u64) -> Progress
                 },
                 _,
             ) => return Progress::Malformed,
-            (Chunked::Size { size, .. } | Chunked::ExtensionBws { size }, b' ' | b'\t') => {
-                Chunked::ExtensionBws { size }
-            }
-            (Chunked::Size { size, .. } | Chunked::ExtensionBws { size }, b';') => {
-                Chunked::Extension { size }
-            }
-            (Chunked::Size { size, .. } | Chunked::Extension { size }, b'\r') => {
-                Chunked::SizeLf { size }
-            }
-            (Chunked::Extension { size }, _) if is_text_byte(b) => Chunked::Extension { size },
+            (Chunked::Size { size, .. }, b'\r') => Chunked::SizeLf { size },
+            // After the size, as after a value: `;` or whitespace.
+            (Chunked::Size { size, .. }, _) => match Extension::Bws.next(b) {
+                Some(at) => Chunked::Extension { size, at },
+                None => return Progress::Malformed,
+            },
+            (Chunked::Extension { size, at }, b'\r') if at.may_end() => Chunked::SizeLf { size },
+            (Chunked::Extension { size, at }, _) => match at.next(b) {
+                Some(at) => Chunked::Extension { size, at },
+                None => return Progress::Malformed,
+            },
             (Chunked::SizeLf { size }, b'\n') => {
                 if size > MAX_DISCARDED_BODY || seen + i as u64 + size > MAX_DISCARDED_BODY {
                     return Progress::TooLarge;
@@ -318,6 +375,8 @@ mod tests {
             b"0000000000000000000000005\r\nhello\r\n0\r\n\r\n",
             b"5;name=value\r\nhello\r\n0;last\r\n\r\n",
             b"5 ;a=\"q \\\" d\"; b\r\nhello\r\n0\t; x\r\n\r\n",
+            b"5;a=\"\"\r\nhello\r\n0;b = \"\\\\\" ;c= d\r\n\r\n",
+            b"5;a=\"\xff\t\\\xfe\"\r\nhello\r\n0;!#$%&'*+-.^_`|~\r\n\r\n",
             b"5\r\nhello\r\n0\r\nChecksum: abc\r\nX-Empty:\r\n\r\n",
             b"5\r\n\r\n0\r\n\r\n0\r\nT: \xff obs-text\r\n\r\n",
         ] {
@@ -352,6 +411,25 @@ mod tests {
             b"5;a\n",
             b"5;a\x00\r\n",
             b"5;a\rb\r\n",
+            // Unterminated, or ending in a quoted-pair: the string would
+            // go on past the line end.
+            b"5;a=\"b\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"b\\\"\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"b\\\r\nhello\r\n",
+            // Names are tokens, values tokens or quoted strings, and
+            // whitespace is only BWS.
+            b"5;\r\n",
+            b"5;=b\r\n",
+            b"5;a=\r\n",
+            b"5;a b\r\n",
+            b"5;a=b c\r\n",
+            b"5;a=\"b\"c\r\n",
+            b"5;a=b\"c\"\r\n",
+            b"5;a=\"b\" \r\n",
+            b"5;a \r\n",
+            b"5;a=(b)\r\n",
+            b"5;a=\"\x7f\"\r\n",
+            b"5;a=\"b\\\x01\"\r\n",
             b"5\r\nhelloX\r\n",
             b"5\r\nhello\n0\r\n\r\n",
             b"5\r\nhello\r0\r\n\r\n",

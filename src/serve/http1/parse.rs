@@ -278,9 +278,12 @@ pub fn parse_request(buf: &[u8]) -> Parsed<'_> {
             14 if is(b"sec-fetch-site") => head.request.sec_fetch_site = Some(value),
             14 if is(b"sec-fetch-mode") => head.request.sec_fetch_mode = Some(value),
             20 if is(b"available-dictionary") => head.request.set_available_dictionary(value),
+            // One field with one number: a second field (even with the
+            // same value, which RFC 9110 §8.6 lets a recipient accept) or a
+            // list (`5, 5`) is refused, as nginx does, so that no proxy in
+            // front can take a different length from the same head.
             14 if is(b"content-length") => match (parse_length(value), length) {
                 (Some(n), None) => length = Some(n),
-                (Some(n), Some(prev)) if n == prev => {}
                 _ => return Parsed::Error(400),
             },
             15 if is(b"accept-encoding") => {
@@ -356,6 +359,22 @@ mod tests {
             (
                 "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n",
                 Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\ncontent-length: 0\r\n\r\n",
+                Some(400),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                None,
             ),
         ] {
             assert_eq!(status(raw), want, "{raw:?}");

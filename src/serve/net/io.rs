@@ -89,19 +89,24 @@ impl SparePending {
 pub enum Flush {
     /// Everything was sent.
     Done,
-    /// The socket is full; resume from the returned position.
+    /// The socket is full, or the budget is spent (it is then 0); resume
+    /// from the returned position.
     Blocked(usize),
     Failed,
 }
 
 /// Sends `segs[from..]` (with `bytes` for `Own` and `backing` for the
-/// others), advancing segments in place as they are sent.
+/// others), advancing segments in place as they are sent, at most
+/// `budget` bytes, which is lowered by what was sent: a loop bounds what
+/// one connection sends in a turn so that the others, and new requests,
+/// are not kept waiting behind a large body.
 pub fn send(
     fd: RawFd,
     backing: &dyn Backing,
     bytes: &[u8],
     segs: &mut [Seg],
     from: usize,
+    budget: &mut usize,
 ) -> Flush {
     let mut next = from;
     // Left uninitialised: filling 256 empty slices cost about 800
@@ -109,17 +114,21 @@ pub fn send(
     // request on epoll, where a call sends one response of 2 or 3 pieces.
     let mut iov = [const { MaybeUninit::<IoSlice<'_>>::uninit() }; 256];
     while next < segs.len() {
+        if *budget == 0 {
+            return Flush::Blocked(next);
+        }
         if let Seg::File { pack, off, len } = segs[next] {
             let Some(file) = backing.file(pack) else {
                 return Flush::Failed;
             };
             let mut offset = off;
-            let chunk = len.min(1 << 30) as usize;
+            let chunk = len.min(1 << 30).min(*budget as u64) as usize;
             let n = rustix::fs::sendfile(borrowed(fd), borrowed(file), Some(&mut offset), chunk);
             match classify(n) {
                 Outcome::Done(0) => return Flush::Failed,
                 Outcome::Interrupted => {}
                 Outcome::Done(n) => {
+                    *budget -= n;
                     let n = n as u64;
                     if n == len {
                         next += 1;
@@ -139,9 +148,11 @@ pub fn send(
             }
             continue;
         }
-        let Some((count, total)) = gather(bytes, backing, &segs[next..], &mut iov, |slice| {
-            MaybeUninit::new(IoSlice::new(slice))
-        }) else {
+        let Some((count, total)) =
+            gather(bytes, backing, &segs[next..], &mut iov, *budget, |slice| {
+                MaybeUninit::new(IoSlice::new(slice))
+            })
+        else {
             return Flush::Failed;
         };
         // SAFETY: `gather` wrote the first `count` elements (it writes
@@ -155,6 +166,7 @@ pub fn send(
             Outcome::WouldBlock => return Flush::Blocked(next),
             Outcome::Closed => return Flush::Failed,
         };
+        *budget -= sent;
         next = advance(segs, next, sent);
         if sent != total {
             return Flush::Blocked(next);
@@ -164,7 +176,8 @@ pub fn send(
 }
 
 /// Points `iov` at the segments of `segs` up to the first file segment
-/// (or as many as `iov` and IOV_MAX hold), with `bytes` for `Own` and
+/// (or as many as `iov` and IOV_MAX hold, or `max` bytes: the last
+/// slice cut there), with `bytes` for `Own` and
 /// `backing` for `Mapped` segments, each made by `iovec` (an `IoSlice` for
 /// `writev`, the io_uring crate's iovec for a ring's). Returns how many
 /// iovecs were filled and their total length; `None` when a mapped segment
@@ -174,6 +187,7 @@ pub fn gather<'a, V>(
     backing: &'a dyn Backing,
     segs: &[Seg],
     iov: &mut [V],
+    max: usize,
     iovec: impl Fn(&'a [u8]) -> V,
 ) -> Option<(usize, usize)> {
     let mut count = 0;
@@ -193,9 +207,10 @@ pub fn gather<'a, V>(
             }
             Seg::File { .. } => break,
         };
-        if count == limit {
+        if count == limit || total == max {
             break;
         }
+        let slice = &slice[..slice.len().min(max - total)];
         iov[count] = iovec(slice);
         count += 1;
         total += slice.len();
@@ -245,21 +260,23 @@ pub fn advance(segs: &mut [Seg], mut next: usize, mut sent: usize) -> usize {
 /// What became of a freshly assembled batch.
 pub enum Sent {
     All,
-    /// The socket took part of it; the rest waits for `EPOLLOUT`.
+    /// The socket took part of it; the rest waits for `EPOLLOUT` (or, when
+    /// the budget is spent, for the connection's next share of a turn).
     Partly(Box<Pending>),
     Failed,
 }
 
-/// Sends a freshly assembled batch; what the socket does not take is moved
-/// into a `Pending` from `spare` (the header bytes copied, the body
-/// references kept).
+/// Sends a freshly assembled batch, at most `budget` bytes of it (see
+/// `send`); what is not sent is moved into a `Pending` from `spare` (the
+/// header bytes copied, the body references kept).
 pub fn send_output(
     fd: RawFd,
     backing: &Arc<dyn Backing>,
     out: &mut Output,
     spare: &mut SparePending,
+    budget: &mut usize,
 ) -> Sent {
-    match send(fd, &**backing, &out.bytes, &mut out.segs, 0) {
+    match send(fd, &**backing, &out.bytes, &mut out.segs, 0, budget) {
         Flush::Done => Sent::All,
         Flush::Failed => Sent::Failed,
         Flush::Blocked(next) => {
@@ -272,8 +289,8 @@ pub fn send_output(
     }
 }
 
-/// Resumes a pending batch.
-pub fn resume(fd: RawFd, pending: &mut Pending) -> Flush {
+/// Resumes a pending batch, at most `budget` bytes of it (see `send`).
+pub fn resume(fd: RawFd, pending: &mut Pending, budget: &mut usize) -> Flush {
     let Pending {
         backing,
         bytes,
@@ -283,7 +300,7 @@ pub fn resume(fd: RawFd, pending: &mut Pending) -> Flush {
     let Some(backing) = backing else {
         return Flush::Failed;
     };
-    let r = send(fd, &**backing, bytes, segs, *next);
+    let r = send(fd, &**backing, bytes, segs, *next, budget);
     if let Flush::Blocked(at) = r {
         *next = at;
     }

@@ -70,6 +70,24 @@ pub const LINGER_MS: u64 = 2_000;
 /// How long a shutdown waits for responses in flight.
 pub const SHUTDOWN_GRACE_MS: u64 = 10_000;
 
+/// What one connection may send in a loop turn while the turn's budget
+/// lasts: a large body goes out in shares of this, round robin with the
+/// other connections that have more to send (each back end's ready
+/// queue), so that no download holds the loop while the socket takes
+/// more. Without it, 200 clients asking for a 10 MB body at once (and
+/// never reading) had one thread copy each body until the socket was
+/// full, 4 to 6 MB each, about a second in which nothing else was
+/// answered.
+pub const TURN_SHARE: usize = 256 * 1024;
+/// What a turn sends in all, shares of queued connections and responses
+/// to this turn's requests alike, before the loop looks for new events
+/// again.
+pub const TURN_BUDGET: usize = 1024 * 1024;
+/// What a connection may send in a turn whose budget is spent: a response
+/// that small still goes whole in the turn its request arrived; a larger
+/// one goes on from the ready queue.
+pub const LATE_SHARE: usize = 64 * 1024;
+
 /// Settings every loop shares.
 pub struct LoopConfig {
     /// Time allowed for a whole request head (and any body to skip).

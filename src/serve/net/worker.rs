@@ -6,7 +6,13 @@
 //!
 //! An idle connection owns no buffer here: only output the socket has not
 //! taken yet is kept per connection (and whatever its stack keeps).
+//!
+//! A connection sends at most a share of a turn's budget per turn
+//! (`TURN_SHARE`, `TURN_BUDGET`): one with more to send than that goes to
+//! the back of the ready queue, served after the turn's events, and the
+//! loop polls without waiting while the queue holds anyone.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, RawFd};
 use std::sync::Arc;
@@ -21,8 +27,8 @@ use super::io::{self, Flush, Outcome, Pending, Sent, SparePending};
 use super::poller::{Event, Poller};
 use super::udp::DatagramSockets;
 use super::{
-    ACCEPT_PAUSE_MS, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared, Stack, Step,
-    Waker, peer_ip,
+    ACCEPT_PAUSE_MS, Counted, LATE_SHARE, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared,
+    Stack, Step, TURN_BUDGET, TURN_SHARE, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
 
@@ -41,6 +47,8 @@ struct Conn<S> {
     state: ConnState<S>,
     /// Output the socket has not taken yet.
     pending: Option<Box<Pending>>,
+    /// In the ready queue: it spent its share of a turn with more to send.
+    queued: bool,
 }
 
 impl<S> Conn<S> {
@@ -49,6 +57,7 @@ impl<S> Conn<S> {
             fd: -1,
             state: ConnState::closed(),
             pending: None,
+            queued: false,
         }
     }
 }
@@ -77,6 +86,14 @@ pub struct Worker<S: Stack> {
     out: Output,
     /// What the socket does not take of it is kept in one of these.
     spare: SparePending,
+    /// Connections that spent their share of a turn with more to send, in
+    /// the order they did (a closed one's slot is skipped: its `queued`
+    /// is cleared).
+    ready: VecDeque<usize>,
+    /// What this turn may still send in all.
+    turn_left: usize,
+    /// What the connection being served may still send this turn.
+    share: usize,
     /// The protocols the connections speak.
     stack: S,
     /// Shutdown state from the control thread, and the connection count.
@@ -130,6 +147,9 @@ impl<S: Stack> Worker<S> {
             read_buf: vec![0u8; READ_BUF].into_boxed_slice(),
             out: Output::new(64 * 1024, config.sendfile_min),
             spare: SparePending::default(),
+            ready: VecDeque::new(),
+            turn_left: TURN_BUDGET,
+            share: TURN_SHARE,
             stack,
             shared,
             config,
@@ -148,8 +168,12 @@ impl<S: Stack> Worker<S> {
         let mut wait_ms = SWEEP_MS as i32;
         loop {
             events.clear();
+            if !self.ready.is_empty() {
+                wait_ms = 0;
+            }
             self.poller.wait(wait_ms, |e| events.push(e))?;
             self.now = monotonic_ms();
+            self.turn_left = TURN_BUDGET;
             let wake = self
                 .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
@@ -159,6 +183,7 @@ impl<S: Stack> Worker<S> {
             if wake {
                 self.wake_held();
             }
+            self.serve_ready();
             if std::mem::take(&mut self.drain_asked) && self.drain_deadline.is_none() {
                 self.begin_drain();
             }
@@ -200,6 +225,7 @@ impl<S: Stack> Worker<S> {
         if self.conns.get(idx).is_none_or(|c| c.fd < 0) {
             return;
         }
+        self.grant();
         if ev.writable && self.conns[idx].pending.is_some() {
             self.on_writable(idx);
         }
@@ -272,6 +298,7 @@ impl<S: Stack> Worker<S> {
             fd,
             state: ConnState::open(session, self.now, &self.config),
             pending: None,
+            queued: false,
         };
         self.open += 1;
         self.shared.live.fetch_add(1, Ordering::Relaxed);
@@ -309,6 +336,10 @@ impl<S: Stack> Worker<S> {
                 return;
             }
             if conn.state.more {
+                if self.share == 0 {
+                    self.enqueue(idx);
+                    return;
+                }
                 self.resume(idx);
                 continue;
             }
@@ -355,12 +386,16 @@ impl<S: Stack> Worker<S> {
         let conn = &mut self.conns[idx];
         conn.state.apply(step, self.now, &self.config);
         if !self.out.is_empty() {
-            match io::send_output(
+            let share = self.share;
+            let sent = io::send_output(
                 conn.fd,
                 self.stack.backing(),
                 &mut self.out,
                 &mut self.spare,
-            ) {
+                &mut self.share,
+            );
+            self.turn_left = self.turn_left.saturating_sub(share - self.share);
+            match sent {
                 Sent::Failed => {
                     self.close(idx);
                     return;
@@ -368,6 +403,9 @@ impl<S: Stack> Worker<S> {
                 Sent::Partly(pending) => {
                     conn.pending = Some(pending);
                     conn.state.start_sending(self.now, &self.config);
+                    if self.share == 0 {
+                        self.enqueue(idx);
+                    }
                     return;
                 }
                 Sent::All => {}
@@ -383,9 +421,17 @@ impl<S: Stack> Worker<S> {
         let Some(pending) = conn.pending.as_mut() else {
             return;
         };
-        match io::resume(conn.fd, pending) {
+        let share = self.share;
+        let flushed = io::resume(conn.fd, pending, &mut self.share);
+        self.turn_left = self.turn_left.saturating_sub(share - self.share);
+        match flushed {
             Flush::Failed => self.close(idx),
-            Flush::Blocked(_) => conn.state.progressed(self.now, &self.config),
+            Flush::Blocked(_) => {
+                conn.state.progressed(self.now, &self.config);
+                if self.share == 0 {
+                    self.enqueue(idx);
+                }
+            }
             Flush::Done => {
                 if let Some(pending) = conn.pending.take() {
                     self.spare.put(pending);
@@ -406,6 +452,51 @@ impl<S: Stack> Worker<S> {
         }
     }
 
+    /// Sets what the connection about to be served may send this turn: a
+    /// share while the turn's budget lasts, else enough for a small
+    /// response.
+    fn grant(&mut self) {
+        self.share = if self.turn_left > 0 {
+            TURN_SHARE
+        } else {
+            LATE_SHARE
+        };
+    }
+
+    /// Puts a connection that spent its share with more to send at the
+    /// back of the ready queue.
+    fn enqueue(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        if !conn.queued {
+            conn.queued = true;
+            self.ready.push_back(idx);
+        }
+    }
+
+    /// Serves the ready queue in order, a share each, while the turn's
+    /// budget lasts; one that spends its share again goes to the back, for
+    /// a later turn.
+    fn serve_ready(&mut self) {
+        for _ in 0..self.ready.len() {
+            if self.turn_left == 0 {
+                return;
+            }
+            let Some(idx) = self.ready.pop_front() else {
+                return;
+            };
+            let conn = &mut self.conns[idx];
+            if conn.fd < 0 || !std::mem::take(&mut conn.queued) {
+                continue;
+            }
+            self.share = TURN_SHARE;
+            if conn.pending.is_some() {
+                self.on_writable(idx);
+            } else {
+                self.on_readable(idx, false);
+            }
+        }
+    }
+
     /// The stack said held responses are owed output: each connection
     /// that can take output now is woken, the others once theirs is sent.
     fn wake_held(&mut self) {
@@ -417,6 +508,7 @@ impl<S: Stack> Worker<S> {
             if conn.pending.is_some() || conn.state.more {
                 conn.state.wake_owed = true;
             } else {
+                self.grant();
                 self.wake(idx);
             }
         }
@@ -478,6 +570,7 @@ impl<S: Stack> Worker<S> {
         self.stack.begin_turn(unix_seconds(), true);
         for idx in 0..self.conns.len() {
             if self.idle(idx) {
+                self.grant();
                 self.on_readable(idx, false);
             }
             if self.idle(idx) {
@@ -525,11 +618,14 @@ impl<S: Stack> Swept for Worker<S> {
             self.close(idx);
             return;
         }
+        // Last words go out with one write, whatever the turn has spent.
+        let mut unbounded = usize::MAX;
         let sent = io::send_output(
             conn.fd,
             self.stack.backing(),
             &mut self.out,
             &mut self.spare,
+            &mut unbounded,
         );
         match sent {
             Sent::All if expiry == Expiry::Stalled => self.start_linger(idx),

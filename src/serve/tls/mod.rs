@@ -1,7 +1,8 @@
 //! TLS for kiln's listeners: rustls driven sans-IO inside the event loops
 //! (no async runtime). `certs` loads and chooses certificates, `session`
 //! is one connection's TLS state between the loop and the protocol (rustls
-//! for the handshake), `record` seals and opens records after it, in
+//! for the handshake, after `hello` refused a client offering only TLS
+//! 1.1 or older with `protocol_version`), `record` seals and opens records after it, in
 //! place, with the keys rustls hands over; `ktls` (the cargo feature
 //! `ktls`, off by default) would hand the same keys to the kernel where
 //! it can take them, and is not called by the server.
@@ -14,6 +15,7 @@
 //! (AES-128-GCM first) wins over the client's.
 
 pub mod certs;
+mod hello;
 #[cfg(feature = "ktls")]
 pub mod ktls;
 pub mod record;

@@ -22,6 +22,7 @@ use rustls::kernel::KernelConnection;
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
 use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 
+use super::hello::{self, Verdict};
 use super::record::{
     self, ALERT, APPLICATION_DATA, Alert, Exhausted, HANDSHAKE, MAX_FRAGMENT, RecordLayer,
 };
@@ -150,6 +151,8 @@ pub struct TlsSession {
     partial: Vec<u8>,
     /// Output beyond the last step, sealed on `resume`.
     unsent: Unsent,
+    /// The ClientHello was looked at (`hello::check`) and handed on.
+    hello_checked: bool,
 }
 
 /// The session failed (bad record, handshake failure, peer's alert): the
@@ -164,6 +167,7 @@ impl TlsSession {
             alpn: None,
             partial: Vec::new(),
             unsent: Unsent::default(),
+            hello_checked: false,
         })
     }
 
@@ -221,6 +225,16 @@ impl TlsSession {
         plain: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<usize, Failed> {
+        if !self.hello_checked {
+            match hello::check(input) {
+                Verdict::NeedMore => return Ok(0),
+                Verdict::TooOld { record_version } => {
+                    hello::refuse(record_version, out);
+                    return Err(Failed);
+                }
+                Verdict::ToRustls => self.hello_checked = true,
+            }
+        }
         let mut used = 0;
         if let State::Handshake(conn) = &mut self.state {
             used = match handshake(conn, input, plain, out)? {

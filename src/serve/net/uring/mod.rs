@@ -22,6 +22,12 @@
 //! arriving while a response is being sent, so it is held (copied, the
 //! rare case of pipelining past a full batch) until the stack may take it,
 //! and reading stops when too much is held.
+//!
+//! No operation sends more than a share of a turn's budget
+//! (`TURN_SHARE`); the next operation of a send goes out at once while
+//! the turn's budget lasts, else from the ready queue, served first in the
+//! next turn (whose enter then does not wait), so that many large bodies
+//! take turns, and a request is answered in the turn it arrives.
 
 mod buf_ring;
 mod pipes;
@@ -47,8 +53,8 @@ use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
 use super::udp::DatagramSockets;
 use super::{
-    ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
-    Shared, Stack, Step, Waker, peer_ip,
+    ACCEPT_PAUSE_MS, Backing, Counted, LATE_SHARE, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS,
+    Seg, Shared, Stack, Step, TURN_BUDGET, TURN_SHARE, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
 use crate::sys;
@@ -177,9 +183,12 @@ struct Slot<S> {
     starved: bool,
     /// Reading stopped on purpose: too much input is held.
     paused: bool,
-    /// Output the kernel is sending; `Some` exactly while an operation of
-    /// it is in flight.
+    /// Output the kernel is sending; `Some` while an operation of it is in
+    /// flight, or while it waits in the ready queue for its next one.
     send: Option<Box<Outgoing>>,
+    /// In the ready queue: its next operation (or, with no `send`, the
+    /// stack's `more`) waits for a turn's budget.
+    queued: bool,
     /// Input that arrived while the stack could not take it (a response
     /// being sent, more output to produce); empty, unallocated, otherwise.
     held: Vec<u8>,
@@ -207,6 +216,7 @@ impl<S> Slot<S> {
             starved: false,
             paused: false,
             send: None,
+            queued: false,
             held: Vec::new(),
             peer_done: false,
             discarded: 0,
@@ -267,6 +277,12 @@ pub struct UringWorker<S: Stack> {
     completions: Vec<(u64, i32, u32)>,
     /// Slots whose receive starved this turn.
     starved: Vec<usize>,
+    /// Connections whose next send (or `more`) waits for a turn's budget,
+    /// in the order they began to wait (a closed one's entry is skipped:
+    /// its `queued` is cleared).
+    ready: VecDeque<usize>,
+    /// What this turn's operations may still send in all.
+    turn_left: usize,
     /// The protocols the connections speak.
     stack: S,
     /// Shutdown state from the control thread, and the connection count.
@@ -331,6 +347,8 @@ impl<S: Stack> UringWorker<S> {
             spare_pipes: (0..PIPES).map_while(|_| Pipe::new().ok()).collect(),
             completions: Vec::with_capacity(CQ_ENTRIES as usize),
             starved: Vec::new(),
+            ready: VecDeque::new(),
+            turn_left: TURN_BUDGET,
             stack,
             shared,
             config,
@@ -354,12 +372,18 @@ impl<S: Stack> UringWorker<S> {
         }
         let mut wait_ms = SWEEP_MS;
         loop {
+            if !self.ready.is_empty() {
+                wait_ms = 0;
+            }
             let timeout = types::Timespec::new().nsec((wait_ms * 1_000_000) as u32);
             self.enter(&timeout)?;
             self.now = monotonic_ms();
+            self.turn_left = TURN_BUDGET;
             let wake = self
                 .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
+            // Those waiting first, then what the completions continue.
+            self.serve_ready();
             self.reap();
             if wake {
                 self.wake_held();
@@ -761,6 +785,10 @@ impl<S: Stack> UringWorker<S> {
             let Some(session) = slot.state.session.as_mut() else {
                 return;
             };
+            if slot.state.more && self.turn_left == 0 {
+                self.enqueue(idx);
+                break;
+            }
             self.out.clear();
             let step = if slot.state.more {
                 slot.state.more = false;
@@ -813,6 +841,14 @@ impl<S: Stack> UringWorker<S> {
 
     /// Moves the assembled output into an `Outgoing` and starts sending it.
     fn start_send(&mut self, idx: usize, nowait: bool) {
+        // What waited in the ready queue (the stack's `more`, or a 408
+        // replacing a send) is overtaken by this send: the queue's entry
+        // must not submit it a second time.
+        if std::mem::take(&mut self.conns[idx].queued)
+            && let Some(old) = self.conns[idx].send.take()
+        {
+            self.recycle_send(old);
+        }
         let mut send = self.spare_sends.pop().unwrap_or_else(Outgoing::new);
         std::mem::swap(&mut send.bytes, &mut self.out.bytes);
         std::mem::swap(&mut send.segs, &mut self.out.segs);
@@ -829,6 +865,12 @@ impl<S: Stack> UringWorker<S> {
     /// Queues the next operation of the connection's send: a `writev` of
     /// the segments up to the next file range, or a step of splicing it.
     fn submit_send(&mut self, idx: usize) {
+        let cap = if self.turn_left > 0 {
+            TURN_SHARE
+        } else {
+            LATE_SHARE
+        };
+        let mut charged = 0;
         let slot = &mut self.conns[idx];
         let (fd, generation) = (slot.fd, slot.generation);
         let Some(send) = slot.send.as_mut() else {
@@ -859,6 +901,7 @@ impl<S: Stack> UringWorker<S> {
             }
             let pipe = send.pipe.as_ref().expect("pipe set above");
             if send.in_pipe > 0 {
+                charged = send.in_pipe;
                 send.op = tag(Kind::SpliceOut, generation, idx);
                 opcode::Splice::new(
                     types::Fd(pipe.read.as_raw_fd()),
@@ -875,20 +918,22 @@ impl<S: Stack> UringWorker<S> {
                     off as i64,
                     types::Fd(pipe.write.as_raw_fd()),
                     -1,
-                    len.min(pipe.size as u64) as u32,
+                    len.min(pipe.size.min(cap) as u64) as u32,
                 )
                 .build()
             }
         } else {
-            let Some((count, _)) = gather(
+            let Some((count, total)) = gather(
                 &send.bytes,
                 &*backing,
                 &send.segs[send.next..],
                 &mut send.iov,
+                cap,
                 sys::iovec,
             ) else {
                 return self.fail_send(idx);
             };
+            charged = total;
             send.op = tag(Kind::Send, generation, idx);
             let rw_flags = if send.nowait {
                 ReadWriteFlags::NOWAIT.bits() as i32
@@ -900,7 +945,49 @@ impl<S: Stack> UringWorker<S> {
                 .build()
         };
         let entry = entry.user_data(send.op);
+        self.turn_left = self.turn_left.saturating_sub(charged);
         self.push(entry);
+    }
+
+    /// The next operation of a send under way: at once while the turn's
+    /// budget lasts, else in a later turn, from the ready queue.
+    fn continue_send(&mut self, idx: usize) {
+        if self.turn_left > 0 {
+            self.submit_send(idx);
+        } else {
+            self.enqueue(idx);
+        }
+    }
+
+    /// Puts a connection at the back of the ready queue.
+    fn enqueue(&mut self, idx: usize) {
+        let slot = &mut self.conns[idx];
+        if !slot.queued {
+            slot.queued = true;
+            self.ready.push_back(idx);
+        }
+    }
+
+    /// Serves the ready queue in order while the turn's budget lasts: the
+    /// next operation of a send, or the stack's `more`.
+    fn serve_ready(&mut self) {
+        for _ in 0..self.ready.len() {
+            if self.turn_left == 0 {
+                return;
+            }
+            let Some(idx) = self.ready.pop_front() else {
+                return;
+            };
+            let slot = &mut self.conns[idx];
+            if slot.fd < 0 || !std::mem::take(&mut slot.queued) {
+                continue;
+            }
+            if slot.send.is_some() {
+                self.submit_send(idx);
+            } else {
+                self.pump(idx);
+            }
+        }
     }
 
     /// A send that cannot go on (a segment outside the pack): the
@@ -961,7 +1048,7 @@ impl<S: Stack> UringWorker<S> {
         if send.pipe.is_some() && send.in_pipe > 0 {
             send.in_pipe -= n.min(send.in_pipe);
             if send.in_pipe > 0 {
-                return self.submit_send(idx);
+                return self.continue_send(idx);
             }
             if matches!(send.segs[send.next], Seg::File { len: 0, .. }) {
                 send.next = advance(&mut send.segs, send.next + 1, 0);
@@ -973,7 +1060,7 @@ impl<S: Stack> UringWorker<S> {
             send.next = advance(&mut send.segs, send.next, n);
         }
         if send.next < send.segs.len() {
-            return self.submit_send(idx);
+            return self.continue_send(idx);
         }
         let send = slot.send.take().expect("checked above");
         self.recycle_send(send);
@@ -1024,6 +1111,14 @@ impl<S: Stack> UringWorker<S> {
         if slot.fd < 0 {
             return;
         }
+        // A send waiting in the ready queue has no operation in flight to
+        // cancel: it is let go here.
+        if std::mem::take(&mut slot.queued)
+            && let Some(send) = slot.send.take()
+        {
+            self.recycle_send(send);
+        }
+        let slot = &mut self.conns[idx];
         let fd = slot.fd;
         let recv = slot.recv.then(|| tag(Kind::Recv, slot.generation, idx));
         // A goodbye is never cancelled: its one non-blocking attempt runs
