@@ -506,7 +506,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     let src = dir.path().join("site");
     site(&src);
     for path in [
-        "#draft.html",
+        "#draft.html#",
         "debug.log",
         "yarn.lock",
         ".git/config",
@@ -526,7 +526,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     let out = stdout(&o);
     assert!(
         out.contains(
-            "left out             4  1 hidden (.name), 1 '#' in the name, \
+            "left out             4  1 hidden (.name), 1 editor's autosave or lock (#name# .#name), \
              2 log, lock or temporary (*.log *.lock *.tmp *.temp); -v lists them\n"
         ),
         "{out}"
@@ -544,7 +544,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     for line in [
-        "left out    #draft.html  ('#' in the name)",
+        "left out    #draft.html#  (editor's autosave or lock (#name# .#name))",
         "left out    .git/  (hidden (.name))",
         "left out    debug.log  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
         "left out    yarn.lock  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
@@ -580,7 +580,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
 /// an archive, and a pack given as a source, are refused in one line that
 /// says what they are not or are; archives are found by their header's
 /// checksum (a pre-POSIX one has no `ustar` magic) and an empty archive
-/// builds an empty site.
+/// is refused, as having nothing to serve, but with `--allow-empty`.
 #[test]
 fn a_source_is_taken_for_what_it_holds() {
     let dir = tempfile::tempdir().unwrap();
@@ -621,6 +621,8 @@ fn a_source_is_taken_for_what_it_holds() {
         .unwrap();
     assert!(made.success());
     let o = kiln(&["build", p(&empty), "-o", p(&out), "-q"]);
+    assert_one_line_error(&o, "nothing to serve: it holds no file; --allow-empty");
+    let o = kiln(&["build", p(&empty), "-o", p(&out), "-q", "--allow-empty"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 

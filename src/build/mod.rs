@@ -154,6 +154,11 @@ pub struct BuildArgs {
     /// times), made now like any page.
     #[arg(long)]
     pub index_pages: bool,
+    /// Build a pack even when the source has nothing to serve (an empty
+    /// folder or archive, or every file left out): without it that is an
+    /// error, since a site generator that failed often leaves just that.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Ignore the root `_headers` file (it is still not served).
     #[arg(long)]
     pub no_headers_file: bool,
@@ -238,6 +243,9 @@ pub struct BuildOptions {
     /// Files and folders that cannot be read are left out with a warning
     /// (a preview, built as the user it is served as), not an error.
     pub leave_out_unreadable: bool,
+    /// A source with nothing to serve makes an empty pack, not an error
+    /// (`--allow-empty`; a preview of an empty folder).
+    pub allow_empty: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -270,6 +278,7 @@ impl Default for BuildOptions {
             dictionaries: DictionaryOptions::default(),
             live_reload: false,
             leave_out_unreadable: false,
+            allow_empty: false,
         }
     }
 }
@@ -298,6 +307,8 @@ impl BuildOptions {
                 ..CachePolicy::default()
             },
             leave_out_unreadable: true,
+            // A folder is previewed while it is being filled.
+            allow_empty: true,
             ..BuildOptions::default()
         }
     }
@@ -639,6 +650,9 @@ fn fire(
         }
         _ => Vec::new(),
     };
+    if files.is_empty() && redirect_rules.is_empty() && !opts.allow_empty {
+        bail!("{}", nothing_to_serve(source, &left_out));
+    }
     let (source_files, source_bytes) = (files.len(), files.iter().map(|f| f.len).sum());
     if opts.routes.index_pages {
         files.extend(listing::index_pages(&files, &opts.routes));
@@ -686,6 +700,31 @@ fn fire(
     })
 }
 
+/// The one-line refusal of a source with nothing to serve: what it held
+/// instead, the first names left out.
+fn nothing_to_serve(source: &Path, left_out: &[(String, Why)]) -> String {
+    const SHOWN: usize = 3;
+    let held = match left_out.len() {
+        0 => "it holds no file".to_owned(),
+        n => {
+            let names: Vec<String> = left_out
+                .iter()
+                .take(SHOWN)
+                .map(|(path, why)| format!("{} ({why})", source::printable_name(path)))
+                .collect();
+            let more = if n > SHOWN { ", …" } else { "" };
+            format!(
+                "every name in it is left out ({n}: {}{more})",
+                names.join(", ")
+            )
+        }
+    };
+    format!(
+        "{}: nothing to serve: {held}; --allow-empty builds an empty pack anyway",
+        source.display()
+    )
+}
+
 /// The live preview's script tag put into every HTML page of `files`
 /// (`live`): a file on disk is read with it when the build reads it, a
 /// page the build made gets it now. (An archive's pages keep theirs: a
@@ -713,6 +752,7 @@ impl BuildReport {
     pub fn details(&self) -> String {
         let mut out = String::new();
         for (path, why) in &self.left_out {
+            let path = source::printable_name(path);
             out.push_str(&format!("left out    {path}  ({why})\n"));
         }
         for choice in &self.suffix_choices {
@@ -916,6 +956,7 @@ impl BuildArgs {
             },
             live_reload: false,
             leave_out_unreadable: false,
+            allow_empty: self.allow_empty,
         })
     }
 }

@@ -208,17 +208,31 @@ fn walk(dir: &Path, rel: &str, chain: &[FileId], how: &Walk) -> anyhow::Result<S
         }
     };
     let mut names = Vec::new();
+    let mut here_not_utf8 = Source::default();
     for entry in entries {
         let entry = entry.with_context(|| format!("{}: cannot list directory", dir.display()))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
-            bail!("{}: file name is not UTF-8", entry.path().display());
+            // No route key can hold it; the rest of the site still builds.
+            let shown = entry.path();
+            here_not_utf8.warnings.push(format!(
+                "{}: left out: its name is not UTF-8",
+                shown.display()
+            ));
+            let lossy = name.to_string_lossy();
+            let rel_lossy = if rel.is_empty() {
+                lossy.into_owned()
+            } else {
+                format!("{rel}/{lossy}")
+            };
+            here_not_utf8.left_out.push((rel_lossy, Why::NotUtf8));
+            continue;
         };
         names.push((name.to_owned(), entry));
     }
     names.sort_by(|a, b| a.0.cmp(&b.0));
     let mut parts = Vec::new();
-    let mut here = Source::default();
+    let mut here = here_not_utf8;
     for (name, entry) in names {
         let child_rel = if rel.is_empty() {
             name.clone()
