@@ -660,3 +660,58 @@ fn a_private_key_is_left_out_with_a_warning() {
     let o = kiln(&["inspect", p(&pack), "--json"]);
     assert!(!stdout(&o).contains("server.pem"), "{}", stdout(&o));
 }
+
+/// `--follow-external-links` and KILN_FOLLOW_EXTERNAL_LINKS (1/0, yes/no,
+/// true/false): a link out of the source is skipped, naming the flag, or
+/// followed; a value that is none of these is refused in one line naming
+/// the variable; `--follow-external-links=no` says no.
+#[test]
+fn links_out_of_the_source_follow_the_flag_and_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let outside = dir.path().join("jquery.js");
+    std::fs::write(&outside, "var jQuery;").unwrap();
+    std::os::unix::fs::symlink(&outside, src.join("jquery.js")).unwrap();
+    let pack = dir.path().join("site.pack");
+    let build = |flag: Option<&str>, variable: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(["build", p(&src), "-o", p(&pack), "-q"]);
+        cmd.args(flag);
+        cmd.env_remove("KILN_FOLLOW_EXTERNAL_LINKS");
+        if let Some(v) = variable {
+            cmd.env("KILN_FOLLOW_EXTERNAL_LINKS", v);
+        }
+        cmd.output().unwrap()
+    };
+    let served = || {
+        let o = kiln(&["inspect", p(&pack), "--json"]);
+        stdout(&o).contains("/jquery.js")
+    };
+    let o = build(None, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("leads out of the source (--follow-external-links follows it)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!served());
+    for (flag, variable, follows) in [
+        (Some("--follow-external-links"), None, true),
+        (Some("--follow-external-links=no"), Some("1"), false),
+        (None, Some("yes"), true),
+        (None, Some("TRUE"), true),
+        (None, Some("1"), true),
+        (None, Some("no"), false),
+        (None, Some("0"), false),
+        (None, Some("false"), false),
+    ] {
+        let o = build(flag, variable);
+        assert!(o.status.success(), "{flag:?} {variable:?}: {}", stderr(&o));
+        assert_eq!(served(), follows, "{flag:?} {variable:?}");
+    }
+    let o = build(None, Some("maybe"));
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("KILN_FOLLOW_EXTERNAL_LINKS"), "{err}");
+}

@@ -571,3 +571,75 @@ fn a_preview_leaves_out_what_cannot_be_read_where_a_build_stops() {
     );
     std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// A link out of the source (Debian's Python docs link
+/// `_static/jquery.js` to `/usr/share/javascript`) is skipped by default,
+/// the warning naming the flag that follows it; with
+/// `follow_external_links` the file it leads to is served, and a folder
+/// it leads to is walked under the ignore rules and the key screening.
+#[test]
+fn links_out_of_the_source_are_followed_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("usr/share/javascript");
+    write(&shared, "jquery/jquery.js", "/* jQuery */ var $ = 1;");
+    write(&shared, "fonts/a.woff2", "font");
+    write(&shared, "fonts/.hidden", "x");
+    let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    write(&shared, "fonts/leaked.pem", &key);
+    let src = dir.path().join("site");
+    write(
+        &src,
+        "index.html",
+        "<script src=_static/jquery.js></script>",
+    );
+    std::fs::create_dir_all(src.join("_static")).unwrap();
+    symlink(
+        shared.join("jquery/jquery.js"),
+        src.join("_static/jquery.js"),
+    )
+    .unwrap();
+    symlink(
+        "../../usr/share/javascript/fonts",
+        src.join("_static/fonts"),
+    )
+    .unwrap();
+    let out = dir.path().join("s.pack");
+
+    let report = build_pack(&src, &out, &BuildOptions::default()).unwrap();
+    assert_eq!(report.files, 1);
+    assert_eq!(
+        report.left_out,
+        [
+            ("_static/fonts".to_owned(), Why::OutsideLink),
+            ("_static/jquery.js".to_owned(), Why::OutsideLink)
+        ]
+    );
+    assert_eq!(report.warnings.len(), 2, "{:?}", report.warnings);
+    for w in &report.warnings {
+        assert!(
+            w.contains("leads out of the source") && w.contains("--follow-external-links"),
+            "{w}"
+        );
+    }
+
+    let opts = BuildOptions {
+        follow_external_links: true,
+        ..BuildOptions::default()
+    };
+    let report = build_pack(&src, &out, &opts).unwrap();
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    let served = |key: &str| {
+        let route = pack.lookup(RouteKind::Exact, key.as_bytes())?;
+        Some(route.variant(Encoding::Identity)?.body.to_vec())
+    };
+    assert_eq!(
+        served("/_static/jquery.js").unwrap(),
+        b"/* jQuery */ var $ = 1;"
+    );
+    assert_eq!(served("/_static/fonts/a.woff2").unwrap(), b"font");
+    assert!(served("/_static/fonts/.hidden").is_none());
+    assert!(served("/_static/fonts/leaked.pem").is_none());
+    assert_eq!(report.files, 3);
+    let reasons: Vec<Why> = report.left_out.iter().map(|(_, w)| *w).collect();
+    assert_eq!(reasons, [Why::Hidden, Why::PrivateKey]);
+}

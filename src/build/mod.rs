@@ -159,6 +159,17 @@ pub struct BuildArgs {
     /// error, since a site generator that failed often leaves just that.
     #[arg(long)]
     pub allow_empty: bool,
+    /// Follow symbolic links of a directory source that lead out of it
+    /// (by default they are skipped with a warning, so that `ln -s
+    /// /etc/passwd site/` publishes nothing): for a tree that links
+    /// shared files from elsewhere, such as Debian's documentation
+    /// packages (`_static/jquery.js`). What they lead to is still screened
+    /// for private keys and ignored names. Also KILN_FOLLOW_EXTERNAL_LINKS
+    /// (1/0, yes/no, true/false).
+    #[arg(long, env = "KILN_FOLLOW_EXTERNAL_LINKS", value_parser = env_bool("KILN_FOLLOW_EXTERNAL_LINKS"),
+          num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false",
+          hide_default_value = true, value_name = "yes|no", hide_env = true)]
+    pub follow_external_links: bool,
     /// Ignore the root `_headers` file (it is still not served).
     #[arg(long)]
     pub no_headers_file: bool,
@@ -246,6 +257,9 @@ pub struct BuildOptions {
     /// A source with nothing to serve makes an empty pack, not an error
     /// (`--allow-empty`; a preview of an empty folder).
     pub allow_empty: bool,
+    /// Symbolic links of a directory source that lead out of it are
+    /// followed, not skipped (`--follow-external-links`).
+    pub follow_external_links: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -279,6 +293,7 @@ impl Default for BuildOptions {
             live_reload: false,
             leave_out_unreadable: false,
             allow_empty: false,
+            follow_external_links: false,
         }
     }
 }
@@ -622,6 +637,7 @@ fn fire(
             strip_components: opts.strip_components,
             staging_dir: workspace.staging_dir.clone(),
             leave_out_unreadable: opts.leave_out_unreadable,
+            follow_external_links: opts.follow_external_links,
         },
     )?;
     let mut warnings = read.warnings;
@@ -887,6 +903,18 @@ pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     Ok(out)
 }
 
+/// The parser of a switch that is also an environment variable: 1/0,
+/// yes/no, true/false (any case), its error naming the variable too.
+pub fn env_bool(variable: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone {
+    move |value: &str| match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" => Ok(true),
+        "0" | "no" | "false" => Ok(false),
+        _ => Err(format!(
+            "expected 1, 0, yes, no, true or false (on the command line or in {variable})"
+        )),
+    }
+}
+
 fn header_value(flag: &str, value: Option<String>) -> anyhow::Result<Option<String>> {
     if let Some(v) = &value
         && (v.is_empty() || v.chars().any(char::is_control))
@@ -957,6 +985,7 @@ impl BuildArgs {
             live_reload: false,
             leave_out_unreadable: false,
             allow_empty: self.allow_empty,
+            follow_external_links: self.follow_external_links,
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Walks a source directory in sorted order, subdirectories in parallel.
 //! Symbolic links are followed when they resolve inside the tree (a file
 //! or directory under the root); one that resolves outside it is skipped
-//! with a warning and counted, as an archive's is: `ln -s /etc/passwd
+//! with a warning naming `--follow-external-links` (which follows it: the
+//! ignore rules, the key screening and the loop check still apply to what
+//! it leads to) and counted, as an archive's is: `ln -s /etc/passwd
 //! site/passwd.txt` must not publish the password file (nor `ln -s .git
 //! repo` the repository the ignore rules keep out), and a directory
 //! and a tar of it make the same pack. A skip rather than an error, so that
@@ -52,6 +54,7 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
     let how = Walk {
         exclude,
         leave_out_unreadable: opts.leave_out_unreadable,
+        follow_external_links: opts.follow_external_links,
     };
     walk(root, "", &[(meta.dev(), meta.ino())], &how)
 }
@@ -62,6 +65,8 @@ struct Walk {
     exclude: Option<FileId>,
     /// `ReadOptions::leave_out_unreadable`.
     leave_out_unreadable: bool,
+    /// `ReadOptions::follow_external_links`.
+    follow_external_links: bool,
 }
 
 impl Walk {
@@ -256,9 +261,11 @@ fn walk(dir: &Path, rel: &str, chain: &[FileId], how: &Walk) -> anyhow::Result<S
                 || fs::read_link(&path).map_or_else(|e| e.to_string(), |t| t.display().to_string());
             let skipped = match resolve_link(&path, chain[0]) {
                 Ok(LinkTarget::Inside) => None,
-                Ok(LinkTarget::Outside) => {
-                    Some(("it leads out of the source".to_owned(), Why::OutsideLink))
-                }
+                Ok(LinkTarget::Outside) if how.follow_external_links => None,
+                Ok(LinkTarget::Outside) => Some((
+                    "it leads out of the source (--follow-external-links follows it)".to_owned(),
+                    Why::OutsideLink,
+                )),
                 Ok(LinkTarget::LeftOut) => Some((
                     "it leads to a name the build leaves out".to_owned(),
                     Why::LeftOutLink,

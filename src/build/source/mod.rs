@@ -204,6 +204,11 @@ pub struct ReadOptions {
     /// read. `kiln build` stops on it instead: a pack missing pages would
     /// be deployed.
     pub leave_out_unreadable: bool,
+    /// A symbolic link of a directory source that leads out of it is
+    /// followed (`--follow-external-links`) instead of skipped: a tree
+    /// that links a shared file from elsewhere (Debian's documentation
+    /// packages link `_static/jquery.js` to `/usr/share/javascript`).
+    pub follow_external_links: bool,
 }
 
 impl Default for ReadOptions {
@@ -214,6 +219,7 @@ impl Default for ReadOptions {
             strip_components: None,
             staging_dir: Some(std::env::temp_dir()),
             leave_out_unreadable: false,
+            follow_external_links: false,
         }
     }
 }
