@@ -266,14 +266,21 @@ fn bad_flags_are_refused() {
     let src = dir.path().join("site");
     site(&src);
     let out = dir.path().join("x.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&out), "--encodings", "br,lzma"]);
+    assert_one_line_error(&o, "--encodings: unknown encoding \"lzma\"");
+    // The flag's name before still works, and is not in the help, where
+    // it was mistaken for --compression.
     let o = kiln(&["build", p(&src), "-o", p(&out), "--compress", "br,lzma"]);
-    assert_one_line_error(&o, "lzma");
+    assert_one_line_error(&o, "--encodings: unknown encoding \"lzma\"");
+    let help = stdout(&kiln(&["build", "--help"]));
+    assert!(help.contains("--encodings <LIST>"), "{help}");
+    assert!(!help.contains("--compress "), "{help}");
     let o = kiln(&[
         "build",
         p(&src),
         "-o",
         p(&out),
-        "--compress",
+        "--encodings",
         "zstd",
         "--gzip",
         "zopfli",

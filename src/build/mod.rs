@@ -78,9 +78,18 @@ pub struct BuildArgs {
     /// a comma-separated subset of br, zstd, gzip, or "none". An encoded
     /// variant is kept only if it saves at least 10 % and 100 bytes. zstd
     /// is not in the default: every browser that accepts it accepts
-    /// brotli, whose bodies are smaller (bench/COMPRESSION.md).
-    #[arg(long, value_name = "LIST", default_value = "br,gzip")]
-    pub compress: String,
+    /// brotli, whose bodies are smaller (bench/COMPRESSION.md). (How hard
+    /// each is compressed is --compression.)
+    // `--compress`, its name before, still works for the scripts that
+    // use it; the help shows only the name that cannot be confused with
+    // --compression.
+    #[arg(
+        long,
+        alias = "compress",
+        value_name = "LIST",
+        default_value = "br,gzip"
+    )]
+    pub encodings: String,
     /// Compression levels: max (brotli 11, or 10 for a file over 32 MiB;
     /// zstd 19, gzip 9: the smallest bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
     /// CPU time; on the Python docs, brotli bodies a third larger, gzip
@@ -884,7 +893,7 @@ fn fire_preview(
     Ok((pack, report))
 }
 
-/// Parses `--compress`.
+/// Parses `--encodings`.
 pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     if list.trim() == "none" {
         return Ok(Vec::new());
@@ -893,7 +902,7 @@ pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     for token in list.split(',').map(str::trim) {
         match Encoding::from_token(token.as_bytes()) {
             Some(Encoding::Identity) | None => {
-                bail!("--compress: unknown encoding {token:?} (expected br, zstd, gzip or none)")
+                bail!("--encodings: unknown encoding {token:?} (expected br, zstd, gzip or none)")
             }
             Some(e) if !out.contains(&e) => out.push(e),
             Some(_) => {}
@@ -934,7 +943,7 @@ impl BuildArgs {
         };
         Ok(BuildOptions {
             compress: CompressOptions {
-                encodings: parse_encodings(&self.compress)?,
+                encodings: parse_encodings(&self.encodings)?,
                 brotli_quality: self.brotli_quality.unwrap_or(preset.brotli_quality),
                 // A quality asked for is the quality of every body.
                 brotli_large_quality: self.brotli_quality.unwrap_or(preset.brotli_large_quality),
