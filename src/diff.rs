@@ -430,8 +430,17 @@ impl<'p> Diff<'p> {
         }
         for (kind, key, c) in &self.changed {
             let mut what = Vec::new();
+            // A body and its encodings that both changed share one pair
+            // of sizes: each shows every variant's.
+            let both = c.changes.contains(&Change::Body) && c.changes.contains(&Change::Encodings);
             for change in &c.changes {
                 what.push(match change {
+                    Change::Encodings if both => continue,
+                    Change::Body if both => format!(
+                        "body and encodings {} → {}",
+                        shown_sizes(&c.old.sizes()),
+                        shown_sizes(&c.new.sizes())
+                    ),
                     Change::Status => format!("status {} → {}", c.old.status(), c.new.status()),
                     Change::Location => format!(
                         "location {} → {}",

@@ -266,14 +266,21 @@ fn bad_flags_are_refused() {
     let src = dir.path().join("site");
     site(&src);
     let out = dir.path().join("x.pack");
+    let o = kiln(&["build", p(&src), "-o", p(&out), "--encodings", "br,lzma"]);
+    assert_one_line_error(&o, "--encodings: unknown encoding \"lzma\"");
+    // The flag's name before still works, and is not in the help, where
+    // it was mistaken for --compression.
     let o = kiln(&["build", p(&src), "-o", p(&out), "--compress", "br,lzma"]);
-    assert_one_line_error(&o, "lzma");
+    assert_one_line_error(&o, "--encodings: unknown encoding \"lzma\"");
+    let help = stdout(&kiln(&["build", "--help"]));
+    assert!(help.contains("--encodings <LIST>"), "{help}");
+    assert!(!help.contains("--compress "), "{help}");
     let o = kiln(&[
         "build",
         p(&src),
         "-o",
         p(&out),
-        "--compress",
+        "--encodings",
         "zstd",
         "--gzip",
         "zopfli",
@@ -506,7 +513,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     let src = dir.path().join("site");
     site(&src);
     for path in [
-        "#draft.html",
+        "#draft.html#",
         "debug.log",
         "yarn.lock",
         ".git/config",
@@ -526,7 +533,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     let out = stdout(&o);
     assert!(
         out.contains(
-            "left out             4  1 hidden (.name), 1 '#' in the name, \
+            "left out             4  1 hidden (.name), 1 editor's autosave or lock (#name# .#name), \
              2 log, lock or temporary (*.log *.lock *.tmp *.temp); -v lists them\n"
         ),
         "{out}"
@@ -544,7 +551,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     for line in [
-        "left out    #draft.html  ('#' in the name)",
+        "left out    #draft.html#  (editor's autosave or lock (#name# .#name))",
         "left out    .git/  (hidden (.name))",
         "left out    debug.log  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
         "left out    yarn.lock  (log, lock or temporary (*.log *.lock *.tmp *.temp))",
@@ -580,7 +587,7 @@ fn what_is_left_out_and_which_suffix_serves_are_said() {
 /// an archive, and a pack given as a source, are refused in one line that
 /// says what they are not or are; archives are found by their header's
 /// checksum (a pre-POSIX one has no `ustar` magic) and an empty archive
-/// builds an empty site.
+/// is refused, as having nothing to serve, but with `--allow-empty`.
 #[test]
 fn a_source_is_taken_for_what_it_holds() {
     let dir = tempfile::tempdir().unwrap();
@@ -621,6 +628,8 @@ fn a_source_is_taken_for_what_it_holds() {
         .unwrap();
     assert!(made.success());
     let o = kiln(&["build", p(&empty), "-o", p(&out), "-q"]);
+    assert_one_line_error(&o, "nothing to serve: it holds no file; --allow-empty");
+    let o = kiln(&["build", p(&empty), "-o", p(&out), "-q", "--allow-empty"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
@@ -657,4 +666,59 @@ fn a_private_key_is_left_out_with_a_warning() {
     );
     let o = kiln(&["inspect", p(&pack), "--json"]);
     assert!(!stdout(&o).contains("server.pem"), "{}", stdout(&o));
+}
+
+/// `--follow-external-links` and KILN_FOLLOW_EXTERNAL_LINKS (1/0, yes/no,
+/// true/false): a link out of the source is skipped, naming the flag, or
+/// followed; a value that is none of these is refused in one line naming
+/// the variable; `--follow-external-links=no` says no.
+#[test]
+fn links_out_of_the_source_follow_the_flag_and_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    site(&src);
+    let outside = dir.path().join("jquery.js");
+    std::fs::write(&outside, "var jQuery;").unwrap();
+    std::os::unix::fs::symlink(&outside, src.join("jquery.js")).unwrap();
+    let pack = dir.path().join("site.pack");
+    let build = |flag: Option<&str>, variable: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(["build", p(&src), "-o", p(&pack), "-q"]);
+        cmd.args(flag);
+        cmd.env_remove("KILN_FOLLOW_EXTERNAL_LINKS");
+        if let Some(v) = variable {
+            cmd.env("KILN_FOLLOW_EXTERNAL_LINKS", v);
+        }
+        cmd.output().unwrap()
+    };
+    let served = || {
+        let o = kiln(&["inspect", p(&pack), "--json"]);
+        stdout(&o).contains("/jquery.js")
+    };
+    let o = build(None, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("leads out of the source (--follow-external-links follows it)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!served());
+    for (flag, variable, follows) in [
+        (Some("--follow-external-links"), None, true),
+        (Some("--follow-external-links=no"), Some("1"), false),
+        (None, Some("yes"), true),
+        (None, Some("TRUE"), true),
+        (None, Some("1"), true),
+        (None, Some("no"), false),
+        (None, Some("0"), false),
+        (None, Some("false"), false),
+    ] {
+        let o = build(flag, variable);
+        assert!(o.status.success(), "{flag:?} {variable:?}: {}", stderr(&o));
+        assert_eq!(served(), follows, "{flag:?} {variable:?}");
+    }
+    let o = build(None, Some("maybe"));
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("KILN_FOLLOW_EXTERNAL_LINKS"), "{err}");
 }

@@ -46,7 +46,7 @@ fn large_text() -> Vec<u8> {
 /// bytes, brotli at a quality that keeps the test short.
 fn build(src: &Path, out: &Path, threads: usize, buffer: u64) {
     let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["build", "--compress", "br", "--brotli-quality", "5"])
+        .args(["build", "--encodings", "br", "--brotli-quality", "5"])
         .arg("--buffer-bytes")
         .arg(buffer.to_string())
         .arg(src)
@@ -140,7 +140,7 @@ fn a_build_whose_stderr_is_a_pipe_logs_its_progress() {
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("data.txt"), &large_text()[..(3 << 20)]).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["build", "--compress", "br"])
+        .args(["build", "--encodings", "br"])
         .arg(&src)
         .arg("-o")
         .arg(dir.path().join("site.pack"))

@@ -1,6 +1,8 @@
 //! Reading a source directory: ignore rules, `.well-known`, symbolic links
 //! (followed inside the tree; out of it, and loops, skipped with a warning),
-//! names that are not UTF-8.
+//! names that are not UTF-8 or that no URL can name (left out with a
+//! warning), a source with nothing to serve (refused without
+//! `--allow-empty`).
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
@@ -34,8 +36,11 @@ fn ignore_rules_and_well_known() {
         "index.html",
         ".env",
         ".git/config",
-        "#draft.html",
+        "#draft.html#",
+        ".#draft.html",
         "notes#1.txt",
+        "C#-guide.html",
+        "#channel.html",
         "page.html~",
         "debug.log",
         "x.tmp",
@@ -60,12 +65,82 @@ fn ignore_rules_and_well_known() {
     assert_eq!(
         paths(root),
         [
+            "#channel.html",
             ".well-known/acme-challenge/token",
             ".well-known/security.txt",
+            "C#-guide.html",
             "index.html",
+            "notes#1.txt",
             "sub/ok.html"
         ]
     );
+}
+
+/// A `#` elsewhere than in an editor's autosave (`#name#`) or lock
+/// (`.#name`) is an ordinary character: `C#-guide.html` is published and
+/// served at `/C%23-guide.html`, whose decoded key is `/C#-guide.html`.
+#[test]
+fn a_hash_in_a_name_is_published_editor_files_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    write(&src, "C#-guide.html", "<p>C sharp</p>");
+    write(&src, "#C#-guide.html#", "autosave");
+    write(&src, ".#C#-guide.html", "lock");
+    let out = dir.path().join("s.pack");
+    let report = build_pack(&src, &out, &BuildOptions::default()).unwrap();
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    for key in ["/C#-guide.html", "/C#-guide"] {
+        let route = pack.lookup(RouteKind::Exact, key.as_bytes()).unwrap();
+        assert_eq!(
+            route.variant(Encoding::Identity).unwrap().body,
+            b"<p>C sharp</p>"
+        );
+    }
+    assert_eq!(
+        report.left_out,
+        [
+            ("#C#-guide.html#".to_owned(), Why::Hash),
+            (".#C#-guide.html".to_owned(), Why::Hash)
+        ]
+    );
+}
+
+/// A name no request can name (a backslash, a newline, a tab: the server
+/// refuses such a path with 400) is left out with a warning naming it,
+/// on one line; a folder so named once.
+#[test]
+fn names_no_url_can_name_are_left_out_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for p in [
+        "index.html",
+        "back\\slash.txt",
+        "line\nbreak.html",
+        "tab\tdir/a.html",
+        "tab\tdir/b.html",
+    ] {
+        write(root, p, "x");
+    }
+    let read = read_source(root, &ReadOptions::default()).unwrap();
+    let kept: Vec<&str> = read.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(kept, ["index.html"]);
+    assert_eq!(
+        read.left_out,
+        [
+            ("back\\slash.txt".to_owned(), Why::Unservable),
+            ("line\nbreak.html".to_owned(), Why::Unservable),
+            ("tab\tdir/".to_owned(), Why::Unservable),
+        ]
+    );
+    assert_eq!(read.warnings.len(), 3, "{:?}", read.warnings);
+    for (w, name) in
+        read.warnings
+            .iter()
+            .zip(["back\\slash.txt", "line\\nbreak.html", "tab\\tdir/"])
+    {
+        assert!(!w.contains('\n') && w.starts_with(name), "{w}");
+        assert!(w.contains("no URL can name it"), "{w}");
+    }
 }
 
 #[test]
@@ -175,24 +250,76 @@ fn links_inside_are_followed_links_out_of_the_source_and_loops_skipped() {
     assert_eq!(served("/again/page.html"), b"page");
 }
 
+/// A name that is not UTF-8 (a file, a folder) is left out with a warning
+/// naming it; the rest of the site builds.
 #[test]
-fn non_utf8_names_are_refused() {
+fn non_utf8_names_are_left_out_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("site");
+    write(&src, "index.html", "home");
     let name = std::ffi::OsStr::from_bytes(b"caf\xe9.html");
-    std::fs::write(dir.path().join(name), "x").unwrap();
+    std::fs::write(src.join(name), "x").unwrap();
+    let folder = std::ffi::OsStr::from_bytes(b"d\xe9j\xe0");
+    std::fs::create_dir(src.join(folder)).unwrap();
+    std::fs::write(src.join(folder).join("x.html"), "x").unwrap();
+    let out = dir.path().join("s.pack");
+    let report = build_pack(&src, &out, &BuildOptions::default()).unwrap();
+    assert_eq!(report.files, 1);
+    let reasons: Vec<Why> = report.left_out.iter().map(|(_, w)| *w).collect();
+    assert_eq!(reasons, [Why::NotUtf8, Why::NotUtf8]);
+    assert_eq!(report.warnings.len(), 2, "{:?}", report.warnings);
+    for w in &report.warnings {
+        assert!(w.contains("not UTF-8") && w.contains("left out"), "{w}");
+    }
+    assert!(report.warnings.iter().any(|w| w.contains("caf")));
+    assert!(report.warnings.iter().any(|w| w.contains("/d")));
+}
+
+/// An empty folder, or one whose every file is left out, is refused in
+/// one line that says so (a failed site generator leaves one); with
+/// `--allow-empty` it builds an empty pack.
+#[test]
+fn a_source_with_nothing_to_serve_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let out = dir.path().join("e.pack");
     let err = format!(
         "{:#}",
-        read_source(dir.path(), &ReadOptions::default()).unwrap_err()
+        build_pack(&src, &out, &BuildOptions::default()).unwrap_err()
     );
-    assert!(err.contains("not UTF-8") && err.contains("caf"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    assert!(
+        err.contains("nothing to serve: it holds no file") && err.contains("--allow-empty"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    write(&src, ".git/config", "x");
+    write(&src, "build.log", "x");
+    let err = format!(
+        "{:#}",
+        build_pack(&src, &out, &BuildOptions::default()).unwrap_err()
+    );
+    assert!(
+        err.contains("every name in it is left out (2: .git/ (hidden")
+            && err.contains("build.log (log"),
+        "{err}"
+    );
+    // Rules alone are something to serve.
+    write(&src, "_redirects", "/old /new 301\n");
+    build_pack(&src, &out, &BuildOptions::default()).unwrap();
 }
 
 #[test]
-fn an_empty_directory_builds_an_empty_pack() {
+fn an_empty_directory_builds_an_empty_pack_when_allowed() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("src")).unwrap();
     let out = dir.path().join("e.pack");
-    let report = build_pack(&dir.path().join("src"), &out, &BuildOptions::default()).unwrap();
+    let opts = BuildOptions {
+        allow_empty: true,
+        ..BuildOptions::default()
+    };
+    let report = build_pack(&dir.path().join("src"), &out, &opts).unwrap();
     assert_eq!((report.files, report.routes), (0, 0));
     let pack = kiln::pack::Pack::open(&out).unwrap();
     kiln::pack::verify::verify(&pack).unwrap();
@@ -443,4 +570,76 @@ fn a_preview_leaves_out_what_cannot_be_read_where_a_build_stops() {
         ]
     );
     std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A link out of the source (Debian's Python docs link
+/// `_static/jquery.js` to `/usr/share/javascript`) is skipped by default,
+/// the warning naming the flag that follows it; with
+/// `follow_external_links` the file it leads to is served, and a folder
+/// it leads to is walked under the ignore rules and the key screening.
+#[test]
+fn links_out_of_the_source_are_followed_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("usr/share/javascript");
+    write(&shared, "jquery/jquery.js", "/* jQuery */ var $ = 1;");
+    write(&shared, "fonts/a.woff2", "font");
+    write(&shared, "fonts/.hidden", "x");
+    let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    write(&shared, "fonts/leaked.pem", &key);
+    let src = dir.path().join("site");
+    write(
+        &src,
+        "index.html",
+        "<script src=_static/jquery.js></script>",
+    );
+    std::fs::create_dir_all(src.join("_static")).unwrap();
+    symlink(
+        shared.join("jquery/jquery.js"),
+        src.join("_static/jquery.js"),
+    )
+    .unwrap();
+    symlink(
+        "../../usr/share/javascript/fonts",
+        src.join("_static/fonts"),
+    )
+    .unwrap();
+    let out = dir.path().join("s.pack");
+
+    let report = build_pack(&src, &out, &BuildOptions::default()).unwrap();
+    assert_eq!(report.files, 1);
+    assert_eq!(
+        report.left_out,
+        [
+            ("_static/fonts".to_owned(), Why::OutsideLink),
+            ("_static/jquery.js".to_owned(), Why::OutsideLink)
+        ]
+    );
+    assert_eq!(report.warnings.len(), 2, "{:?}", report.warnings);
+    for w in &report.warnings {
+        assert!(
+            w.contains("leads out of the source") && w.contains("--follow-external-links"),
+            "{w}"
+        );
+    }
+
+    let opts = BuildOptions {
+        follow_external_links: true,
+        ..BuildOptions::default()
+    };
+    let report = build_pack(&src, &out, &opts).unwrap();
+    let pack = kiln::pack::Pack::open(&out).unwrap();
+    let served = |key: &str| {
+        let route = pack.lookup(RouteKind::Exact, key.as_bytes())?;
+        Some(route.variant(Encoding::Identity)?.body.to_vec())
+    };
+    assert_eq!(
+        served("/_static/jquery.js").unwrap(),
+        b"/* jQuery */ var $ = 1;"
+    );
+    assert_eq!(served("/_static/fonts/a.woff2").unwrap(), b"font");
+    assert!(served("/_static/fonts/.hidden").is_none());
+    assert!(served("/_static/fonts/leaked.pem").is_none());
+    assert_eq!(report.files, 3);
+    let reasons: Vec<Why> = report.left_out.iter().map(|(_, w)| *w).collect();
+    assert_eq!(reasons, [Why::Hidden, Why::PrivateKey]);
 }

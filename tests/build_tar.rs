@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use kiln::build::source::ignore::Why;
 use kiln::build::{BuildOptions, BuildReport, build_pack};
 use kiln::pack::{Encoding, Pack, RouteKind};
 
@@ -232,19 +233,68 @@ fn links_pointing_outside_are_skipped_with_a_warning() {
     assert_eq!(out_of_source, ["abs.html", "up.html"]);
 }
 
+/// A name the archive holds several times (`tar -r` appends a new
+/// version) is its last entry, as extracting the archive would leave it,
+/// with one warning naming it; a link replaced by a file and a file by a
+/// link too.
 #[test]
-fn duplicate_entries_are_refused() {
-    let err = refused(&archive(&[
-        file_entry(b"./a.html", b"one"),
-        file_entry(b"a.html", b"two"),
-    ]));
-    assert!(err.contains("a.html") && err.contains("duplicate"), "{err}");
+fn a_repeated_name_is_its_last_entry_with_a_warning() {
+    let built = build_bytes(
+        &archive(&[
+            file_entry(b"./a.html", b"one"),
+            file_entry(b"b.html", b"bee"),
+            file_entry(b"a.html", b"two"),
+            link_entry(b"l.html", b'2', b"b.html"),
+            file_entry(b"c.html", b"sea"),
+            file_entry(b"l.html", b"file now"),
+            file_entry(b"m.html", b"file first"),
+            link_entry(b"m.html", b'2', b"c.html"),
+            file_entry(b"a.html", b"three"),
+        ]),
+        "site.tar",
+    )
+    .unwrap();
+    let pack = open(&built.pack);
+    assert_eq!(body(&pack, "/a.html").unwrap(), b"three");
+    assert_eq!(body(&pack, "/l.html").unwrap(), b"file now");
+    assert_eq!(body(&pack, "/m.html").unwrap(), b"sea");
+    assert_eq!(built.report.files, 5);
+    let mut warnings = built.report.warnings.clone();
+    warnings.sort();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    for (w, name, times) in warnings
+        .iter()
+        .zip([("\"a.html\"", 3), ("\"l.html\"", 2), ("\"m.html\"", 2)])
+        .map(|(w, (n, t))| (w, n, t))
+    {
+        assert!(
+            w.contains(name) && w.contains(&format!("{times} times")) && w.contains("last"),
+            "{w}"
+        );
+    }
 }
 
+/// An entry whose name is not UTF-8 is skipped with a warning naming it;
+/// the rest of the archive builds.
 #[test]
-fn non_utf8_names_are_refused() {
-    let err = refused(&archive(&[file_entry(b"caf\xe9.html", b"x")]));
-    assert!(err.contains("not UTF-8"), "{err}");
+fn non_utf8_names_are_left_out_with_a_warning() {
+    let built = build_bytes(
+        &archive(&[
+            file_entry(b"caf\xe9.html", b"x"),
+            file_entry(b"index.html", b"home"),
+        ]),
+        "site.tar",
+    )
+    .unwrap();
+    assert_eq!(body(&open(&built.pack), "/index.html").unwrap(), b"home");
+    assert_eq!(built.report.files, 1);
+    assert_eq!(built.report.left_out.len(), 1);
+    assert_eq!(built.report.left_out[0].1, Why::NotUtf8);
+    let w = &built.report.warnings;
+    assert!(
+        w.len() == 1 && w[0].contains("caf") && w[0].contains("not UTF-8"),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -748,7 +798,8 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
         ".env",
         ".git/config",
         ".git/HEAD",
-        "#draft.html",
+        "#draft.html#",
+        ".#draft.html",
         "notes#1.txt",
         "page.html~",
         "debug.log",
@@ -795,7 +846,8 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
             .collect()
     };
     let expected: Vec<(String, String)> = [
-        ("#draft.html", "'#' in the name"),
+        ("#draft.html#", "editor's autosave or lock (#name# .#name)"),
+        (".#draft.html", "editor's autosave or lock (#name# .#name)"),
         (".env", "hidden (.name)"),
         (".git/", "hidden (.name)"),
         (".well-known/.DS_Store", "hidden (.name)"),
@@ -815,7 +867,6 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
             "logs/app.log",
             "log, lock or temporary (*.log *.lock *.tmp *.temp)",
         ),
-        ("notes#1.txt", "'#' in the name"),
         ("page.html~", "backup (name~)"),
         ("passwd.txt", "symbolic link out of the source"),
         ("server.key", "private key (*.key, PEM or DER key content)"),
@@ -837,7 +888,7 @@ fn what_is_left_out_is_the_same_from_a_directory_and_its_tar() {
     .collect();
     assert_eq!(listed(&from_dir), expected);
     assert_eq!(listed(&from_tar), expected);
-    assert_eq!((from_dir.files, from_tar.files), (2, 2));
+    assert_eq!((from_dir.files, from_tar.files), (3, 3));
     // Each key named in a warning: by its name in the archive.
     for (file, why) in [
         ("server.key", "its name ends in .key"),

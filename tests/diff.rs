@@ -191,7 +191,7 @@ fn reordered_rules_and_other_encodings_are_changes() {
 
     // The same sources with brotli only: the encodings change, and with
     // them the Vary field of the pages that lose their last encoding.
-    let br_only = site.build("br", &["--compress", "br"]);
+    let br_only = site.build("br", &["--encodings", "br"]);
     let o = kiln(&["diff", s(&reordered), s(&br_only)]);
     assert_eq!(o.status.code(), Some(1));
     let text = stdout(&o);
@@ -204,6 +204,26 @@ fn reordered_rules_and_other_encodings_are_changes() {
         "{index}"
     );
     assert!(!index.contains("body"), "{index}");
+
+    // A body changed with its encodings: their sizes shown once.
+    write(
+        &site.src(),
+        "index.html",
+        &"<h1>home, again</h1>\n".repeat(30),
+    );
+    let changed = site.build("changed", &["--encodings", "br"]);
+    let o = kiln(&["diff", s(&reordered), s(&changed)]);
+    let text = stdout(&o);
+    let index = text
+        .lines()
+        .find(|l| l.starts_with("~ /index.html  "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        index.starts_with("~ /index.html  body and encodings 420 bytes (br ")
+            && index.contains(" → 630 bytes (br "),
+        "{index}"
+    );
+    assert_eq!(index.matches(" bytes").count(), 2, "{index}");
 }
 
 #[test]

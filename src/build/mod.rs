@@ -78,9 +78,18 @@ pub struct BuildArgs {
     /// a comma-separated subset of br, zstd, gzip, or "none". An encoded
     /// variant is kept only if it saves at least 10 % and 100 bytes. zstd
     /// is not in the default: every browser that accepts it accepts
-    /// brotli, whose bodies are smaller (bench/COMPRESSION.md).
-    #[arg(long, value_name = "LIST", default_value = "br,gzip")]
-    pub compress: String,
+    /// brotli, whose bodies are smaller (bench/COMPRESSION.md). (How hard
+    /// each is compressed is --compression.)
+    // `--compress`, its name before, still works for the scripts that
+    // use it; the help shows only the name that cannot be confused with
+    // --compression.
+    #[arg(
+        long,
+        alias = "compress",
+        value_name = "LIST",
+        default_value = "br,gzip"
+    )]
+    pub encodings: String,
     /// Compression levels: max (brotli 11, or 10 for a file over 32 MiB;
     /// zstd 19, gzip 9: the smallest bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
     /// CPU time; on the Python docs, brotli bodies a third larger, gzip
@@ -154,6 +163,22 @@ pub struct BuildArgs {
     /// times), made now like any page.
     #[arg(long)]
     pub index_pages: bool,
+    /// Build a pack even when the source has nothing to serve (an empty
+    /// folder or archive, or every file left out): without it that is an
+    /// error, since a site generator that failed often leaves just that.
+    #[arg(long)]
+    pub allow_empty: bool,
+    /// Follow symbolic links of a directory source that lead out of it
+    /// (by default they are skipped with a warning, so that `ln -s
+    /// /etc/passwd site/` publishes nothing): for a tree that links
+    /// shared files from elsewhere, such as Debian's documentation
+    /// packages (`_static/jquery.js`). What they lead to is still screened
+    /// for private keys and ignored names. Also KILN_FOLLOW_EXTERNAL_LINKS
+    /// (1/0, yes/no, true/false).
+    #[arg(long, env = "KILN_FOLLOW_EXTERNAL_LINKS", value_parser = env_bool("KILN_FOLLOW_EXTERNAL_LINKS"),
+          num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false",
+          hide_default_value = true, value_name = "yes|no", hide_env = true)]
+    pub follow_external_links: bool,
     /// Ignore the root `_headers` file (it is still not served).
     #[arg(long)]
     pub no_headers_file: bool,
@@ -238,6 +263,12 @@ pub struct BuildOptions {
     /// Files and folders that cannot be read are left out with a warning
     /// (a preview, built as the user it is served as), not an error.
     pub leave_out_unreadable: bool,
+    /// A source with nothing to serve makes an empty pack, not an error
+    /// (`--allow-empty`; a preview of an empty folder).
+    pub allow_empty: bool,
+    /// Symbolic links of a directory source that lead out of it are
+    /// followed, not skipped (`--follow-external-links`).
+    pub follow_external_links: bool,
 }
 
 /// The packs an incremental build reuses encoded bodies from and takes
@@ -270,6 +301,8 @@ impl Default for BuildOptions {
             dictionaries: DictionaryOptions::default(),
             live_reload: false,
             leave_out_unreadable: false,
+            allow_empty: false,
+            follow_external_links: false,
         }
     }
 }
@@ -298,6 +331,8 @@ impl BuildOptions {
                 ..CachePolicy::default()
             },
             leave_out_unreadable: true,
+            // A folder is previewed while it is being filled.
+            allow_empty: true,
             ..BuildOptions::default()
         }
     }
@@ -611,6 +646,7 @@ fn fire(
             strip_components: opts.strip_components,
             staging_dir: workspace.staging_dir.clone(),
             leave_out_unreadable: opts.leave_out_unreadable,
+            follow_external_links: opts.follow_external_links,
         },
     )?;
     let mut warnings = read.warnings;
@@ -639,6 +675,9 @@ fn fire(
         }
         _ => Vec::new(),
     };
+    if files.is_empty() && redirect_rules.is_empty() && !opts.allow_empty {
+        bail!("{}", nothing_to_serve(source, &left_out));
+    }
     let (source_files, source_bytes) = (files.len(), files.iter().map(|f| f.len).sum());
     if opts.routes.index_pages {
         files.extend(listing::index_pages(&files, &opts.routes));
@@ -686,6 +725,31 @@ fn fire(
     })
 }
 
+/// The one-line refusal of a source with nothing to serve: what it held
+/// instead, the first names left out.
+fn nothing_to_serve(source: &Path, left_out: &[(String, Why)]) -> String {
+    const SHOWN: usize = 3;
+    let held = match left_out.len() {
+        0 => "it holds no file".to_owned(),
+        n => {
+            let names: Vec<String> = left_out
+                .iter()
+                .take(SHOWN)
+                .map(|(path, why)| format!("{} ({why})", source::printable_name(path)))
+                .collect();
+            let more = if n > SHOWN { ", …" } else { "" };
+            format!(
+                "every name in it is left out ({n}: {}{more})",
+                names.join(", ")
+            )
+        }
+    };
+    format!(
+        "{}: nothing to serve: {held}; --allow-empty builds an empty pack anyway",
+        source.display()
+    )
+}
+
 /// The live preview's script tag put into every HTML page of `files`
 /// (`live`): a file on disk is read with it when the build reads it, a
 /// page the build made gets it now. (An archive's pages keep theirs: a
@@ -713,6 +777,7 @@ impl BuildReport {
     pub fn details(&self) -> String {
         let mut out = String::new();
         for (path, why) in &self.left_out {
+            let path = source::printable_name(path);
             out.push_str(&format!("left out    {path}  ({why})\n"));
         }
         for choice in &self.suffix_choices {
@@ -828,7 +893,7 @@ fn fire_preview(
     Ok((pack, report))
 }
 
-/// Parses `--compress`.
+/// Parses `--encodings`.
 pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     if list.trim() == "none" {
         return Ok(Vec::new());
@@ -837,7 +902,7 @@ pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     for token in list.split(',').map(str::trim) {
         match Encoding::from_token(token.as_bytes()) {
             Some(Encoding::Identity) | None => {
-                bail!("--compress: unknown encoding {token:?} (expected br, zstd, gzip or none)")
+                bail!("--encodings: unknown encoding {token:?} (expected br, zstd, gzip or none)")
             }
             Some(e) if !out.contains(&e) => out.push(e),
             Some(_) => {}
@@ -845,6 +910,18 @@ pub fn parse_encodings(list: &str) -> anyhow::Result<Vec<Encoding>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// The parser of a switch that is also an environment variable: 1/0,
+/// yes/no, true/false (any case), its error naming the variable too.
+pub fn env_bool(variable: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone {
+    move |value: &str| match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" => Ok(true),
+        "0" | "no" | "false" => Ok(false),
+        _ => Err(format!(
+            "expected 1, 0, yes, no, true or false (on the command line or in {variable})"
+        )),
+    }
 }
 
 fn header_value(flag: &str, value: Option<String>) -> anyhow::Result<Option<String>> {
@@ -866,7 +943,7 @@ impl BuildArgs {
         };
         Ok(BuildOptions {
             compress: CompressOptions {
-                encodings: parse_encodings(&self.compress)?,
+                encodings: parse_encodings(&self.encodings)?,
                 brotli_quality: self.brotli_quality.unwrap_or(preset.brotli_quality),
                 // A quality asked for is the quality of every body.
                 brotli_large_quality: self.brotli_quality.unwrap_or(preset.brotli_large_quality),
@@ -916,6 +993,8 @@ impl BuildArgs {
             },
             live_reload: false,
             leave_out_unreadable: false,
+            allow_empty: self.allow_empty,
+            follow_external_links: self.follow_external_links,
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Walks a source directory in sorted order, subdirectories in parallel.
 //! Symbolic links are followed when they resolve inside the tree (a file
 //! or directory under the root); one that resolves outside it is skipped
-//! with a warning and counted, as an archive's is: `ln -s /etc/passwd
+//! with a warning naming `--follow-external-links` (which follows it: the
+//! ignore rules, the key screening and the loop check still apply to what
+//! it leads to) and counted, as an archive's is: `ln -s /etc/passwd
 //! site/passwd.txt` must not publish the password file (nor `ln -s .git
 //! repo` the repository the ignore rules keep out), and a directory
 //! and a tar of it make the same pack. A skip rather than an error, so that
@@ -52,6 +54,7 @@ pub fn read_dir_source(root: &Path, opts: &ReadOptions) -> anyhow::Result<Source
     let how = Walk {
         exclude,
         leave_out_unreadable: opts.leave_out_unreadable,
+        follow_external_links: opts.follow_external_links,
     };
     walk(root, "", &[(meta.dev(), meta.ino())], &how)
 }
@@ -62,6 +65,8 @@ struct Walk {
     exclude: Option<FileId>,
     /// `ReadOptions::leave_out_unreadable`.
     leave_out_unreadable: bool,
+    /// `ReadOptions::follow_external_links`.
+    follow_external_links: bool,
 }
 
 impl Walk {
@@ -208,17 +213,31 @@ fn walk(dir: &Path, rel: &str, chain: &[FileId], how: &Walk) -> anyhow::Result<S
         }
     };
     let mut names = Vec::new();
+    let mut here_not_utf8 = Source::default();
     for entry in entries {
         let entry = entry.with_context(|| format!("{}: cannot list directory", dir.display()))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
-            bail!("{}: file name is not UTF-8", entry.path().display());
+            // No route key can hold it; the rest of the site still builds.
+            let shown = entry.path();
+            here_not_utf8.warnings.push(format!(
+                "{}: left out: its name is not UTF-8",
+                shown.display()
+            ));
+            let lossy = name.to_string_lossy();
+            let rel_lossy = if rel.is_empty() {
+                lossy.into_owned()
+            } else {
+                format!("{rel}/{lossy}")
+            };
+            here_not_utf8.left_out.push((rel_lossy, Why::NotUtf8));
+            continue;
         };
         names.push((name.to_owned(), entry));
     }
     names.sort_by(|a, b| a.0.cmp(&b.0));
     let mut parts = Vec::new();
-    let mut here = Source::default();
+    let mut here = here_not_utf8;
     for (name, entry) in names {
         let child_rel = if rel.is_empty() {
             name.clone()
@@ -242,9 +261,11 @@ fn walk(dir: &Path, rel: &str, chain: &[FileId], how: &Walk) -> anyhow::Result<S
                 || fs::read_link(&path).map_or_else(|e| e.to_string(), |t| t.display().to_string());
             let skipped = match resolve_link(&path, chain[0]) {
                 Ok(LinkTarget::Inside) => None,
-                Ok(LinkTarget::Outside) => {
-                    Some(("it leads out of the source".to_owned(), Why::OutsideLink))
-                }
+                Ok(LinkTarget::Outside) if how.follow_external_links => None,
+                Ok(LinkTarget::Outside) => Some((
+                    "it leads out of the source (--follow-external-links follows it)".to_owned(),
+                    Why::OutsideLink,
+                )),
                 Ok(LinkTarget::LeftOut) => Some((
                     "it leads to a name the build leaves out".to_owned(),
                     Why::LeftOutLink,

@@ -20,7 +20,8 @@ const WELL_KNOWN: &str = ".well-known";
 pub enum Why {
     /// A dot-name (`.git`, `.env`, `.DS_Store`), but the root `.well-known`.
     Hidden,
-    /// `#` in the name: editors' autosaves and locks (`#page.html#`).
+    /// Editors' autosaves and locks: `#name#` (Emacs's autosave) and
+    /// `.#name` (its lock). Any other `#` is kept (`C#-guide.html`).
     Hash,
     /// A name ending in `~`: editors' backups.
     Backup,
@@ -39,11 +40,16 @@ pub enum Why {
     PrivateKey,
     /// A file or folder the user building a preview cannot read.
     Unreadable,
+    /// A name that is not UTF-8: no route key can name it.
+    NotUtf8,
+    /// A name no request can ask for: a URL path is refused with a
+    /// backslash or a control character (a newline, a tab) in it.
+    Unservable,
 }
 
 impl Why {
     /// Every reason, in the summary's order.
-    pub const ALL: [Why; 10] = [
+    pub const ALL: [Why; 12] = [
         Why::Hidden,
         Why::Hash,
         Why::Backup,
@@ -54,6 +60,8 @@ impl Why {
         Why::LeftOutLink,
         Why::PrivateKey,
         Why::Unreadable,
+        Why::NotUtf8,
+        Why::Unservable,
     ];
 }
 
@@ -61,7 +69,7 @@ impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Why::Hidden => "hidden (.name)",
-            Why::Hash => "'#' in the name",
+            Why::Hash => "editor's autosave or lock (#name# .#name)",
             Why::Backup => "backup (name~)",
             Why::Scratch => "log, lock or temporary (*.log *.lock *.tmp *.temp)",
             Why::Thumbnails => "Thumbs.db",
@@ -70,6 +78,8 @@ impl fmt::Display for Why {
             Why::LeftOutLink => "symbolic link to a name left out",
             Why::PrivateKey => "private key (*.key, PEM or DER key content)",
             Why::Unreadable => "cannot be read",
+            Why::NotUtf8 => "name not UTF-8",
+            Why::Unservable => "no URL can name it (backslash or control character)",
         })
     }
 }
@@ -77,10 +87,11 @@ impl fmt::Display for Why {
 /// Why a single path component (file or directory name) is left out
 /// wherever it appears, if it is.
 pub fn why_ignored_name(name: &str) -> Option<Why> {
-    if name.starts_with('.') {
-        Some(Why::Hidden)
-    } else if name.contains('#') {
+    let autosave = name.len() >= 2 && name.starts_with('#') && name.ends_with('#');
+    if autosave || name.starts_with(".#") {
         Some(Why::Hash)
+    } else if name.starts_with('.') {
+        Some(Why::Hidden)
     } else if name.ends_with('~') {
         Some(Why::Backup)
     } else if [".log", ".tmp", ".temp", ".lock"]
@@ -93,6 +104,14 @@ pub fn why_ignored_name(name: &str) -> Option<Why> {
     } else {
         None
     }
+}
+
+/// Whether a request can ever name `name`: the server refuses a path
+/// holding a backslash or a control byte, even percent-encoded
+/// (`serve::handler::path`), so a file so named would be packed for
+/// nothing.
+pub fn servable_name(name: &str) -> bool {
+    !name.chars().any(|c| c == '\\' || c.is_ascii_control())
 }
 
 /// True when a single path component is left out wherever it appears.
@@ -151,10 +170,10 @@ mod tests {
         for ignored in [
             ".git",
             ".DS_Store",
-            "#draft",
-            "notes#1.txt",
+            "#draft#",
+            ".#draft",
+            "##",
             "page.html~",
-            "backup#",
             "server.log",
             "x.tmp",
             "x.temp",
@@ -171,6 +190,11 @@ mod tests {
             "log.txt",
             "a.lockfile",
             "thumbs.db",
+            "C#-guide.html",
+            "notes#1.txt",
+            "#draft",
+            "backup#",
+            "#",
         ] {
             assert!(!is_ignored_name(kept), "{kept} should be kept");
         }
@@ -210,6 +234,8 @@ mod tests {
             (".git/config", Some((".git/", Why::Hidden))),
             ("a/b/.DS_Store", Some(("a/b/.DS_Store", Why::Hidden))),
             ("a/#x#/y.html", Some(("a/#x#/", Why::Hash))),
+            ("a/.#y.html", Some(("a/.#y.html", Why::Hash))),
+            ("docs/C#-guide.html", None),
             ("page.html~", Some(("page.html~", Why::Backup))),
             ("logs/app.log", Some(("logs/app.log", Why::Scratch))),
             ("yarn.lock", Some(("yarn.lock", Why::Scratch))),

@@ -204,6 +204,11 @@ pub struct ReadOptions {
     /// read. `kiln build` stops on it instead: a pack missing pages would
     /// be deployed.
     pub leave_out_unreadable: bool,
+    /// A symbolic link of a directory source that leads out of it is
+    /// followed (`--follow-external-links`) instead of skipped: a tree
+    /// that links a shared file from elsewhere (Debian's documentation
+    /// packages link `_static/jquery.js` to `/usr/share/javascript`).
+    pub follow_external_links: bool,
 }
 
 impl Default for ReadOptions {
@@ -214,6 +219,7 @@ impl Default for ReadOptions {
             strip_components: None,
             staging_dir: Some(std::env::temp_dir()),
             leave_out_unreadable: false,
+            follow_external_links: false,
         }
     }
 }
@@ -329,8 +335,50 @@ pub fn read_source(path: &Path, opts: &ReadOptions) -> anyhow::Result<Source> {
         );
     };
     source.files.sort_by(|a, b| a.path.cmp(&b.path));
+    leave_out_unservable(&mut source);
     screen::screen(&mut source, opts.leave_out_unreadable)?;
     source.left_out.sort();
     source.left_out.dedup();
     Ok(source)
+}
+
+/// Leaves out of `source` the files no request can name (a backslash or a
+/// control character in a name: `ignore::servable_name`), with a warning
+/// for each (a folder once, with a trailing '/').
+fn leave_out_unservable(source: &mut Source) {
+    let mut parts: Vec<String> = Vec::new();
+    source.files.retain(|f| {
+        let mut end = 0;
+        for name in f.path.split('/') {
+            end += name.len();
+            if !ignore::servable_name(name) {
+                let dir = if end < f.path.len() { "/" } else { "" };
+                parts.push(format!("{}{dir}", &f.path[..end]));
+                return false;
+            }
+            end += 1;
+        }
+        true
+    });
+    parts.sort();
+    parts.dedup();
+    for part in parts {
+        source.warnings.push(format!(
+            "{}: left out: no URL can name it (a request path holding a backslash or a \
+             control character is refused)",
+            printable_name(&part)
+        ));
+        source.left_out.push((part, Why::Unservable));
+    }
+}
+
+/// `name` on one line: control characters written as escapes (`\n`), the
+/// rest as it is.
+pub fn printable_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
 }

@@ -4,9 +4,12 @@
 //! - absolute names and `..` components are refused (the archive is not
 //!   unpacked anywhere, but a name that tries to climb out is a sign of a
 //!   broken or malicious archive); `.` and empty components are dropped;
-//! - names that are not UTF-8, longer than 4096 bytes or with a component
-//!   longer than 255 bytes are refused;
-//! - a second entry for the same file is refused (no silent last-wins);
+//! - names longer than 4096 bytes or with a component longer than 255
+//!   bytes are refused; an entry whose name is not UTF-8 is skipped with a
+//!   warning (no route key can name it);
+//! - a name the archive holds several times (what `tar -r` appends) is the
+//!   last of its entries, as extracting the archive would leave it, with a
+//!   warning naming it;
 //! - symbolic and hard links are resolved inside the archive only: to a
 //!   regular file, or (symbolic links) to a directory, whose files then also
 //!   appear under the link's name; a link that points outside the root, at
@@ -240,7 +243,7 @@ fn read_entries(
     let mut buf = vec![0u8; 64 << 10];
     let mut source = Source::default();
     let mut archive = tar::Archive::new(input);
-    let mut claimed: HashSet<String> = HashSet::new();
+    let mut claimed = Claims::default();
     let mut links = Vec::new();
     let entries = archive.entries().context("not a tar archive")?;
     for entry in entries {
@@ -255,8 +258,16 @@ fn read_entries(
         let raw_name = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_name).into_owned();
         let fail = |problem: &str| anyhow!("entry {shown:?}: {problem}");
-        let name = std::str::from_utf8(&raw_name).map_err(|_| fail("name is not UTF-8"))?;
         let kind = entry.header().entry_type();
+        let Ok(name) = std::str::from_utf8(&raw_name) else {
+            if !kind.is_dir() && !kind.is_pax_global_extensions() {
+                source
+                    .warnings
+                    .push(format!("entry {shown:?}: skipped, its name is not UTF-8"));
+                source.left_out.push((shown.clone(), Why::NotUtf8));
+            }
+            continue;
+        };
         if kind.is_pax_global_extensions() {
             continue;
         }
@@ -285,7 +296,7 @@ fn read_entries(
         }
         let mtime = entry.header().mtime().map_or(0, |t| t as i64);
         if kind.is_file() || kind == EntryType::Continuous {
-            claim(&mut claimed, &path).map_err(|p| fail(&p))?;
+            claimed.claim(&path, Claim::File(source.files.len()));
             let size = entry.size();
             if read.get().saturating_add(size) > max_bytes {
                 return Err(fail(&too_big(max_bytes)));
@@ -308,7 +319,7 @@ fn read_entries(
             });
             staged_len += size;
         } else if kind.is_symlink() || kind.is_hard_link() {
-            claim(&mut claimed, &path).map_err(|p| fail(&p))?;
+            claimed.claim(&path, Claim::Link(links.len()));
             let target = match entry.link_name_bytes() {
                 None => Err(LinkError::NoTarget),
                 Some(t) => match std::str::from_utf8(&t) {
@@ -338,6 +349,7 @@ fn read_entries(
             ));
         }
     }
+    claimed.keep_the_last(&mut source, &mut links);
     if strip_given.is_none()
         && !names_root
         && let Top::Folder(folder) = top
@@ -499,12 +511,56 @@ fn expand_dir_link(
     Some(Ok(copies))
 }
 
-/// Registers `path` as taken; a second entry for it is an error.
-fn claim(claimed: &mut HashSet<String>, path: &str) -> Result<(), String> {
-    if !claimed.insert(path.to_owned()) {
-        return Err("duplicate entry (the archive holds this name twice)".into());
+/// Where an entry of a name went: `source.files` or the links, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Claim {
+    File(usize),
+    Link(usize),
+}
+
+/// The entry each name has so far, and the ones later entries of the same
+/// name replaced.
+#[derive(Default)]
+struct Claims {
+    by_name: HashMap<String, Claim>,
+    /// Replaced entries, and each repeated name with how often it came.
+    replaced: HashSet<Claim>,
+    repeated: Vec<(String, usize)>,
+}
+
+impl Claims {
+    /// `path` is now `claim`'s: an earlier entry of that name is replaced.
+    fn claim(&mut self, path: &str, claim: Claim) {
+        let Some(earlier) = self.by_name.insert(path.to_owned(), claim) else {
+            return;
+        };
+        self.replaced.insert(earlier);
+        match self.repeated.iter_mut().find(|(name, _)| name == path) {
+            Some((_, times)) => *times += 1,
+            None => self.repeated.push((path.to_owned(), 2)),
+        }
     }
-    Ok(())
+
+    /// Drops the replaced entries from `source` and `links`, with a
+    /// warning for each name repeated.
+    fn keep_the_last(self, source: &mut Source, links: &mut Vec<Link>) {
+        let mut index = 0;
+        source.files.retain(|_| {
+            index += 1;
+            !self.replaced.contains(&Claim::File(index - 1))
+        });
+        let mut index = 0;
+        links.retain(|_| {
+            index += 1;
+            !self.replaced.contains(&Claim::Link(index - 1))
+        });
+        for (name, times) in self.repeated {
+            source.warnings.push(format!(
+                "entry {name:?}: in the archive {times} times (as `tar -r` appends); \
+                 the last one is used, as extracting the archive would"
+            ));
+        }
+    }
 }
 
 /// Follows a chain of links to a regular file; the index of that file.
