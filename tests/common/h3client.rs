@@ -5,9 +5,15 @@
 
 use std::process::Command;
 
+/// The Python the clients run with: `KILN_TEST_PYTHON` (a venv's, say),
+/// else `python3`.
+pub fn python() -> String {
+    std::env::var("KILN_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
 /// Whether Python's aioquic (and pylsqpack, which comes with it) is here.
 pub fn available() -> bool {
-    let found = Command::new("python3")
+    let found = Command::new(python())
         .args(["-c", "import aioquic, pylsqpack"])
         .status()
         .is_ok_and(|s| s.success());
@@ -20,15 +26,26 @@ pub fn available() -> bool {
 /// Runs the client against UDP `port`: one JSON object per line of its
 /// output.
 pub fn run(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
-    let output = Command::new("python3")
-        .arg("tests/http3/h3client.py")
+    script(port, "tests/http3/h3client.py", args)
+}
+
+/// `tests/http3/h3attack.py` against UDP `port`: its JSON line.
+pub fn attack(port: u16, args: &[&str]) -> serde_json::Value {
+    script(port, "tests/http3/h3attack.py", args)
+        .pop()
+        .expect("h3attack's JSON line")
+}
+
+fn script(port: u16, path: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let output = Command::new(python())
+        .arg(path)
         .arg(port.to_string())
         .args(args)
         .output()
         .expect("python3");
     assert!(
         output.status.success(),
-        "h3client {args:?}: {}",
+        "{path} {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout)

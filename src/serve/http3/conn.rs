@@ -409,11 +409,22 @@ impl Conn {
             );
             return;
         }
-        if let Some(i) = self.requests.iter().position(|r| r.id == id) {
-            let request = self.requests.swap_remove(i);
-            if !request.answered {
-                streams.reset(id, frame::H3_REQUEST_CANCELLED);
+        match self.requests.iter().position(|r| r.id == id) {
+            Some(i) => {
+                let request = self.requests.swap_remove(i);
+                if !request.answered {
+                    streams.reset(id, frame::H3_REQUEST_CANCELLED);
+                }
             }
+            // A request stream reset before a byte of it was read: our
+            // side of it is open all the same, and QUIC frees a stream
+            // (and gives its credit back with MAX_STREAMS) only once both
+            // sides are closed. Left so, each such stream kept one of the
+            // client's concurrent streams until the connection ended.
+            // (A request answered and forgotten is never reported reset:
+            // QUIC forgets a stream read to its end, or stopped, itself.)
+            None if id & 3 == 0 => streams.reset(id, frame::H3_REQUEST_CANCELLED),
+            None => {}
         }
     }
 

@@ -414,3 +414,19 @@ fn an_event_stream_is_held_open_and_woken_until_goaway() {
     assert!(peer.conn.is_idle());
     assert_eq!(peer.events.held(), 0);
 }
+
+#[test]
+fn a_request_stream_reset_before_its_first_byte_is_reset_back() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    // Nothing of stream 0 was read: our side is closed all the same, so
+    // that QUIC frees the stream and gives its credit back.
+    peer.conn.on_reset(0, &mut peer.quic);
+    assert_eq!(peer.quic.resets, [(0, frame::H3_REQUEST_CANCELLED)]);
+    // A unidirectional stream of the client's has no side of ours.
+    peer.conn.on_reset(6, &mut peer.quic);
+    assert_eq!(peer.quic.resets.len(), 1);
+    assert_eq!(peer.quic.closed, None);
+    peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert_eq!(peer.quic.finished, [4]);
+}
