@@ -127,7 +127,11 @@ async def rapid(port, n, path):
             await asyncio.sleep(0)
         await c.until(lambda: c.terminated is not None, 3.0)
         result = {"sent": sent, "connection_error": c.terminated}
-        if c.terminated is None:
+        if c.terminated is not None:
+            # Whether the server's close was seen, or aioquic gave up on a
+            # server that had stopped answering (its idle timeout).
+            result["reason"] = c._quic._close_event.reason_phrase
+        else:
             # No CONNECTION_CLOSE seen: does the connection still serve?
             result["status"] = await answered(c, timeout=3.0)
         return result
