@@ -174,7 +174,11 @@ def half_open(port, n):
         sock.bind((h3client.HOST, 0))
         sock.settimeout(3.0)
         sockets.append(sock)
-        conn = QuicConnection(configuration=h3client.configuration())
+        config = h3client.configuration()
+        # As an attacker's: the server's idle timeout is the one that
+        # counts, not a short one of the client's.
+        config.idle_timeout = 600.0
+        conn = QuicConnection(configuration=config)
         conn.connect(addr, now=time.time())
         for attempt in range(2):
             for data, _ in conn.datagrams_to_send(now=time.time()):
