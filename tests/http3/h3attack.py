@@ -204,7 +204,7 @@ async def burst(port, n):
         except (ConnectionError, asyncio.TimeoutError):
             return None
     statuses = await asyncio.gather(*(one() for _ in range(n)))
-    return {"answered": sum(1 for s in statuses if s == 200)}
+    return {"answered": sum(1 for s in statuses if s is not None)}
 
 
 def main():

@@ -229,6 +229,10 @@ pub struct Endpoint {
     response: Vec<u8>,
     /// Shutdown began: GOAWAY sent, idle connections closed.
     draining: bool,
+    /// Connections ended since free memory was last given back, and when
+    /// it was (`release_memory`).
+    ended_since_release: usize,
+    released_at: Instant,
 }
 
 impl Endpoint {
@@ -237,7 +241,16 @@ impl Endpoint {
         let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.keys.reset));
         endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
         let mut transport = TransportConfig::default();
+        // Sized for a static-site server: a client sends a few hundred
+        // bytes per request (kiln reads and drops any content), so the
+        // receive windows are small (quinn's defaults, 1.25 MB a stream
+        // and no connection limit, let a client make a connection buffer
+        // megabytes); the send side is the congestion window's and the
+        // bodies are slices of the mapping, not copies. No QUIC datagrams.
         transport
+            .stream_receive_window(VarInt::from_u32(64 * 1024))
+            .receive_window(VarInt::from_u32(256 * 1024))
+            .datagram_receive_buffer_size(None)
             .max_idle_timeout(IdleTimeout::try_from(config.idle_timeout).ok())
             .max_concurrent_bidi_streams(VarInt::from_u32(128))
             .max_concurrent_uni_streams(VarInt::from_u32(8))
@@ -256,6 +269,8 @@ impl Endpoint {
             read: Vec::with_capacity(16 * 1024),
             response: Vec::new(),
             draining: false,
+            ended_since_release: 0,
+            released_at: Instant::now(),
         }
     }
 
@@ -412,12 +427,32 @@ impl Endpoint {
         }
         self.drive(now, out, cx);
         self.expire_handshakes(now, out, cx);
+        self.release_memory(now);
         let handshake = self.deadlines.front().map(|&(at, _)| at);
-        [self.timers.next(), handshake]
+        // A burst that ended within a second of the last release is
+        // released a second after it, not at the next datagram.
+        let release =
+            (self.ended_since_release > 0).then(|| self.released_at + Duration::from_secs(1));
+        [self.timers.next(), handshake, release]
             .into_iter()
             .flatten()
             .min()
             .map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Gives the allocator's free memory back to the system once
+    /// connections ended (glibc keeps what a burst of connections freed:
+    /// hundreds of MB after 1,000 of them): at most once a second, or as
+    /// soon as none is left open. `malloc_trim` costs a walk of the free
+    /// lists; once a second is nothing beside a thread's work.
+    fn release_memory(&mut self, now: Instant) {
+        let due = self.ended_since_release > 0
+            && (self.open == 0 || now.duration_since(self.released_at) >= Duration::from_secs(1));
+        if due {
+            crate::sys::release_free_memory();
+            self.ended_since_release = 0;
+            self.released_at = now;
+        }
     }
 
     /// Drops the connections whose handshake is past its deadline: the
@@ -604,6 +639,7 @@ impl Endpoint {
         }
         self.timers.remove(slot);
         self.open -= 1;
+        self.ended_since_release += 1;
         self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
