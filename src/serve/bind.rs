@@ -170,6 +170,7 @@ pub(super) fn quic_sockets(
     let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma={}", args.alt_svc_max_age));
     let config = quic::QuicConfig {
         idle_timeout: Duration::from_millis(loop_config.keepalive_timeout_ms.max(1000)),
+        handshake_timeout: Duration::from_millis(loop_config.header_timeout_ms.max(1000)),
         retry_from: match args.quic_retry {
             QuicRetry::Auto => quic::HANDSHAKES_BEFORE_RETRY,
             QuicRetry::Always => 0,

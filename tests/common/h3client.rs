@@ -20,15 +20,26 @@ pub fn available() -> bool {
 /// Runs the client against UDP `port`: one JSON object per line of its
 /// output.
 pub fn run(port: u16, args: &[&str]) -> Vec<serde_json::Value> {
+    script(port, "tests/http3/h3client.py", args)
+}
+
+/// `tests/http3/h3attack.py` against UDP `port`: its JSON line.
+pub fn attack(port: u16, args: &[&str]) -> serde_json::Value {
+    script(port, "tests/http3/h3attack.py", args)
+        .pop()
+        .expect("h3attack's JSON line")
+}
+
+fn script(port: u16, path: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let output = Command::new(super::python())
-        .arg("tests/http3/h3client.py")
+        .arg(path)
         .arg(port.to_string())
         .args(args)
         .output()
         .expect("the tests' Python");
     assert!(
         output.status.success(),
-        "h3client {args:?}: {}",
+        "{path} {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout)

@@ -2,8 +2,9 @@
 //! [`Streams`]: the control streams and SETTINGS both ways, the QPACK
 //! streams (a dynamic table of capacity 0: nothing on them may refer to
 //! one), request streams (HEADERS, then DATA and trailers, each checked),
-//! unknown frame and stream types ignored, GOAWAY, and every error RFC 9114
-//! names for what it names. Requests go to `handler::answer` as HTTP/2's.
+//! unknown frame and stream types ignored, GOAWAY, every error RFC 9114
+//! names for what it names, and HTTP/2's limit on cancelled requests
+//! (rapid reset). Requests go to `handler::answer` as HTTP/2's.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -105,6 +106,21 @@ impl HeadBlocks {
         block.split().freeze()
     }
 }
+
+/// The rapid-reset attack (CVE-2023-44487), as HTTP/2 meets it
+/// (`http2::conn`'s constants of the same names): a request the client
+/// cancels while it is being answered costs `RESET_COST` units, a
+/// response written whole earns `EARNED_PER_RESPONSE`; past `FREE_UNITS`
+/// more than earned, the connection ends with H3_EXCESSIVE_LOAD. About
+/// 100 cancelled requests in a row, then; a client cancelling one request
+/// in three or fewer is never cut off. A request stream reset before a
+/// byte of it was read made the server do nothing but QUIC's bookkeeping:
+/// it costs `UNREAD_RESET_COST`, as a frame that serves nothing does on
+/// HTTP/2 (a flood of them is cut off after 1,000).
+const FREE_UNITS: u32 = 1000;
+const EARNED_PER_RESPONSE: u32 = 4;
+const RESET_COST: u32 = 10;
+const UNREAD_RESET_COST: u32 = 1;
 
 /// The largest request field section kept (name + value + 32 per field,
 /// as SETTINGS_MAX_FIELD_SECTION_SIZE counts): beyond it, 431.
@@ -257,6 +273,10 @@ pub struct Conn {
     goaway: bool,
     /// The connection was closed with an error.
     closed: bool,
+    /// Units spent on requests cancelled, and earned by responses
+    /// (`FREE_UNITS`).
+    wasted: u32,
+    earned: u32,
 }
 
 impl Conn {
@@ -409,11 +429,38 @@ impl Conn {
             );
             return;
         }
-        if let Some(i) = self.requests.iter().position(|r| r.id == id) {
-            let request = self.requests.swap_remove(i);
-            if !request.answered {
-                streams.reset(id, frame::H3_REQUEST_CANCELLED);
+        match self.requests.iter().position(|r| r.id == id) {
+            Some(i) => {
+                let request = self.requests.swap_remove(i);
+                if !request.answered {
+                    streams.reset(id, frame::H3_REQUEST_CANCELLED);
+                    self.cancelled(RESET_COST, streams);
+                }
             }
+            // A request stream reset before a byte of it was read: our
+            // side of it is open all the same, and QUIC frees a stream
+            // (and gives its credit back with MAX_STREAMS) only once both
+            // sides are closed. Left so, each such stream kept one of the
+            // client's concurrent streams until the connection ended.
+            // (A request answered and forgotten is never reported reset:
+            // QUIC forgets a stream read to its end, or stopped, itself.)
+            None if id & 3 == 0 => {
+                streams.reset(id, frame::H3_REQUEST_CANCELLED);
+                self.cancelled(UNREAD_RESET_COST, streams);
+            }
+            None => {}
+        }
+    }
+
+    /// A request was cancelled before its response was written whole:
+    /// past the allowance, the connection ends (`FREE_UNITS`).
+    fn cancelled(&mut self, cost: u32, streams: &mut impl Streams) {
+        self.wasted = self.wasted.saturating_add(cost);
+        if self.wasted > FREE_UNITS.saturating_add(self.earned) {
+            self.fail(
+                streams,
+                conn_error(frame::H3_EXCESSIVE_LOAD, "too many requests cancelled"),
+            );
         }
     }
 
@@ -431,7 +478,9 @@ impl Conn {
         }
         if let Some(i) = self.requests.iter().position(|r| r.id == id) {
             streams.reset(id, code);
-            self.requests.swap_remove(i);
+            if !self.requests.swap_remove(i).answered {
+                self.cancelled(RESET_COST, streams);
+            }
         }
     }
 
@@ -869,6 +918,7 @@ impl Conn {
         if unsent.iter().all(Bytes::is_empty) && request.events.is_none() {
             streams.finish(request.id);
             request.answered = true;
+            self.earned = self.earned.saturating_add(EARNED_PER_RESPONSE);
         }
     }
 

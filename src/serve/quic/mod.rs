@@ -10,6 +10,7 @@
 //! the thread its destination ID names, so a connection stays on its
 //! thread when the client's address changes (ARCHITECTURE.md).
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use bytes::{Bytes, BytesMut};
 use quinn_proto::crypto::{HandshakeTokenKey, HmacKey};
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, EndpointConfig,
-    Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
+    EndpointEvent, Event, IdleTimeout, StreamEvent, StreamId, TransportConfig, VarInt,
 };
 
 mod timers;
@@ -70,10 +71,21 @@ impl ConnectionIdGenerator for ThreadCids {
 /// addresses meets Retry before it costs much of the thread's crypto.
 pub const HANDSHAKES_BEFORE_RETRY: usize = 64;
 
+/// Handshakes in flight on one endpoint beyond which a new client is
+/// refused (CONNECTION_REFUSED), Retry or not: a client that answers a
+/// Retry proves its address, not that it will finish its handshake, and
+/// each half-open one holds its TLS and QUIC state until its deadline
+/// (`QuicConfig::handshake_timeout`). 512 per thread is hundreds of times
+/// what real clients keep in flight.
+pub const MAX_HANDSHAKES: usize = 512;
+
 /// Settings every thread's endpoints share.
 pub struct QuicConfig {
     /// The idle timeout both sides agree on (the lower one wins).
     pub idle_timeout: Duration,
+    /// How long a handshake may take before the connection is dropped
+    /// (`--header-timeout`, which bounds a TLS handshake over TCP too).
+    pub handshake_timeout: Duration,
     /// New clients get a Retry first (address validation) while this
     /// many handshakes are in flight on their endpoint: 0 for every
     /// client (`--quic-retry always`).
@@ -186,6 +198,8 @@ struct Conn {
     h3: http3::Conn,
     /// The handshake is done and HTTP/3 started.
     started: bool,
+    /// When the handshake must be done by.
+    deadline: Instant,
 }
 
 /// One thread's QUIC endpoint on one UDP socket.
@@ -201,6 +215,10 @@ pub struct Endpoint {
     /// Open connections whose handshake is not done (for Retry under
     /// `auto`): counted, not found by a scan at each new client.
     handshaking: usize,
+    /// Handshakes' deadlines, in the order they began (all are as long):
+    /// (deadline, slot); an entry whose connection is started or gone is
+    /// skipped when it reaches the front.
+    deadlines: VecDeque<(Instant, usize)>,
     /// When each connection wants quinn's `handle_timeout`, by handle.
     timers: Timers,
     /// Connections with something to do this turn.
@@ -211,6 +229,10 @@ pub struct Endpoint {
     response: Vec<u8>,
     /// Shutdown began: GOAWAY sent, idle connections closed.
     draining: bool,
+    /// Connections ended since free memory was last given back, and when
+    /// it was (`release_memory`).
+    ended_since_release: usize,
+    released_at: Instant,
 }
 
 impl Endpoint {
@@ -219,7 +241,16 @@ impl Endpoint {
         let mut endpoint_config = EndpointConfig::new(Arc::clone(&config.keys.reset));
         endpoint_config.cid_generator(move || Box::new(ThreadCids { thread }));
         let mut transport = TransportConfig::default();
+        // Sized for a static-site server: a client sends a few hundred
+        // bytes per request (kiln reads and drops any content), so the
+        // receive windows are small (quinn's defaults, 1.25 MB a stream
+        // and no connection limit, let a client make a connection buffer
+        // megabytes); the send side is the congestion window's and the
+        // bodies are slices of the mapping, not copies. No QUIC datagrams.
         transport
+            .stream_receive_window(VarInt::from_u32(64 * 1024))
+            .receive_window(VarInt::from_u32(256 * 1024))
+            .datagram_receive_buffer_size(None)
             .max_idle_timeout(IdleTimeout::try_from(config.idle_timeout).ok())
             .max_concurrent_bidi_streams(VarInt::from_u32(128))
             .max_concurrent_uni_streams(VarInt::from_u32(8))
@@ -232,11 +263,14 @@ impl Endpoint {
             conns: Vec::new(),
             open: 0,
             handshaking: 0,
+            deadlines: VecDeque::new(),
             timers: Timers::default(),
             touched: Vec::new(),
             read: Vec::with_capacity(16 * 1024),
             response: Vec::new(),
             draining: false,
+            ended_since_release: 0,
+            released_at: Instant::now(),
         }
     }
 
@@ -289,6 +323,17 @@ impl Endpoint {
         // `local` (on a wildcard socket) comes back as each transmit's
         // `src_ip`: the connection answers from the address its client
         // wrote to.
+        // A long-header datagram (a handshake's) is copied out of the
+        // receive arena: quinn keeps pieces of a handshake's datagrams
+        // (its Initial, while the handshake is pending) and a piece held
+        // keeps the whole 1 MiB arena from being reused, so a flood of
+        // half-open handshakes held one arena each (0.9 MB per handshake).
+        // Short-header datagrams, the established connections' traffic,
+        // are handed out in place.
+        let data = match data.first() {
+            Some(first) if first & 0x80 != 0 => BytesMut::from(&data[..]),
+            _ => data,
+        };
         let event = self
             .endpoint
             .handle(now, peer, local, None, data, &mut self.response);
@@ -302,6 +347,12 @@ impl Endpoint {
             Some(DatagramEvent::NewConnection(incoming)) => {
                 let live = self.config.shared.live.load(Ordering::Relaxed);
                 if self.draining || live >= self.config.max_connections {
+                    counters.quic_refused.add(1);
+                    let t = self.endpoint.refuse(incoming, &mut self.response);
+                    queue(out, &self.response, t);
+                    return;
+                }
+                if self.handshaking >= MAX_HANDSHAKES {
                     counters.quic_refused.add(1);
                     let t = self.endpoint.refuse(incoming, &mut self.response);
                     queue(out, &self.response, t);
@@ -329,11 +380,14 @@ impl Endpoint {
                         if self.conns.len() <= slot {
                             self.conns.resize_with(slot + 1, || None);
                         }
+                        let deadline = now + self.config.handshake_timeout;
                         self.conns[slot] = Some(Box::new(Conn {
                             quic,
                             h3: http3::Conn::default(),
                             started: false,
+                            deadline,
                         }));
+                        self.deadlines.push_back((deadline, slot));
                         self.open += 1;
                         self.handshaking += 1;
                         self.config.shared.live.fetch_add(1, Ordering::Relaxed);
@@ -372,7 +426,66 @@ impl Endpoint {
             self.wake_held(now, heartbeat, cx);
         }
         self.drive(now, out, cx);
-        self.timers.next().map(|t| t.saturating_duration_since(now))
+        self.expire_handshakes(now, out, cx);
+        self.release_memory(now);
+        let handshake = self.deadlines.front().map(|&(at, _)| at);
+        // A burst that ended within a second of the last release is
+        // released a second after it, not at the next datagram.
+        let release =
+            (self.ended_since_release > 0).then(|| self.released_at + Duration::from_secs(1));
+        [self.timers.next(), handshake, release]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Gives the allocator's free memory back to the system once
+    /// connections ended (glibc keeps what a burst of connections freed:
+    /// hundreds of MB after 1,000 of them): at most once a second, or as
+    /// soon as none is left open. `malloc_trim` costs a walk of the free
+    /// lists; once a second is nothing beside a thread's work.
+    fn release_memory(&mut self, now: Instant) {
+        let due = self.ended_since_release > 0
+            && (self.open == 0 || now.duration_since(self.released_at) >= Duration::from_secs(1));
+        if due {
+            crate::sys::release_free_memory();
+            self.ended_since_release = 0;
+            self.released_at = now;
+        }
+    }
+
+    /// Drops the connections whose handshake is past its deadline: the
+    /// client is told (CONNECTION_CLOSE, once) and the state is freed at
+    /// once, without the closing period a connection that was
+    /// established keeps (a half-open one holds its TLS and QUIC state,
+    /// and a flood of them would hold it for the idle timeout).
+    fn expire_handshakes(&mut self, now: Instant, out: &mut Transmits, cx: &mut Context<'_, '_>) {
+        while let Some(&(at, slot)) = self.deadlines.front() {
+            let pending = self
+                .conns
+                .get(slot)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| !c.started && c.deadline == at);
+            if pending && at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            if !pending {
+                continue;
+            }
+            if let Some(conn) = self.conns[slot].as_mut() {
+                conn.quic.close(
+                    now,
+                    VarInt::from_u32(0),
+                    Bytes::from_static(b"handshake timeout"),
+                );
+            }
+            self.drive_one(slot, now, out, cx);
+            if self.conns.get(slot).is_some_and(Option::is_some) {
+                self.forget(slot, cx);
+            }
+        }
     }
 
     /// Held event streams are owed what changed (and with `heartbeat` a
@@ -499,22 +612,35 @@ impl Endpoint {
         }
         self.timers.set(slot, conn.quic.poll_timeout());
         if conn.quic.is_drained() {
-            let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
-            counters
-                .quic_lost_packets
-                .add(conn.quic.stats().path.lost_packets);
-            counters.quic_closed.add(1);
-            while let Some(event) = conn.quic.poll_endpoint_events() {
-                let _ = self.endpoint.handle_event(ConnectionHandle(slot), event);
-            }
-            if !conn.started {
-                self.handshaking -= 1;
-            }
-            self.conns[slot] = None;
-            self.timers.remove(slot);
-            self.open -= 1;
-            self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
+            self.forget(slot, cx);
         }
+    }
+
+    /// Frees connection `slot`: drained, or dropped before its end (its
+    /// IDs are then let go of by a `drained` event of our own).
+    fn forget(&mut self, slot: usize, cx: &mut Context<'_, '_>) {
+        let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let counters = cx.ctx.metrics.of_loop(cx.ctx.thread);
+        counters
+            .quic_lost_packets
+            .add(conn.quic.stats().path.lost_packets);
+        counters.quic_closed.add(1);
+        let handle = ConnectionHandle(slot);
+        while let Some(event) = conn.quic.poll_endpoint_events() {
+            let _ = self.endpoint.handle_event(handle, event);
+        }
+        if !conn.quic.is_drained() {
+            let _ = self.endpoint.handle_event(handle, EndpointEvent::drained());
+        }
+        if !conn.started {
+            self.handshaking -= 1;
+        }
+        self.timers.remove(slot);
+        self.open -= 1;
+        self.ended_since_release += 1;
+        self.config.shared.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -414,3 +414,62 @@ fn an_event_stream_is_held_open_and_woken_until_goaway() {
     assert!(peer.conn.is_idle());
     assert_eq!(peer.events.held(), 0);
 }
+
+#[test]
+fn a_request_stream_reset_before_its_first_byte_is_reset_back() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    // Nothing of stream 0 was read: our side is closed all the same, so
+    // that QUIC frees the stream and gives its credit back.
+    peer.conn.on_reset(0, &mut peer.quic);
+    assert_eq!(peer.quic.resets, [(0, frame::H3_REQUEST_CANCELLED)]);
+    // A unidirectional stream of the client's has no side of ours.
+    peer.conn.on_reset(6, &mut peer.quic);
+    assert_eq!(peer.quic.resets.len(), 1);
+    assert_eq!(peer.quic.closed, None);
+    peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert_eq!(peer.quic.finished, [4]);
+}
+
+#[test]
+fn rapid_resets_end_the_connection_with_excessive_load() {
+    // Requests cancelled while being answered (flow control holds their
+    // responses back).
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    peer.quic.budget = Some(0);
+    let allowed = u64::from(super::FREE_UNITS / super::RESET_COST);
+    for n in 0..=allowed {
+        assert_eq!(peer.quic.closed, None, "after {n}");
+        peer.send(4 * n, &frame_bytes(frame::HEADERS, &get_section()), true);
+        peer.conn.on_reset(4 * n, &mut peer.quic);
+    }
+    assert_eq!(peer.quic.closed, Some(frame::H3_EXCESSIVE_LOAD));
+
+    // Streams reset before their first byte cost less: 1,000 of them are
+    // allowed, not one more.
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    let allowed = u64::from(super::FREE_UNITS / super::UNREAD_RESET_COST);
+    for n in 0..allowed {
+        peer.conn.on_reset(4 * n, &mut peer.quic);
+    }
+    assert_eq!(peer.quic.closed, None);
+    peer.conn.on_reset(4 * allowed, &mut peer.quic);
+    assert_eq!(peer.quic.closed, Some(frame::H3_EXCESSIVE_LOAD));
+}
+
+#[test]
+fn cancelling_one_request_in_three_is_never_cut_off() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    for n in 0..1000 {
+        let id = 4 * n;
+        if n % 3 == 2 {
+            peer.conn.on_reset(id, &mut peer.quic);
+        } else {
+            peer.send(id, &frame_bytes(frame::HEADERS, &get_section()), true);
+        }
+    }
+    assert_eq!(peer.quic.closed, None);
+}
