@@ -19,10 +19,10 @@
 //! brotli stream that any decoder reads. A body over `BROTLI_LARGE_BYTES`
 //! is made in shorter pieces primed with the whole window, at
 //! `Level::High` one piece in `BROTLI_HIGH_Q10_EVERY` at quality 10 and
-//! the others at the brotli crate's quality 9.5 (quality 10's block
-//! splitting and context modelling over quality 9's faster match finder),
-//! so that the 200 MiB text of bench/COMPRESSION.md builds in under a
-//! minute on two cores: bench/COMPRESSION.md has the trade-off measured.
+//! the others at the brotli crate's quality 9.5 (quality 10 with quality
+//! 9's faster match finder), so that the 200 MiB text of
+//! bench/COMPRESSION.md builds in about a minute on two cores:
+//! bench/COMPRESSION.md has the trade-off measured.
 //!
 //! The keep rule: an encoded variant is stored only if it saves at least
 //! 10 % of the identity size **and** at least 100 bytes. Below that a client
@@ -75,11 +75,13 @@ pub const BROTLI_LARGE_BYTES: u64 = 32 << 20;
 pub const BROTLI_LARGE_PIECE_BYTES: u64 = 8 << 20;
 pub const BROTLI_LARGE_PIECE_HISTORY: u64 = 16 << 20;
 /// At `Level::High`, piece `i` of a large brotli body is made at quality
-/// 10 when `i` is a multiple of this, else at quality 9.5: on the text of
-/// bench/COMPRESSION.md quality 10 makes about 1.9 MB a second on a core
-/// in these pieces, 9.5 about 6, for bodies 3 % and 13 % larger than
-/// quality 11's.
-pub const BROTLI_HIGH_Q10_EVERY: u64 = 2;
+/// 10 when `i` is a multiple of this, else at quality 9.5. On 48 MiB of
+/// the text of bench/COMPRESSION.md, in these pieces, quality 10 makes
+/// about 0.65 MB a second on a core and 9.5 about 6, for bodies 4 % and
+/// 16 % larger than one quality-11 stream; one piece in three at 10 is
+/// 12 % larger, at the rate that makes 200 MiB in about a minute on two
+/// cores (one in two: 10 %, 1.6 times the CPU).
+pub const BROTLI_HIGH_Q10_EVERY: u64 = 3;
 
 /// The input a brotli piece is given at a time, so that progress moves
 /// within a piece (a piece at quality 10 takes seconds).
@@ -104,9 +106,9 @@ pub enum Level {
     /// Fast enough to fire a site in about a second: brotli 3, zstd 3,
     /// gzip 1.
     Fast,
-    /// Brotli 11, zstd 19, gzip 9, but a brotli body over 32 MiB at
-    /// quality 10 and 9.5 in turn, piece by piece (within 10 % of 11's
-    /// size, 3 to 4 times sooner).
+    /// Brotli 11, zstd 19, gzip 9, but a brotli body over 32 MiB in
+    /// pieces, one in three at quality 10 and the others at 9.5 (about
+    /// 12 % larger than 11's, 3 to 5 times sooner).
     High,
     /// The smallest bodies: brotli 11 everywhere, zstd 19, gzip 9.
     Max,
@@ -198,7 +200,7 @@ pub fn settings_id(encoding: Encoding, opts: &CompressOptions) -> u64 {
             opts.brotli_lgwin.clamp(BROTLI_MIN_LGWIN, BROTLI_MAX_LGWIN),
             opts.brotli_large_quality,
             match opts.brotli_large_mixed {
-                true => format!(" else 9.5 but every {BROTLI_HIGH_Q10_EVERY}th piece"),
+                true => format!(" but 9.5 off every {BROTLI_HIGH_Q10_EVERY}th piece"),
                 false => String::new(),
             },
         ),
@@ -894,7 +896,7 @@ mod tests {
 
     /// `Level::High` is `Level::Max` but for bodies over
     /// `BROTLI_LARGE_BYTES`, whose pieces are made at quality 10 and 9.5
-    /// in turn: the joined stream decodes to the input.
+    /// (`BROTLI_HIGH_Q10_EVERY`): the joined stream decodes to the input.
     #[test]
     fn high_mixes_qualities_in_large_bodies_only() {
         let (high, max) = (

@@ -93,10 +93,10 @@ pub struct BuildArgs {
     )]
     pub encodings: String,
     /// How hard to compress: high (brotli 11, zstd 19, gzip 9, but a file
-    /// over 32 MiB in brotli pieces at quality 10 and 9.5 in turn: 200 MiB
-    /// of text in under a minute on 2 cores, within 10 % of brotli 11's
-    /// size), max (brotli 11 everywhere: the smallest bodies, a large file
-    /// 4 times slower) or fast (brotli 3, zstd 3, gzip 1: about a
+    /// over 32 MiB in brotli pieces, one in three at quality 10 and the
+    /// others at 9.5: 200 MiB of text in about a minute on 2 cores, about
+    /// 12 % larger than brotli 11), max (brotli 11 everywhere: the
+    /// smallest bodies, a large file 3 to 5 times slower) or fast (brotli 3, zstd 3, gzip 1: about a
     /// hundredth of the CPU time; on the Python docs, brotli bodies a
     /// third larger, gzip 40 %). Which encodings is --encodings.
     #[arg(long, value_enum, default_value = "high")]
