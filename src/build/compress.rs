@@ -69,9 +69,10 @@ pub const BROTLI_PIECE_HISTORY: u64 = 8 << 20;
 pub const BROTLI_LARGE_BYTES: u64 = 32 << 20;
 /// The pieces of a large brotli body and their history: the history is
 /// the whole window (a window of 2^24 bytes reaches back 2^24 − 16), so a
-/// piece loses no match that one stream would make; the pieces are short
-/// enough that two fit at once in the default 64 MiB buffer (a piece in
-/// flight holds its history, itself and its output: 16 + 2 × 8 MiB).
+/// piece loses no match that one stream would make. A piece in flight is
+/// counted as its history, itself and its output (16 + 2 × 8 MiB) against
+/// the writer's half of `--buffer-bytes`: at the default 64 MiB that is
+/// one piece at a time (two from 128 MiB).
 pub const BROTLI_LARGE_PIECE_BYTES: u64 = 8 << 20;
 pub const BROTLI_LARGE_PIECE_HISTORY: u64 = 16 << 20;
 /// At `Level::High`, piece `i` of a large brotli body is made at quality
