@@ -153,7 +153,7 @@ fn a_build_whose_stderr_is_a_pipe_logs_its_progress() {
     assert!(
         lines
             .first()
-            .is_some_and(|l| l.starts_with("kiln: compressing 3.0 MiB")),
+            .is_some_and(|l| l.starts_with("kiln: compressing 1 body (3.0 MiB)")),
         "no first progress line in {stderr:?}"
     );
     assert!(
@@ -165,5 +165,53 @@ fn a_build_whose_stderr_is_a_pipe_logs_its_progress() {
             .last()
             .is_some_and(|l| l.starts_with("kiln: compressed 3.0 MiB in ")),
         "no last progress line in {stderr:?}"
+    );
+}
+
+/// A rebuild says what it reuses and what it compresses, and its
+/// progress counts only what it compresses.
+#[test]
+fn a_rebuild_says_what_it_reuses_and_what_it_compresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let text = large_text();
+    std::fs::write(src.join("kept.txt"), &text[..(2 << 20)]).unwrap();
+    std::fs::write(src.join("changed.txt"), &text[(2 << 20)..(5 << 20)]).unwrap();
+    let pack = dir.path().join("site.pack");
+    let build = || {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["build", "--encodings", "br"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&pack)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run kiln")
+    };
+    let o = build();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(src.join("changed.txt"), &text[(5 << 20)..(8 << 20)]).unwrap();
+    let o = build();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.first().is_some_and(|l| l.starts_with(
+            "kiln: reusing 1 body (2.0 MiB), compressing 1 (3.0 MiB) (each encoding counted)"
+        )),
+        "no first progress line in {stderr:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("kiln: compressing: ") && l.contains(" of 3.0 MiB)")),
+        "{stderr:?}"
+    );
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.starts_with("kiln: compressed 3.0 MiB in ")),
+        "{stderr:?}"
     );
 }

@@ -38,7 +38,7 @@ fn large_text() -> Vec<u8> {
 /// on smaller files: here it would only cost time); the summary.
 fn build(src: &Path, out: &Path, buffer: u64) -> String {
     let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["build", "--compression", "fast", "--compress", "gzip,zstd"])
+        .args(["build", "--compression", "fast", "--encodings", "gzip,zstd"])
         .arg("--buffer-bytes")
         .arg(buffer.to_string())
         .arg(src)

@@ -12,32 +12,31 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Write as _};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use rayon::prelude::*;
 
 use super::Progress;
 use super::compress::{
-    BROTLI_PIECE_BYTES, CompressOptions, brotli_cut, brotli_quality, encode_br_in_parallel,
-    encode_if_worth, encode_to, settings_id, worth_keeping, worth_trying,
+    BROTLI_PIECE_BYTES, CompressOptions, Level, brotli_cut, encode_br_in_parallel, encode_if_worth,
+    encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
+use super::delta_maker::{DeltaGroup, DeltaMaker, delta_settings, delta_worth_keeping};
 use super::dictionaries::{
     DictionaryOptions, History, build_id, match_pattern, use_as_dictionary_value,
 };
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
+use super::progress::{self, CountedReader, Work};
 use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
 use super::urlpath::{html_escape, percent_encode_path};
-use crate::dictionary::DeltaLevels;
-use crate::pack::format::DELTA_ENCODINGS;
 use crate::pack::{
     BodyRef, DeltaIn, Encoding, HeadBlock, Pack, PackWriter, ProvenanceIn, RangeReader, RouteIn,
     RouteKind, RuleIn, VariantIn, VariantSet,
@@ -143,7 +142,7 @@ enum Prepared {
 
 /// How to obtain one encoding of one content in a batch.
 #[derive(Clone, Copy)]
-enum Plan {
+pub(super) enum Plan {
     /// Compress it.
     Compress,
     /// The base tried it with the same settings: copy its body (offset,
@@ -155,6 +154,8 @@ enum Plan {
 struct CompressionPlan {
     /// The encodings to compress, in file order.
     jobs: Vec<compressor::Job>,
+    /// What is reused and what is compressed.
+    work: Work,
     /// By file: the hash the first pass read, for the files it hashed.
     first_hashes: Vec<Option<[u8; 32]>>,
 }
@@ -171,13 +172,13 @@ struct Reuse {
 }
 
 /// What a job obtained.
-struct Outcome {
+pub(super) struct Outcome {
     /// The encoded body, when worth keeping.
-    kept: Option<Vec<u8>>,
+    pub(super) kept: Option<Vec<u8>>,
     /// It came from the base.
-    reused: bool,
+    pub(super) reused: bool,
     /// The base's body did not match its hash (and was compressed again).
-    damaged: bool,
+    pub(super) damaged: bool,
 }
 
 /// The state of the firing of bodies.
@@ -224,7 +225,7 @@ pub fn assemble(
         }
         None => None,
     };
-    let bar = progress_bar(input, files, &types, encodings.len());
+    let bar = progress::counter();
     // Half the buffer for the batches the writer reads, half for the
     // background compression.
     let half = (input.buffer_bytes / 2).max(1);
@@ -245,22 +246,18 @@ pub fn assemble(
         .zip(&types)
         .map(|(f, t)| !encodings.is_empty() && is_compressible(t) && worth_trying(f.len))
         .collect();
-    let CompressionPlan { jobs, first_hashes } = firing.plan_compression(files, &wants)?;
-    if input.progress != Progress::Silent {
-        let brotli_lengths = jobs
-            .iter()
-            .filter(|job| job.encoding == Encoding::Br)
-            .map(|job| files[job.file].len)
-            .chain(
-                (0..files.len())
-                    .filter(|&i| wants[i] && firing.cost(&files[i], true) > half)
-                    .filter(|_| encodings.contains(&Encoding::Br))
-                    .map(|i| files[i].len),
-            );
-        if let Some(note) = long_build_note(brotli_lengths, input.compress) {
-            let _ = writeln!(std::io::stderr(), "kiln: note: {note}");
-        }
-    }
+    let CompressionPlan {
+        jobs,
+        work,
+        first_hashes,
+    } = firing.plan_compression(files, &wants)?;
+    progress::show(&bar, input.progress, &work);
+    // Already at the fastest levels: no note suggests them.
+    let fast = *input.compress
+        == CompressOptions {
+            encodings: input.compress.encodings.clone(),
+            ..CompressOptions::at(Level::Fast)
+        };
     let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
     // The URLs each file answers at, as a client names them.
     let mut urls: Vec<Vec<String>> = vec![Vec::new(); files.len()];
@@ -288,9 +285,9 @@ pub fn assemble(
     // Dropped when the bodies are written: ends the progress lines.
     let (written, wait) = std::sync::mpsc::channel::<()>();
     let (bodies, deltas) = std::thread::scope(|scope| {
-        if input.progress == Progress::Lines && bar.length().unwrap_or(0) > 0 {
-            let bar = &bar;
-            scope.spawn(move || log_progress(bar, &wait));
+        if input.progress != Progress::Silent && work.compressed_bytes > 0 {
+            let (bar, work) = (&bar, &work);
+            scope.spawn(move || progress::watch(bar, input.progress, work, fast, &wait));
         }
         if !compressor.is_idle() {
             let mut workers = 0;
@@ -548,6 +545,7 @@ impl Firing<'_> {
         }
         let mut seen = HashSet::new();
         let mut jobs = Vec::new();
+        let mut work = Work::default();
         let mut first_hashes = vec![None; files.len()];
         for (&file, hash) in batchable.iter().zip(hashes) {
             first_hashes[file] = Some(hash);
@@ -561,10 +559,30 @@ impl Firing<'_> {
                         hash,
                         encoding,
                     });
+                    work.compressed_bodies += 1;
+                    work.compressed_bytes += files[file].len;
+                } else {
+                    work.reused_bodies += 1;
+                    work.reused_bytes += files[file].len;
                 }
             }
         }
-        Ok(CompressionPlan { jobs, first_hashes })
+        // A file too large for a batch is hashed as it is stored: counted
+        // as compressed with every encoding, taken off the count when it
+        // turns out reused.
+        for (file, _) in files
+            .iter()
+            .zip(wants)
+            .filter(|&(f, &w)| w && self.cost(f, true) > self.batch_bytes)
+        {
+            work.compressed_bodies += self.encodings.len() as u64;
+            work.compressed_bytes += file.len * self.encodings.len() as u64;
+        }
+        Ok(CompressionPlan {
+            jobs,
+            work,
+            first_hashes,
+        })
     }
 
     /// File data a file holds in memory while it is fired: its content and
@@ -607,13 +625,11 @@ impl Firing<'_> {
         }
         let mut reuses = Vec::new();
         let mut planned = HashSet::new();
-        for (at, content) in contents.iter().enumerate() {
+        for at in 0..contents.len() {
             if !wants[at] {
                 continue;
             }
             if self.encoded.contains_key(&hashes[at]) || !planned.insert(hashes[at]) {
-                self.bar
-                    .inc(content.len() as u64 * self.encodings.len() as u64);
                 continue;
             }
             for &(encoding, settings) in &self.encodings {
@@ -632,7 +648,6 @@ impl Firing<'_> {
                         reuse.encoding.token()
                     )
                 })?;
-                self.bar.inc(contents[reuse.at].len() as u64);
                 Ok(outcome)
             })
             .collect();
@@ -818,7 +833,8 @@ impl Firing<'_> {
         let hash = identity.hash;
         if let Some(done) = self.encoded.get(&hash) {
             self.result.dedup_saved += done.iter().map(|(_, b)| b.len).sum::<u64>();
-            self.bar.inc(file.len * self.encodings.len() as u64);
+            // Counted as work to do: none is.
+            self.bar.dec_length(file.len * self.encodings.len() as u64);
             set.extend_from_slice(done);
             return Ok(set);
         }
@@ -851,7 +867,7 @@ impl Firing<'_> {
                 Plan::Compress => (compress(writer)?, false, false),
             };
             if reused {
-                self.bar.inc(file.len);
+                self.bar.dec_length(file.len);
             }
             self.count(reused, damaged);
             if let Some(b) = &body {
@@ -895,192 +911,15 @@ impl Firing<'_> {
     }
 }
 
-/// The deltas of one group of files: by file index, the BLAKE3 of the
-/// bytes they were made from and what was made.
-type DeltaGroup = Vec<(usize, ([u8; 32], Vec<DeltaMade>))>;
-
-/// A dictionary a delta may be made against: its SHA-256, and its bytes
-/// when at hand (`None`: a base's delta carried over, copied or nothing).
-type Candidate<'d> = ([u8; 32], Option<&'d [u8]>);
-
-/// Makes delta variants beside the plain compression (see `assemble`).
-struct DeltaMaker<'a> {
-    input: &'a AssembleInput<'a>,
-    /// The base pack's file, for positioned reads of its bodies.
-    base_file: Option<Arc<File>>,
-    /// The delta encodings with their settings fingerprints.
-    settings: [(Encoding, u64); 2],
-    /// Content bytes a group of files holds at once.
-    batch_bytes: u64,
-}
-
-impl DeltaMaker<'_> {
-    /// Makes the deltas of every file `offered` a dictionary, in groups of
-    /// files whose bytes (the file and each dictionary) stay within the
-    /// batch, each group compressed in parallel and sent, in file order;
-    /// stops when the receiver is gone.
-    fn produce(
-        &self,
-        files: &[SourceFile],
-        offered: &[bool],
-        urls: &[Vec<String>],
-        made: &std::sync::mpsc::SyncSender<anyhow::Result<DeltaGroup>>,
-    ) {
-        let versions = self.input.dictionaries.versions as u64;
-        let mut start = 0;
-        while start < files.len() {
-            let (mut end, mut cost) = (start, 0u64);
-            while end < files.len() && (end == start || cost <= self.batch_bytes) {
-                if offered[end] {
-                    cost += files[end].len * (1 + versions);
-                }
-                end += 1;
-            }
-            let group: anyhow::Result<DeltaGroup> = (start..end)
-                .into_par_iter()
-                .filter(|&i| offered[i])
-                .map(|i| Ok((i, self.file(&files[i], &urls[i])?)))
-                .collect();
-            let failed = group.is_err();
-            if made.send(group).is_err() || failed {
-                return;
-            }
-            start = end;
-        }
-    }
-
-    /// The deltas of one file against the last N versions its URLs had:
-    /// those the history holds, then those of the base's deltas of these
-    /// very bytes (carried over: their dictionaries are gone, the deltas
-    /// can be copied); `dcb` and `dcz` against each, in parallel.
-    fn file(
-        &self,
-        file: &SourceFile,
-        urls: &[String],
-    ) -> anyhow::Result<([u8; 32], Vec<DeltaMade>)> {
-        let new = file.read()?;
-        let source = *blake3::hash(&new).as_bytes();
-        let sha = crate::dictionary::sha256(&new);
-        let versions = self.input.dictionaries.versions;
-        let mut candidates: Vec<Candidate<'_>> = self
-            .input
-            .history
-            .for_urls(urls, &sha, versions)
-            .iter()
-            .map(|old| (old.sha256, Some(old.bytes)))
-            .collect();
-        for dictionary in self.carried_dictionaries(urls, &new) {
-            if candidates.len() < versions && !candidates.iter().any(|(d, _)| *d == dictionary) {
-                candidates.push((dictionary, None));
-            }
-        }
-        let jobs: Vec<(Candidate<'_>, (Encoding, u64))> = candidates
-            .iter()
-            .flat_map(|&candidate| self.settings.iter().map(move |&s| (candidate, s)))
-            .filter(|&((_, old), (encoding, _))| {
-                old.is_none_or(|old| {
-                    crate::dictionary::fits(encoding, old.len() as u64, new.len() as u64)
-                })
-            })
-            .collect();
-        let made: std::io::Result<Vec<Option<DeltaMade>>> = jobs
-            .into_par_iter()
-            .map(|((dictionary, old), (encoding, settings))| {
-                let key = delta_source_key(&source, &dictionary);
-                Ok(self
-                    .delta(&key, encoding, settings, &new, old)?
-                    .map(|outcome| DeltaMade {
-                        encoding,
-                        dictionary,
-                        key,
-                        settings,
-                        outcome,
-                    }))
-            })
-            .collect();
-        let made = made.with_context(|| format!("{}: delta compression failed", file.shown()))?;
-        Ok((source, made.into_iter().flatten().collect()))
-    }
-
-    /// The dictionaries the base's deltas of this very content were made
-    /// against (the base served `new` at one of `urls`).
-    fn carried_dictionaries(&self, urls: &[String], new: &[u8]) -> Vec<[u8; 32]> {
-        let Some(base) = self.input.base else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for url in urls {
-            let key = super::urlpath::percent_decode(url);
-            let Some(route) = base.lookup(RouteKind::Exact, &key) else {
-                continue;
-            };
-            if route.variant(Encoding::Identity).map(|v| v.body) != Some(new) {
-                continue;
-            }
-            for delta in route.deltas() {
-                if !out.contains(delta.dictionary) {
-                    out.push(*delta.dictionary);
-                }
-            }
-        }
-        out
-    }
-
-    /// One delta of `new` against the dictionary `old`: the base's body
-    /// when it made it with the same settings, else compressed now (kept
-    /// or not when stored). `None` when it cannot be made: the base does
-    /// not hold it and the dictionary's bytes (`old`) are not at hand.
-    fn delta(
-        &self,
-        key: &[u8; 32],
-        encoding: Encoding,
-        settings: u64,
-        new: &[u8],
-        old: Option<&[u8]>,
-    ) -> std::io::Result<Option<Outcome>> {
-        let mut damaged = false;
-        match plan_from(self.input.base, key, encoding, settings) {
-            Plan::Reuse(None) => {
-                return Ok(Some(Outcome {
-                    kept: None,
-                    reused: true,
-                    damaged: false,
-                }));
-            }
-            Plan::Reuse(Some((off, len, hash))) => {
-                let mut bytes = vec![0; len as usize];
-                let file = self.base_file.as_ref().expect("a reuse plan has a base");
-                file.read_exact_at(&mut bytes, off)?;
-                if *blake3::hash(&bytes).as_bytes() == hash {
-                    return Ok(Some(Outcome {
-                        kept: Some(bytes),
-                        reused: true,
-                        damaged: false,
-                    }));
-                }
-                damaged = true;
-            }
-            Plan::Compress => {}
-        }
-        let Some(old) = old else {
-            return Ok(None);
-        };
-        let levels = DeltaLevels {
-            brotli_quality: self.input.compress.brotli_quality,
-            zstd_level: self.input.compress.zstd_level,
-        };
-        Ok(Some(Outcome {
-            kept: Some(crate::dictionary::encode(encoding, old, new, levels)?),
-            reused: false,
-            damaged,
-        }))
-    }
-}
-
 /// How to obtain `encoding` (with settings fingerprint `settings`) of the
 /// content whose provenance key is `hash`: from `base` if it tried the
 /// same, else by compressing.
-fn plan_from(base: Option<&Pack>, hash: &[u8; 32], encoding: Encoding, settings: u64) -> Plan {
+pub(super) fn plan_from(
+    base: Option<&Pack>,
+    hash: &[u8; 32],
+    encoding: Encoding,
+    settings: u64,
+) -> Plan {
     let Some(base) = base else {
         return Plan::Compress;
     };
@@ -1090,60 +929,6 @@ fn plan_from(base: Option<&Pack>, hash: &[u8; 32], encoding: Encoding, settings:
         }
         _ => Plan::Compress,
     }
-}
-
-/// A delta is kept only when it is at least this much smaller, in
-/// percent, than the file's best plain variant: below that, a client pays
-/// for a dictionary lookup for little.
-pub const MIN_DELTA_SAVED_PERCENT: u64 = 10;
-
-/// The keep rule of a delta variant (see `MIN_DELTA_SAVED_PERCENT`).
-fn delta_worth_keeping(best_plain: u64, delta: u64) -> bool {
-    delta * 100 <= best_plain * (100 - MIN_DELTA_SAVED_PERCENT)
-}
-
-/// One delta variant made for a file, to store in order.
-struct DeltaMade {
-    encoding: Encoding,
-    /// The dictionary's SHA-256.
-    dictionary: [u8; 32],
-    /// Its provenance key (`delta_source_key`).
-    key: [u8; 32],
-    settings: u64,
-    outcome: Outcome,
-}
-
-/// The provenance key of a delta: the BLAKE3 of the source's BLAKE3 and
-/// the dictionary's SHA-256, so that the record names both inputs.
-fn delta_source_key(source: &[u8; 32], dictionary: &[u8; 32]) -> [u8; 32] {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(b"kiln delta ");
-    hasher.update(source);
-    hasher.update(dictionary);
-    *hasher.finalize().as_bytes()
-}
-
-/// The settings fingerprints of the delta encodings: their levels and
-/// window, and the plain encodings' fingerprints, since the keep rule
-/// compares a delta with the best plain variant.
-fn delta_settings(opts: &CompressOptions, plain: &[(Encoding, u64)]) -> [(Encoding, u64); 2] {
-    let plain: Vec<String> = plain
-        .iter()
-        .map(|(e, s)| format!("{}={s:x}", e.token()))
-        .collect();
-    DELTA_ENCODINGS.map(|encoding| {
-        let text = format!(
-            "{}; {} against a raw dictionary, brotli quality {} window {}, zstd level {}; \
-             kept if {MIN_DELTA_SAVED_PERCENT}% under the best of identity, {}",
-            super::compress::ENCODER_EPOCH,
-            encoding.token(),
-            opts.brotli_quality,
-            crate::dictionary::DCB_LGWIN,
-            opts.zstd_level,
-            plain.join(" ")
-        );
-        (encoding, xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
-    })
 }
 
 /// What compressing a streamed file needs besides the writer.
@@ -1196,7 +981,7 @@ fn compress_streamed(
     }
     // Counted as it is read, so that a long encoding moves the progress
     // lines too, not only at its end.
-    let mut source = ProgressReader {
+    let mut source = CountedReader {
         inner: writer.body_reader(identity).with_context(write_err)?,
         bar: streaming.bar,
     };
@@ -1240,133 +1025,6 @@ impl<R: Read> Read for CountingReader<R> {
         self.read += n as u64;
         Ok(n)
     }
-}
-
-/// A reader that moves a progress bar by the bytes read through it.
-struct ProgressReader<'a, R> {
-    inner: R,
-    bar: &'a ProgressBar,
-}
-
-impl<R: Read> Read for ProgressReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.bar.inc(n as u64);
-        Ok(n)
-    }
-}
-
-/// Compression time after which a build starts writing progress lines.
-const PROGRESS_FIRST_LINE: Duration = Duration::from_secs(1);
-/// Time between two progress lines.
-const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(10);
-/// Brotli's speed at quality 11 and 10 on one core, in bytes a second, for
-/// the estimate of a long build (measured on text with a release build on
-/// a quiet machine: bench/COMPRESSION.md).
-const BROTLI_11_RATE: u64 = 650_000;
-const BROTLI_10_RATE: u64 = 1_800_000;
-/// An estimated compression time above which a build suggests
-/// `--compression fast`.
-const LONG_BUILD: Duration = Duration::from_secs(60);
-
-/// The note that suggests `--compression fast`, when brotli on bodies of
-/// these lengths looks like more than `LONG_BUILD` on this machine's cores.
-fn long_build_note(lengths: impl Iterator<Item = u64>, opts: &CompressOptions) -> Option<String> {
-    let (mut bytes, mut core_seconds) = (0, 0);
-    for len in lengths {
-        let rate = match brotli_quality(len, opts) {
-            11.. => BROTLI_11_RATE,
-            10 => BROTLI_10_RATE,
-            _ => continue,
-        };
-        bytes += len;
-        core_seconds += len / rate;
-    }
-    let cores = rayon::current_num_threads().max(1) as u64;
-    let seconds = core_seconds / cores;
-    (seconds > LONG_BUILD.as_secs()).then(|| {
-        format!(
-            "{} MiB to compress with brotli at quality 10 or 11: about {} min on {cores} cores; \
-             --compression fast takes about a hundredth of that, for bodies about a third larger",
-            bytes >> 20,
-            seconds.div_ceil(60)
-        )
-    })
-}
-
-/// Writes a line on stderr when the compression has taken
-/// `PROGRESS_FIRST_LINE`, then one every `PROGRESS_LINE_EVERY` until
-/// `written` says the bodies are written (or is dropped), then one with the
-/// time taken; a build done sooner writes none. A line that cannot be
-/// written is dropped.
-fn log_progress(bar: &ProgressBar, written: &std::sync::mpsc::Receiver<()>) {
-    use std::sync::mpsc::RecvTimeoutError::Timeout;
-    let started = Instant::now();
-    if !matches!(written.recv_timeout(PROGRESS_FIRST_LINE), Err(Timeout)) {
-        return;
-    }
-    let total = bar.length().unwrap_or(0);
-    let mib = |bytes: u64| format!("{:.1}", bytes as f64 / f64::from(1 << 20));
-    let _ = writeln!(
-        std::io::stderr(),
-        "kiln: compressing {} MiB (each encoding counted), a line every {} s",
-        mib(total),
-        PROGRESS_LINE_EVERY.as_secs()
-    );
-    loop {
-        let done = bar.position();
-        let percent = done * 100 / total.max(1);
-        let left = if done > 0 {
-            let secs =
-                started.elapsed().as_secs_f64() * (total - done.min(total)) as f64 / done as f64;
-            format!(", about {} s left", secs.round() as u64)
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            std::io::stderr(),
-            "kiln: compressing: {percent} % ({} of {} MiB){left}",
-            mib(done),
-            mib(total)
-        );
-        if !matches!(written.recv_timeout(PROGRESS_LINE_EVERY), Err(Timeout)) {
-            break;
-        }
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "kiln: compressed {} MiB in {:.1} s",
-        mib(bar.position()),
-        started.elapsed().as_secs_f64()
-    );
-}
-
-/// The progress bar of the compression: one unit per byte per encoding of
-/// each compressible file large enough to be tried.
-fn progress_bar(
-    input: &AssembleInput<'_>,
-    files: &[SourceFile],
-    types: &[String],
-    encodings: usize,
-) -> ProgressBar {
-    let total: u64 = files
-        .iter()
-        .zip(types)
-        .filter(|(f, t)| is_compressible(t) && worth_trying(f.len))
-        .map(|(f, _)| f.len * encodings as u64)
-        .sum();
-    if input.progress != Progress::Bar {
-        // Counted all the same: the progress lines read it.
-        return ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-    }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "compressing {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("valid template"),
-    );
-    bar
 }
 
 /// What the header blocks of one file as served by one route share.

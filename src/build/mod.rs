@@ -17,12 +17,14 @@
 pub mod assemble;
 pub mod compress;
 pub mod compressor;
+pub mod delta_maker;
 pub mod dictionaries;
 pub mod headers;
 pub mod listing;
 pub mod live;
 pub mod mime;
 pub mod netlify;
+pub mod progress;
 pub mod routes;
 pub mod source;
 pub mod urlpath;
@@ -90,11 +92,14 @@ pub struct BuildArgs {
         default_value = "br,gzip"
     )]
     pub encodings: String,
-    /// Compression levels: max (brotli 11, or 10 for a file over 32 MiB;
-    /// zstd 19, gzip 9: the smallest bodies) or fast (brotli 3, zstd 3, gzip 1: about a hundredth of the
-    /// CPU time; on the Python docs, brotli bodies a third larger, gzip
-    /// 40 %).
-    #[arg(long, value_enum, default_value = "max")]
+    /// How hard to compress: high (brotli 11, zstd 19, gzip 9, but a file
+    /// over 32 MiB in brotli pieces, one in three at quality 10 and the
+    /// others at 9.5: 200 MiB of text in about a minute on 2 cores, about
+    /// 12 % larger than brotli 11), max (brotli 11 everywhere: the
+    /// smallest bodies, a large file 3 to 5 times slower) or fast (brotli 3, zstd 3, gzip 1: about a
+    /// hundredth of the CPU time; on the Python docs, brotli bodies a
+    /// third larger, gzip 40 %). Which encodings is --encodings.
+    #[arg(long, value_enum, default_value = "high")]
     pub compression: Level,
     /// gzip encoder.
     #[arg(long, value_enum, default_value = "deflate")]
@@ -947,6 +952,7 @@ impl BuildArgs {
                 brotli_quality: self.brotli_quality.unwrap_or(preset.brotli_quality),
                 // A quality asked for is the quality of every body.
                 brotli_large_quality: self.brotli_quality.unwrap_or(preset.brotli_large_quality),
+                brotli_large_mixed: preset.brotli_large_mixed && self.brotli_quality.is_none(),
                 gzip: match self.gzip {
                     GzipTool::Deflate => {
                         GzipMode::Deflate(self.gzip_level.unwrap_or(preset_gzip_level))
