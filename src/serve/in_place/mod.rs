@@ -22,8 +22,12 @@
 //!   with `Retry-After`, and output still to be sent from it fails its
 //!   connection (the backing gives no bytes for it, see `stack.rs`), so
 //!   that no zero page goes out as content, until the new pack is whole
-//!   and reloaded. Bytes read between the writer's first write and that
-//!   mark may mix (`docs/deploy.md` says so).
+//!   and reloaded. That mark comes a moment after the write; what keeps
+//!   a response from completing with bytes read before and after it is
+//!   the last byte of each body, held back (`Seg::Checked`) until
+//!   everything before it was read and [`Guard::unchanged`] finds the
+//!   file's size and modification time as they were at open (what it does
+//!   not cover: `docs/deploy.md`).
 //!
 //! Either way one warning per event names the file and the fix: deploy
 //! by rename. Packs are tracked in a fixed table that the SIGBUS handler
