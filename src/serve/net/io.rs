@@ -314,3 +314,55 @@ pub fn resume(fd: RawFd, pending: &mut Pending, budget: &mut usize) -> Flush {
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pack of eight bytes, written in place or not.
+    struct Pack {
+        unchanged: bool,
+    }
+
+    impl Backing for Pack {
+        fn bytes(&self, _pack: u32) -> &[u8] {
+            b"abcdefgh"
+        }
+
+        fn file(&self, _pack: u32) -> Option<RawFd> {
+            None
+        }
+
+        fn unchanged(&self, _pack: u32) -> bool {
+            self.unchanged
+        }
+    }
+
+    /// What one gather of `segs` sends, and its length; `None` when it
+    /// fails.
+    fn gathered(backing: &Pack, bytes: &[u8], segs: &[Seg]) -> Option<(Vec<u8>, usize)> {
+        let mut iov = [&[][..]; 8];
+        let (count, total) = gather(bytes, backing, segs, &mut iov, usize::MAX, |s| s)?;
+        Some((iov[..count].concat(), total))
+    }
+
+    #[test]
+    fn a_held_back_byte_goes_out_alone_after_the_rest_and_only_from_an_unchanged_pack() {
+        let mut out = Output::new(64, u64::MAX);
+        out.bytes.extend_from_slice(b"HEAD");
+        // "cdef", its last byte read when the response was written.
+        out.pack_body_from(0, 2, 4, Some(b'f'));
+        let unchanged = Pack { unchanged: true };
+        let (first, total) = gathered(&unchanged, &out.bytes, &out.segs).unwrap();
+        assert_eq!(first, b"HEADcde", "the writev stops before the held byte");
+        let rest = advance(&mut out.segs, 0, total);
+        let (last, _) = gathered(&unchanged, &out.bytes, &out.segs[rest..]).unwrap();
+        assert_eq!(last, b"f");
+        let changed = Pack { unchanged: false };
+        assert!(
+            gathered(&changed, &out.bytes, &out.segs[rest..]).is_none(),
+            "a changed pack fails the send before its last byte"
+        );
+        assert_eq!(advance(&mut out.segs, rest, 1), out.segs.len());
+    }
+}
