@@ -302,6 +302,7 @@ impl Server {
                 Seg::File { off, len, .. } => {
                     into.extend_from_slice(&mapping[off as usize..(off + len) as usize]);
                 }
+                Seg::Checked { at, .. } => into.push(self.out.bytes[at]),
             }
         }
     }
@@ -662,6 +663,10 @@ impl Backing for Body {
 
     fn file(&self, _pack: u32) -> Option<RawFd> {
         Some(self.file.as_raw_fd())
+    }
+
+    fn unchanged(&self, _pack: u32) -> bool {
+        true
     }
 }
 

@@ -155,10 +155,9 @@ fn client(
                     &seen.unavailable
                 }
                 status => {
-                    let zeros = resp.body.iter().filter(|&&b| b == 0).count();
                     seen.wrong.lock().unwrap().push(format!(
-                        "{path}: {status} with {} bytes ({zeros} zero bytes), neither version's",
-                        resp.body.len()
+                        "{path}: {status} with {}, neither version's",
+                        describe(&resp.body, old.body(path), new.body(path))
                     ));
                     continue;
                 }
@@ -166,6 +165,30 @@ fn client(
             counter.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// What a body that is neither version's holds: its length, its pages
+/// of zeros, and how far it matches each version (a mixed body is one
+/// version up to a point, then the other).
+fn describe(body: &[u8], old: &[u8], new: &[u8]) -> String {
+    let zero_pages = body
+        .chunks(4096)
+        .filter(|page| page.iter().all(|&b| b == 0))
+        .count();
+    let agrees = |version: &[u8]| {
+        let first = body.iter().zip(version).position(|(a, b)| a != b);
+        let last = body.iter().zip(version).rposition(|(a, b)| a != b);
+        match (first, last) {
+            (Some(first), Some(last)) => format!("differs from {first} to {last}"),
+            _ => "agrees".to_owned(),
+        }
+    };
+    format!(
+        "{} bytes ({zero_pages} pages of zeros; old: {}; new: {})",
+        body.len(),
+        agrees(old),
+        agrees(new)
+    )
 }
 
 /// Writes `from` over `to` in place, as `writer` does.

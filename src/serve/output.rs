@@ -20,6 +20,25 @@ pub enum Seg {
     /// `len` bytes at `off` in the file of the backing's pack `pack`, sent
     /// with `sendfile`.
     File { pack: u32, off: u64, len: u64 },
+    /// The last byte of a body from pack `pack`, copied to `bytes[at]`
+    /// when the response was written, sent only once everything before it
+    /// was sent (read from the pack) and the backing finds the pack
+    /// unchanged (`Backing::unchanged`), else the connection fails: a pack
+    /// without a read lease may be written in place under a response, and
+    /// a response it changed under must never complete.
+    Checked { pack: u32, at: usize },
+}
+
+impl Seg {
+    /// The bytes it stands for.
+    pub fn bytes_len(&self) -> u64 {
+        match *self {
+            Seg::Own { start, end } => (end - start) as u64,
+            Seg::Mapped { len, .. } => len as u64,
+            Seg::File { len, .. } => len,
+            Seg::Checked { .. } => 1,
+        }
+    }
 }
 
 /// Default of `--sendfile-min`: bodies of at least this many bytes go out
@@ -81,6 +100,21 @@ impl Output {
             return;
         }
         self.segs.push(Seg::Own { start, end });
+    }
+
+    /// Appends a body as `pack_body` does, its last byte (`held`, read
+    /// from the pack) held back behind a check (`Seg::Checked`), when the
+    /// site gives one (`Site::held_back_byte`).
+    #[inline]
+    pub fn pack_body_from(&mut self, pack: u32, off: u64, len: u64, held: Option<u8>) {
+        let Some(byte) = held.filter(|_| len > 0) else {
+            return self.pack_body(pack, off, len);
+        };
+        self.pack_body(pack, off, len - 1);
+        let at = self.bytes.len();
+        self.bytes.push(byte);
+        self.sealed = self.bytes.len();
+        self.segs.push(Seg::Checked { pack, at });
     }
 
     /// Appends `len` bytes at `off` of the backing's pack `pack` (a

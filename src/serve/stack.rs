@@ -130,6 +130,10 @@ impl Backing for WithChallenges {
             _ => self.sites.file(pack),
         }
     }
+
+    fn unchanged(&self, pack: u32) -> bool {
+        pack == challenges::SLOT || self.sites.unchanged(pack)
+    }
 }
 
 /// The backing of one generation: the sites alone, or with challenges.
@@ -159,6 +163,10 @@ impl Backing for Sites {
             .filter(|s| !s.is_stale())?
             .pack()
             .map(|p| p.file().as_raw_fd())
+    }
+
+    fn unchanged(&self, pack: u32) -> bool {
+        self.site(pack).is_some_and(|s| s.unchanged())
     }
 }
 

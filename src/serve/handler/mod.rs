@@ -15,6 +15,7 @@ mod path;
 mod rules;
 pub mod sites;
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use super::in_place;
@@ -329,6 +330,32 @@ impl Site {
         self.in_place
             .as_ref()
             .is_some_and(in_place::Guard::is_stale)
+    }
+
+    /// With a pack that has no read lease (`in_place`): the last byte of
+    /// the body at `off`, `len` bytes long, read now, to be held back
+    /// until the pack is found unchanged (`Seg::Checked`). `None` with a
+    /// lease, or for an empty body: one load on the hot path, nothing
+    /// more.
+    #[inline]
+    pub fn held_back_byte(&self, off: u64, len: u64) -> Option<u8> {
+        if !self.in_place.as_ref()?.holds_back() || len == 0 {
+            return None;
+        }
+        let at = usize::try_from(off.checked_add(len - 1)?).ok()?;
+        // A fault in this read (the pack cut short) maps a zero page in
+        // and marks the pack stale: the check before the byte goes out
+        // finds it.
+        self.pack()?.bytes().get(at).copied()
+    }
+
+    /// Whether the pack is as it was opened (`in_place::Guard::unchanged`;
+    /// always, for a pack not tracked).
+    pub fn unchanged(&self) -> bool {
+        match (self.in_place.as_ref(), self.pack()) {
+            (Some(guard), Some(pack)) => guard.unchanged(pack.file().as_fd()),
+            _ => true,
+        }
     }
 
     /// A watched preview's generation (`live`).

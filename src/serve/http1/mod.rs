@@ -10,7 +10,7 @@ pub mod request_line;
 use super::access_log::Entry;
 use super::date::DateCache;
 use super::handler::live::EventStream;
-use super::handler::{self, Body, Extra, Method, Response};
+use super::handler::{self, Body, Extra, Method, Response, Sites};
 use super::metrics::Protocol;
 use super::net::conn::Expiry;
 use super::net::{Step, Wait};
@@ -142,6 +142,7 @@ fn reason(status: u16) -> &'static str {
 /// body unless `head_only`. Returns the number of body bytes queued.
 fn write_response(
     out: &mut Output,
+    sites: &Sites,
     date: &DateCache,
     server_headers: &ServerHeaders,
     resp: &Response<'_>,
@@ -203,7 +204,8 @@ fn write_response(
             bytes.len() as u64
         }
         Body::Pack { pack, off, len } => {
-            out.pack_body(pack, off, len);
+            let held = sites.site(pack).and_then(|s| s.held_back_byte(off, len));
+            out.pack_body_from(pack, off, len, held);
             len
         }
     }
@@ -225,6 +227,7 @@ pub fn write_error(out: &mut Output, ctx: &mut RequestContext<'_>, status: u16) 
     let resp = handler::builtin(status, body);
     let sent = write_response(
         out,
+        ctx.sites,
         ctx.date,
         ctx.server_headers,
         &resp,
@@ -335,6 +338,7 @@ pub fn serve_batch(
         };
         let sent = write_response(
             out,
+            ctx.sites,
             ctx.date,
             ctx.server_headers,
             &resp,

@@ -22,8 +22,12 @@
 //!   with `Retry-After`, and output still to be sent from it fails its
 //!   connection (the backing gives no bytes for it, see `stack.rs`), so
 //!   that no zero page goes out as content, until the new pack is whole
-//!   and reloaded. Bytes read between the writer's first write and that
-//!   mark may mix (`docs/deploy.md` says so).
+//!   and reloaded. That mark comes a moment after the write; what keeps
+//!   a response from completing with bytes read before and after it is
+//!   the last byte of each body, held back (`Seg::Checked`) until
+//!   everything before it was read and [`Guard::unchanged`] finds the
+//!   file's size and modification time as they were at open (what it does
+//!   not cover: `docs/deploy.md`).
 //!
 //! Either way one warning per event names the file and the fix: deploy
 //! by rename. Packs are tracked in a fixed table that the SIGBUS handler
@@ -93,6 +97,34 @@ fn tracked() -> MutexGuard<'static, Vec<Option<Tracked>>> {
 #[derive(Debug)]
 pub struct Guard {
     index: usize,
+    /// Without a lease: the file's size and modification time when it was
+    /// opened, which `unchanged` compares with the file's now. `None` with
+    /// a lease (a writer is held back until the pack is copied).
+    opened_as: Option<Written>,
+}
+
+/// What a write in place changes at once, in the writer's own system call
+/// and before any of its bytes can be read: the size (`O_TRUNC` makes it
+/// 0) and the modification time (set before the data is copied). Since
+/// Linux 6.13 (ext4, XFS, Btrfs, tmpfs) a time that was read by a `stat`
+/// is never given again to a later change ("multigrain" time stamps), so
+/// the comparison cannot miss one; before, a change within the clock
+/// tick of the pack's previous one (about 4 ms) keeps the time, and only
+/// the size or inotify tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Written {
+    size: u64,
+    modified: (i64, i64),
+}
+
+impl Written {
+    fn of(fd: BorrowedFd<'_>) -> Option<Written> {
+        let stat = rustix::fs::fstat(fd).ok()?;
+        Some(Written {
+            size: stat.st_size as u64,
+            modified: (stat.st_mtime as i64, stat.st_mtime_nsec as i64),
+        })
+    }
 }
 
 impl Guard {
@@ -121,6 +153,14 @@ impl Guard {
             return None;
         };
         let leased = take_lease(file.as_fd(), pack.path());
+        let opened_as = if leased {
+            None
+        } else {
+            match Written::of(file.as_fd()) {
+                Some(written) => Some(written),
+                None => return None,
+            }
+        };
         let mapping = &MAPPINGS[index];
         mapping.stale.store(false, Ordering::Release);
         mapping
@@ -137,7 +177,26 @@ impl Guard {
             frozen: false,
             said: false,
         });
-        Some(Guard { index })
+        Some(Guard { index, opened_as })
+    }
+
+    /// Whether the pack has no lease: the last byte of each body from it
+    /// is held back until `unchanged` says that what was sent before it
+    /// was read from the pack as it was opened (see `Seg::Checked`).
+    #[inline]
+    pub fn holds_back(&self) -> bool {
+        self.opened_as.is_some()
+    }
+
+    /// Whether nothing was written to the pack since it was opened, as far
+    /// as can be known now: not stale, and (without a lease) the file
+    /// `fd`'s size and modification time as they were (one `fstat`). Every
+    /// byte read from it before this call is then the pack's own.
+    pub fn unchanged(&self, fd: BorrowedFd<'_>) -> bool {
+        !self.is_stale()
+            && self
+                .opened_as
+                .is_none_or(|opened| Written::of(fd) == Some(opened))
     }
 
     /// Whether the pack was written in place without a lease: its site

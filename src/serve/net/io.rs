@@ -179,9 +179,10 @@ pub fn send(
 /// (or as many as `iov` and IOV_MAX hold, or `max` bytes: the last
 /// slice cut there), with `bytes` for `Own` and
 /// `backing` for `Mapped` segments, each made by `iovec` (an `IoSlice` for
-/// `writev`, the io_uring crate's iovec for a ring's). Returns how many
-/// iovecs were filled and their total length; `None` when a mapped segment
-/// lies outside its pack.
+/// `writev`, the io_uring crate's iovec for a ring's); a `Checked`
+/// segment only first, after its check. Returns how many iovecs were
+/// filled and their total length; `None` when a mapped segment lies
+/// outside its pack, or a checked one's pack changed.
 pub fn gather<'a, V>(
     bytes: &'a [u8],
     backing: &'a dyn Backing,
@@ -197,6 +198,9 @@ pub fn gather<'a, V>(
     // once, not once per segment.
     let mut map: (u32, &'a [u8]) = (u32::MAX, &[]);
     for seg in segs {
+        if count == limit || total == max {
+            break;
+        }
         let slice: &[u8] = match *seg {
             Seg::Own { start, end } => &bytes[start..end],
             Seg::Mapped { pack, off, len } => {
@@ -206,10 +210,16 @@ pub fn gather<'a, V>(
                 map.1.get(off..off.checked_add(len)?)?
             }
             Seg::File { .. } => break,
+            // Only once what comes before it was read (sent, or taken by
+            // a completed operation): first in a gather.
+            Seg::Checked { .. } if count > 0 => break,
+            Seg::Checked { pack, at } => {
+                if !backing.unchanged(pack) {
+                    return None;
+                }
+                bytes.get(at..at + 1)?
+            }
         };
-        if count == limit || total == max {
-            break;
-        }
         let slice = &slice[..slice.len().min(max - total)];
         iov[count] = iovec(slice);
         count += 1;
@@ -223,11 +233,7 @@ pub fn gather<'a, V>(
 /// segment with bytes left (empty `Own` segments skipped).
 pub fn advance(segs: &mut [Seg], mut next: usize, mut sent: usize) -> usize {
     while sent > 0 && next < segs.len() {
-        let seg_len = match segs[next] {
-            Seg::Own { start, end } => end - start,
-            Seg::Mapped { len, .. } => len,
-            Seg::File { len, .. } => len as usize,
-        };
+        let seg_len = segs[next].bytes_len() as usize;
         if sent >= seg_len {
             sent -= seg_len;
             next += 1;
@@ -247,6 +253,8 @@ pub fn advance(segs: &mut [Seg], mut next: usize, mut sent: usize) -> usize {
                     off: off + sent as u64,
                     len: len - sent as u64,
                 },
+                // One byte: never partly sent.
+                checked @ Seg::Checked { .. } => checked,
             };
             sent = 0;
         }
@@ -305,4 +313,56 @@ pub fn resume(fd: RawFd, pending: &mut Pending, budget: &mut usize) -> Flush {
         *next = at;
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pack of eight bytes, written in place or not.
+    struct Pack {
+        unchanged: bool,
+    }
+
+    impl Backing for Pack {
+        fn bytes(&self, _pack: u32) -> &[u8] {
+            b"abcdefgh"
+        }
+
+        fn file(&self, _pack: u32) -> Option<RawFd> {
+            None
+        }
+
+        fn unchanged(&self, _pack: u32) -> bool {
+            self.unchanged
+        }
+    }
+
+    /// What one gather of `segs` sends, and its length; `None` when it
+    /// fails.
+    fn gathered(backing: &Pack, bytes: &[u8], segs: &[Seg]) -> Option<(Vec<u8>, usize)> {
+        let mut iov = [&[][..]; 8];
+        let (count, total) = gather(bytes, backing, segs, &mut iov, usize::MAX, |s| s)?;
+        Some((iov[..count].concat(), total))
+    }
+
+    #[test]
+    fn a_held_back_byte_goes_out_alone_after_the_rest_and_only_from_an_unchanged_pack() {
+        let mut out = Output::new(64, u64::MAX);
+        out.bytes.extend_from_slice(b"HEAD");
+        // "cdef", its last byte read when the response was written.
+        out.pack_body_from(0, 2, 4, Some(b'f'));
+        let unchanged = Pack { unchanged: true };
+        let (first, total) = gathered(&unchanged, &out.bytes, &out.segs).unwrap();
+        assert_eq!(first, b"HEADcde", "the writev stops before the held byte");
+        let rest = advance(&mut out.segs, 0, total);
+        let (last, _) = gathered(&unchanged, &out.bytes, &out.segs[rest..]).unwrap();
+        assert_eq!(last, b"f");
+        let changed = Pack { unchanged: false };
+        assert!(
+            gathered(&changed, &out.bytes, &out.segs[rest..]).is_none(),
+            "a changed pack fails the send before its last byte"
+        );
+        assert_eq!(advance(&mut out.segs, rest, 1), out.segs.len());
+    }
 }

@@ -178,6 +178,11 @@ pub trait Backing: Send + Sync {
     /// `sendfile` (`None` when there is no file: such segments then fail
     /// the connection).
     fn file(&self, pack: u32) -> Option<RawFd>;
+    /// Whether pack `pack` is as it was opened (`Seg::Checked`): called
+    /// after everything before such a segment was read, so that a
+    /// response the pack changed under never completes. Only packs
+    /// without a read lease make such segments; one `fstat` each.
+    fn unchanged(&self, pack: u32) -> bool;
 }
 
 /// What a connection waits for while it stays open; decides the deadline

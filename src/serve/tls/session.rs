@@ -99,6 +99,13 @@ impl Unsent {
                         end: self.bytes.len(),
                     }
                 }
+                Seg::Checked { pack, at } => {
+                    self.bytes.push(*bytes.get(at).ok_or(Failed)?);
+                    Seg::Checked {
+                        pack,
+                        at: self.bytes.len() - 1,
+                    }
+                }
                 other => other,
             };
             self.segs.push(seg);
@@ -589,8 +596,11 @@ impl Open {
                 out.extend_from_slice(piece);
                 // A pack written in place without a lease (`in_place`)
                 // may have faulted in that copy, a zero page read in: the
-                // backing gives nothing for it from then on.
-                if resolve(segs[taken], bytes, backing).is_none() {
+                // backing gives nothing for it from then on. (A checked
+                // byte was checked after what came before it: once.)
+                if !matches!(segs[taken], Seg::Checked { .. })
+                    && resolve(segs[taken], bytes, backing).is_none()
+                {
                     self.records.abandon(begun, out);
                     return Err(Failed);
                 }
@@ -626,10 +636,16 @@ impl Open {
     }
 }
 
-/// The bytes a segment stands for (a file range is in the mapping too).
+/// The bytes a segment stands for (a file range is in the mapping too);
+/// a checked byte only when its pack is unchanged, which is asked when
+/// everything before it was copied into records.
 fn resolve<'a>(seg: Seg, bytes: &'a [u8], backing: &'a dyn Backing) -> Option<&'a [u8]> {
     match seg {
         Seg::Own { start, end } => bytes.get(start..end),
+        Seg::Checked { pack, at } => backing
+            .unchanged(pack)
+            .then(|| bytes.get(at..at + 1))
+            .flatten(),
         Seg::Mapped { pack, off, len } => backing.bytes(pack).get(off..off.checked_add(len)?),
         Seg::File { pack, off, len } => {
             let off = usize::try_from(off).ok()?;
@@ -644,8 +660,7 @@ fn resolve<'a>(seg: Seg, bytes: &'a [u8], backing: &'a dyn Backing) -> Option<&'
 fn seg_len(seg: Seg) -> usize {
     match seg {
         Seg::Own { start, end } => end.saturating_sub(start),
-        Seg::Mapped { len, .. } => len,
-        Seg::File { len, .. } => usize::try_from(len).unwrap_or(usize::MAX),
+        other => usize::try_from(other.bytes_len()).unwrap_or(usize::MAX),
     }
 }
 
@@ -666,6 +681,8 @@ fn advance(seg: Seg, n: usize) -> Seg {
             off: off + n as u64,
             len: len - n as u64,
         },
+        // One byte: never partly sealed.
+        checked @ Seg::Checked { .. } => checked,
     }
 }
 
@@ -689,6 +706,10 @@ mod tests {
 
         fn file(&self, _pack: u32) -> Option<std::os::fd::RawFd> {
             None
+        }
+
+        fn unchanged(&self, _pack: u32) -> bool {
+            true
         }
     }
 

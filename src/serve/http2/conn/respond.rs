@@ -235,7 +235,14 @@ impl Stream {
                         let range = off as usize..(off + n) as usize;
                         out.bytes.extend_from_slice(&pack[range]);
                     }
-                    _ => out.pack_body(pack, off, n),
+                    // The last frame's last byte held back for a pack
+                    // without a lease (`Seg::Checked`).
+                    _ => {
+                        let held = last
+                            .then(|| current.site(pack)?.held_back_byte(off, n))
+                            .flatten();
+                        out.pack_body_from(pack, off, n, held);
+                    }
                 }
                 self.body = Some(Remaining::Pack {
                     pack,
