@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use super::frame::{self, Frame, FrameReader, ReadError};
+use super::taken::Taken;
 use crate::qpack;
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
@@ -269,6 +270,9 @@ pub struct Conn {
     settings: bool,
     /// The highest request stream ID taken, for GOAWAY.
     last_request: Option<u64>,
+    /// Every request stream taken (or refused), whatever the order their
+    /// first bytes came in: the bytes of one forgotten are ignored.
+    taken: Taken,
     /// GOAWAY was sent: no new request is taken.
     goaway: bool,
     /// The connection was closed with an error.
@@ -444,7 +448,8 @@ impl Conn {
             // client's concurrent streams until the connection ended.
             // (A request answered and forgotten is never reported reset:
             // QUIC forgets a stream read to its end, or stopped, itself.)
-            None if id & 3 == 0 => {
+            None if id & 3 == 0 && !self.taken.contains(id) => {
+                self.taken.take(id, |held| refuse(held, streams));
                 streams.reset(id, frame::H3_REQUEST_CANCELLED);
                 self.cancelled(UNREAD_RESET_COST, streams);
             }
@@ -657,17 +662,19 @@ impl Conn {
         let i = match self.requests.iter().position(|r| r.id == id) {
             Some(i) => i,
             None => {
-                if self.last_request.is_some_and(|last| id <= last) {
-                    // The rest of a request answered and forgotten.
+                if self.taken.contains(id) {
+                    // The rest of a request answered and forgotten, or
+                    // refused.
                     return Ok(());
                 }
-                if self.goaway {
-                    // §5.2: after GOAWAY, a request not taken.
-                    streams.stop(id, frame::H3_REQUEST_REJECTED);
-                    streams.reset(id, frame::H3_REQUEST_REJECTED);
+                self.taken.take(id, |held| refuse(held, streams));
+                if self.goaway && self.last_request.is_none_or(|last| id > last) {
+                    // §5.2: after GOAWAY, a request at or above the ID it
+                    // named (those below it may still come, out of order).
+                    refuse(id, streams);
                     return Ok(());
                 }
-                self.last_request = Some(id);
+                self.last_request = self.last_request.max(Some(id));
                 self.requests.push(Request {
                     id,
                     phase: Phase::Headers,
@@ -944,6 +951,12 @@ pub struct Answering<'a, 'w> {
 }
 
 /// `payload` as one DATA frame (an event of a held stream: small, rare).
+/// A request stream refused unread (§4.1.1: the client may retry it).
+fn refuse(id: u64, streams: &mut impl Streams) {
+    streams.stop(id, frame::H3_REQUEST_REJECTED);
+    streams.reset(id, frame::H3_REQUEST_REJECTED);
+}
+
 fn data_frame(payload: &[u8]) -> Bytes {
     let mut frame = Vec::with_capacity(payload.len() + 9);
     frame::write_frame_header(frame::DATA, payload.len() as u64, &mut frame);

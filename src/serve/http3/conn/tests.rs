@@ -473,3 +473,30 @@ fn cancelling_one_request_in_three_is_never_cut_off() {
     }
     assert_eq!(peer.quic.closed, None);
 }
+
+#[test]
+fn a_request_whose_first_bytes_come_after_a_later_ones_is_answered() {
+    let mut peer = Peer::new();
+    peer.control(&[]);
+    // Stream 0's first packet was lost or overtaken: stream 4's arrives
+    // first, and is answered and forgotten before stream 0's comes.
+    peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
+    peer.send(0, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert_eq!(peer.quic.finished, [4, 0]);
+    for id in [4, 0] {
+        assert_eq!(data_payloads(&peer.quic.written[&id]), [b"Hello World!"]);
+    }
+    assert!(peer.quic.resets.is_empty() && peer.quic.stops.is_empty());
+    assert!(peer.conn.is_idle());
+    // The late bytes of a stream answered are ignored, not a new request.
+    peer.send(0, &[], true);
+    assert_eq!(peer.quic.finished, [4, 0]);
+    // After GOAWAY (naming 16), a stream below it that comes late is
+    // still taken; one at or above it is refused.
+    peer.send(12, &frame_bytes(frame::HEADERS, &get_section()), true);
+    peer.conn.go_away(&mut peer.quic);
+    peer.send(8, &frame_bytes(frame::HEADERS, &get_section()), true);
+    peer.send(16, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert_eq!(peer.quic.finished, [4, 0, 12, 8]);
+    assert_eq!(peer.quic.resets, [(16, frame::H3_REQUEST_REJECTED)]);
+}
