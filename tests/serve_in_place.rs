@@ -102,6 +102,17 @@ enum Leases {
     Refused,
 }
 
+/// Who the server runs as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum User {
+    /// `--user root` when the tests run as root (`Launch::default`): the
+    /// packs' owner, who may take leases without a capability.
+    AsStarted,
+    /// `nobody`, from root: a lease on root's pack needs the CAP_LEASE
+    /// the sandbox keeps.
+    Nobody,
+}
+
 /// What the clients saw.
 #[derive(Default)]
 struct Seen {
@@ -204,8 +215,17 @@ fn wait_for_log(server: &Server, want: &str) {
 
 /// Serves the old pack (`layout`), loads it from four clients, writes the
 /// new pack over it in place (`writer`) and checks what was served.
-fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
+fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases, user: User) {
+    if user == User::Nobody && !is_root() {
+        eprintln!("skipped: the switch to nobody needs the tests to run as root");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let (old, new) = (Arc::new(Bodies::of(1)), Arc::new(Bodies::of(2)));
     let next = dir.path().join("next.pack");
     write_pack(&next, &new);
@@ -229,6 +249,7 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
         &[site.to_str().unwrap(), "--threads", "2"],
         Launch {
             env,
+            stay_root: user == User::AsStarted,
             ..Launch::default()
         },
     ));
@@ -307,6 +328,8 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
     );
     assert!(wrong.is_empty(), "{counts}; {wrong:?}");
     if leases == Leases::Taken {
+        let log = server.stderr_text();
+        assert!(!log.contains("no read lease"), "{log}");
         // The copy served every request in flight and after, until the
         // new pack: nothing refused, nothing cut.
         assert_eq!(seen.unavailable.load(Ordering::Relaxed), 0, "{counts}");
@@ -321,30 +344,70 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
 
 #[test]
 fn a_pack_copied_over_in_place_is_served_from_a_copy_until_the_new_one_verifies() {
-    written_in_place_under_load(Layout::OnePack, Writer::Copy, Leases::Taken);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Copy,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn a_pack_written_in_place_slowly_is_served_from_a_copy_until_the_new_one_verifies() {
-    written_in_place_under_load(Layout::OnePack, Writer::Chunked, Leases::Taken);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn a_site_of_a_folder_written_in_place_is_served_from_a_copy() {
-    written_in_place_under_load(Layout::Folder, Writer::Chunked, Leases::Taken);
+    written_in_place_under_load(
+        Layout::Folder,
+        Writer::Chunked,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_pack_copied_over_in_place_answers_503_and_cuts_never_wrong_bytes() {
-    written_in_place_under_load(Layout::OnePack, Writer::Copy, Leases::Refused);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Copy,
+        Leases::Refused,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_pack_written_in_place_slowly_answers_503_and_cuts_never_wrong_bytes() {
-    written_in_place_under_load(Layout::OnePack, Writer::Chunked, Leases::Refused);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Refused,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_site_of_a_folder_written_in_place_answers_503_meanwhile() {
-    written_in_place_under_load(Layout::Folder, Writer::Copy, Leases::Refused);
+    written_in_place_under_load(
+        Layout::Folder,
+        Writer::Copy,
+        Leases::Refused,
+        User::AsStarted,
+    );
+}
+
+#[test]
+fn as_nobody_a_lease_on_roots_pack_is_taken_with_the_capability_kept() {
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Taken,
+        User::Nobody,
+    );
 }
