@@ -11,7 +11,10 @@
 //! warning naming the file and the fix is logged. With a read lease (the
 //! tests own the pack) nothing is refused or cut; with leases refused
 //! (`KILN_DEBUG_REFUSE_LEASES=1`, the bus-error path) responses may be
-//! 503 or cut, never wrong. A single pack and a folder of sites.
+//! 503 or cut, never wrong. A single pack and a folder of sites; as
+//! nobody, the lease on root's pack taken with the CAP_LEASE kept. A pack
+//! cut short in place never verifies: the copy (or the 503) stays until a
+//! whole one is written.
 
 mod common;
 
@@ -410,4 +413,59 @@ fn as_nobody_a_lease_on_roots_pack_is_taken_with_the_capability_kept() {
         Leases::Taken,
         User::Nobody,
     );
+}
+
+/// A pack cut short in place (a copy that stopped half-way) never
+/// verifies: the site keeps answering from the copy of the previous pack
+/// (with a lease) or with 503 (without), until a whole pack is written.
+fn cut_short_in_place(leases: Leases) {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Bodies::of(1), Bodies::of(2));
+    let (served, next) = (dir.path().join("site.pack"), dir.path().join("next.pack"));
+    write_pack(&served, &old);
+    write_pack(&next, &new);
+    let env = match leases {
+        Leases::Taken => Vec::new(),
+        Leases::Refused => vec![("KILN_DEBUG_REFUSE_LEASES", "1".to_owned())],
+    };
+    let server = Server::launch(
+        &[served.to_str().unwrap()],
+        Launch {
+            env,
+            ..Launch::default()
+        },
+    );
+    assert_eq!(server.get("/small.txt", "").body, old.small);
+    let whole = std::fs::read(&next).unwrap();
+    std::fs::write(&served, &whole[..whole.len() / 2]).unwrap();
+    wait_for_log(&server, "still serving the previous pack");
+    let resp = server.get("/small.txt", "");
+    match leases {
+        Leases::Taken => assert_eq!((resp.status, resp.body), (200, old.small.clone())),
+        Leases::Refused => {
+            assert_eq!(resp.status, 503);
+            assert_eq!(resp.header("Retry-After").as_deref(), Some("1"));
+        }
+    }
+    std::fs::write(&served, &whole).unwrap();
+    let start = Instant::now();
+    while server.get("/small.txt", "").body != new.small {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the whole pack not served; log:\n{}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.get("/big.bin", "").body, new.big);
+}
+
+#[test]
+fn a_pack_cut_short_in_place_leaves_the_copy_serving_until_a_whole_one_is_written() {
+    cut_short_in_place(Leases::Taken);
+}
+
+#[test]
+fn without_a_lease_a_pack_cut_short_in_place_answers_503_until_a_whole_one_is_written() {
+    cut_short_in_place(Leases::Refused);
 }
