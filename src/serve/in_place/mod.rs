@@ -274,3 +274,34 @@ fn say_stale(entry: &mut Tracked) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+
+    use super::*;
+    use crate::pack::PackWriter;
+
+    #[test]
+    fn a_read_past_the_end_of_a_shrunk_pack_reads_zeros_and_marks_it_stale() {
+        install_fault_handler().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("site.pack");
+        PackWriter::create(&path).unwrap().finish().unwrap();
+        // Open for writing first: no lease can be taken (a lease's break
+        // would signal this test process, which does not handle SIGIO).
+        let writer = OpenOptions::new().write(true).open(&path).unwrap();
+        let pack = Pack::open(&path).unwrap();
+        let guard = Guard::track(&pack).expect("tracked");
+        assert!(!guard.is_stale());
+        assert!(!tracked()[guard.index].as_ref().unwrap().leased);
+        writer.set_len(0).unwrap();
+        let bytes = pack.bytes();
+        // SAFETY: a read of our own mapping, which the handler makes good.
+        let first = unsafe { std::ptr::read_volatile(bytes.as_ptr()) };
+        assert_eq!(first, 0);
+        assert!(guard.is_stale());
+        drop(guard);
+        assert!(tracked().iter().flatten().all(|t| t.path != path));
+    }
+}
