@@ -73,6 +73,9 @@ struct Tracked {
     fd: RawFd,
     /// The path it was opened at, as named.
     path: PathBuf,
+    /// Its file's device and inode: a path inotify names is matched by
+    /// them (`./site.pack` and `site.pack`, a link to it).
+    file: (u64, u64),
     /// Holds a read lease.
     leased: bool,
     /// Serves a copy of itself since a writer broke its lease.
@@ -103,12 +106,14 @@ impl Guard {
         let map = pack.bytes();
         let file = pack.file();
         let on_disk = match (file.metadata(), std::fs::metadata(pack.path())) {
-            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
-            _ => false,
+            (Ok(open), Ok(named)) if (open.dev(), open.ino()) == (named.dev(), named.ino()) => {
+                Some((open.dev(), open.ino()))
+            }
+            _ => None,
         };
-        if map.is_empty() || !on_disk {
+        let Some(id) = on_disk.filter(|_| !map.is_empty()) else {
             return None;
-        }
+        };
         let mut list = tracked();
         let Some(index) = (0..MAX_PACKS).find(|&i| list.get(i).is_none_or(Option::is_none)) else {
             static SAID: AtomicBool = AtomicBool::new(false);
@@ -133,6 +138,7 @@ impl Guard {
         list[index] = Some(Tracked {
             fd: file.as_raw_fd(),
             path: pack.path().to_path_buf(),
+            file: id,
             leased,
             frozen: false,
             said: false,
@@ -243,11 +249,12 @@ pub fn lease_broken() {
 /// pack served from it without a lease is stale from now on; one frozen
 /// or leased is not touched (a lease holds every writer back).
 pub fn modified(path: &Path) {
+    let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let mut list = tracked();
     for (index, entry) in list.iter_mut().enumerate() {
         let Some(entry) = entry
             .as_mut()
-            .filter(|e| !e.leased && !e.frozen && e.path == path)
+            .filter(|e| !e.leased && !e.frozen && Some(e.file) == file)
         else {
             continue;
         };
