@@ -111,9 +111,7 @@ impl Guard {
             }
             _ => None,
         };
-        let Some(id) = on_disk.filter(|_| !map.is_empty()) else {
-            return None;
-        };
+        let id = on_disk.filter(|_| !map.is_empty())?;
         let mut list = tracked();
         let Some(index) = (0..MAX_PACKS).find(|&i| list.get(i).is_none_or(Option::is_none)) else {
             static SAID: AtomicBool = AtomicBool::new(false);
