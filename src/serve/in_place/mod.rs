@@ -10,9 +10,11 @@
 //!   control thread reads from its signalfd; it copies the pack into an
 //!   in-memory file, maps the copy over the same addresses and puts it
 //!   at the same descriptor number (for `sendfile` and `splice`), which
-//!   closes the file and so lets the lease go. Responses in flight finish from the copy, which
-//!   keeps serving until the new pack is whole and verifies (the close
-//!   of the writer's file reloads it, as a rename does).
+//!   closes the file and so lets the lease go. Responses in flight finish
+//!   from the copy, which keeps serving until the new pack is whole and
+//!   verifies (the close of the writer's file reloads it, as a rename
+//!   does). The copy costs the pack's size in memory meanwhile, and a
+//!   loop that drops a pack waits for a copy being made (the lock).
 //! - **Without a lease** (not the file's owner and no CAP_LEASE, a
 //!   filesystem without leases, a writer that had the file open already;
 //!   `KILN_DEBUG_REFUSE_LEASES=1` in debug builds): the first change
@@ -20,10 +22,11 @@
 //!   fault (`fault.rs`: a zero page mapped over the faulting one so that
 //!   the read completes) marks the pack *stale*: its site answers 503
 //!   with `Retry-After`, and output still to be sent from it fails its
-//!   connection (the backing gives no bytes for it, see `stack.rs`), so
-//!   that no zero page goes out as content, until the new pack is whole
-//!   and reloaded. Bytes read between the writer's first write and that
-//!   mark may mix (`docs/deploy.md` says so).
+//!   connection (the backing gives no bytes for it, see `stack.rs`; an
+//!   HTTP/2 stream is reset), so that no zero page goes out as content,
+//!   until the new pack is whole and reloaded. Bytes read between the
+//!   writer's first write and that mark may mix, and HTTP/3 bodies
+//!   already handed to QUIC are not cut (`docs/deploy.md` says so).
 //!
 //! Either way one warning per event names the file and the fix: deploy
 //! by rename. Packs are tracked in a fixed table that the SIGBUS handler
