@@ -11,7 +11,10 @@
 //! warning naming the file and the fix is logged. With a read lease (the
 //! tests own the pack) nothing is refused or cut; with leases refused
 //! (`KILN_DEBUG_REFUSE_LEASES=1`, the bus-error path) responses may be
-//! 503 or cut, never wrong. A single pack and a folder of sites.
+//! 503 or cut, never wrong. A single pack and a folder of sites; as
+//! nobody, the lease on root's pack taken with the CAP_LEASE kept. A pack
+//! cut short in place never verifies: the copy (or the 503) stays until a
+//! whole one is written.
 
 mod common;
 
@@ -100,6 +103,17 @@ enum Layout {
 enum Leases {
     Taken,
     Refused,
+}
+
+/// Who the server runs as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum User {
+    /// `--user root` when the tests run as root (`Launch::default`): the
+    /// packs' owner, who may take leases without a capability.
+    AsStarted,
+    /// `nobody`, from root: a lease on root's pack needs the CAP_LEASE
+    /// the sandbox keeps.
+    Nobody,
 }
 
 /// What the clients saw.
@@ -227,8 +241,17 @@ fn wait_for_log(server: &Server, want: &str) {
 
 /// Serves the old pack (`layout`), loads it from four clients, writes the
 /// new pack over it in place (`writer`) and checks what was served.
-fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
+fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases, user: User) {
+    if user == User::Nobody && !is_root() {
+        eprintln!("skipped: the switch to nobody needs the tests to run as root");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let (old, new) = (Arc::new(Bodies::of(1)), Arc::new(Bodies::of(2)));
     let next = dir.path().join("next.pack");
     write_pack(&next, &new);
@@ -252,6 +275,7 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
         &[site.to_str().unwrap(), "--threads", "2"],
         Launch {
             env,
+            stay_root: user == User::AsStarted,
             ..Launch::default()
         },
     ));
@@ -335,6 +359,8 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
     );
     assert!(wrong.is_empty(), "{counts}; {wrong:?}");
     if leases == Leases::Taken {
+        let log = server.stderr_text();
+        assert!(!log.contains("no read lease"), "{log}");
         // The copy served every request in flight and after, until the
         // new pack: nothing refused, nothing cut.
         assert_eq!(seen.unavailable.load(Ordering::Relaxed), 0, "{counts}");
@@ -349,30 +375,125 @@ fn written_in_place_under_load(layout: Layout, writer: Writer, leases: Leases) {
 
 #[test]
 fn a_pack_copied_over_in_place_is_served_from_a_copy_until_the_new_one_verifies() {
-    written_in_place_under_load(Layout::OnePack, Writer::Copy, Leases::Taken);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Copy,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn a_pack_written_in_place_slowly_is_served_from_a_copy_until_the_new_one_verifies() {
-    written_in_place_under_load(Layout::OnePack, Writer::Chunked, Leases::Taken);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn a_site_of_a_folder_written_in_place_is_served_from_a_copy() {
-    written_in_place_under_load(Layout::Folder, Writer::Chunked, Leases::Taken);
+    written_in_place_under_load(
+        Layout::Folder,
+        Writer::Chunked,
+        Leases::Taken,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_pack_copied_over_in_place_answers_503_and_cuts_never_wrong_bytes() {
-    written_in_place_under_load(Layout::OnePack, Writer::Copy, Leases::Refused);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Copy,
+        Leases::Refused,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_pack_written_in_place_slowly_answers_503_and_cuts_never_wrong_bytes() {
-    written_in_place_under_load(Layout::OnePack, Writer::Chunked, Leases::Refused);
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Refused,
+        User::AsStarted,
+    );
 }
 
 #[test]
 fn without_a_lease_a_site_of_a_folder_written_in_place_answers_503_meanwhile() {
-    written_in_place_under_load(Layout::Folder, Writer::Copy, Leases::Refused);
+    written_in_place_under_load(
+        Layout::Folder,
+        Writer::Copy,
+        Leases::Refused,
+        User::AsStarted,
+    );
+}
+
+#[test]
+fn as_nobody_a_lease_on_roots_pack_is_taken_with_the_capability_kept() {
+    written_in_place_under_load(
+        Layout::OnePack,
+        Writer::Chunked,
+        Leases::Taken,
+        User::Nobody,
+    );
+}
+
+/// A pack cut short in place (a copy that stopped half-way) never
+/// verifies: the site keeps answering from the copy of the previous pack
+/// (with a lease) or with 503 (without), until a whole pack is written.
+fn cut_short_in_place(leases: Leases) {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (Bodies::of(1), Bodies::of(2));
+    let (served, next) = (dir.path().join("site.pack"), dir.path().join("next.pack"));
+    write_pack(&served, &old);
+    write_pack(&next, &new);
+    let env = match leases {
+        Leases::Taken => Vec::new(),
+        Leases::Refused => vec![("KILN_DEBUG_REFUSE_LEASES", "1".to_owned())],
+    };
+    let server = Server::launch(
+        &[served.to_str().unwrap()],
+        Launch {
+            env,
+            ..Launch::default()
+        },
+    );
+    assert_eq!(server.get("/small.txt", "").body, old.small);
+    let whole = std::fs::read(&next).unwrap();
+    std::fs::write(&served, &whole[..whole.len() / 2]).unwrap();
+    wait_for_log(&server, "still serving the previous pack");
+    let resp = server.get("/small.txt", "");
+    match leases {
+        Leases::Taken => assert_eq!((resp.status, resp.body), (200, old.small.clone())),
+        Leases::Refused => {
+            assert_eq!(resp.status, 503);
+            assert_eq!(resp.header("Retry-After").as_deref(), Some("1"));
+        }
+    }
+    std::fs::write(&served, &whole).unwrap();
+    let start = Instant::now();
+    while server.get("/small.txt", "").body != new.small {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the whole pack not served; log:\n{}",
+            server.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.get("/big.bin", "").body, new.big);
+}
+
+#[test]
+fn a_pack_cut_short_in_place_leaves_the_copy_serving_until_a_whole_one_is_written() {
+    cut_short_in_place(Leases::Taken);
+}
+
+#[test]
+fn without_a_lease_a_pack_cut_short_in_place_answers_503_until_a_whole_one_is_written() {
+    cut_short_in_place(Leases::Refused);
 }

@@ -129,11 +129,16 @@ impl Watch {
             changes.overflowed |= event.overflowed();
             if event.mask & WatchFlags::MODIFY.bits() != 0 {
                 // A write, not a replacement: reloads wait for the close.
-                if let Some(f) = self
-                    .files
-                    .iter()
-                    .find(|f| f.wd == event.wd && matches!(f.role, Role::Pack | Role::Folder))
-                {
+                // Only a pack's: another file of the folder (a log, a
+                // build's temporary file) is no concern of `in_place`.
+                if let Some(f) = self.files.iter().find(|f| {
+                    f.wd == event.wd
+                        && match f.role {
+                            Role::Pack => f.name.as_bytes() == event.name,
+                            Role::Folder => event.name.ends_with(b".pack"),
+                            _ => false,
+                        }
+                }) {
                     changes
                         .modified
                         .push(f.dir.join(OsStr::from_bytes(event.name)));

@@ -55,3 +55,32 @@ pub fn freeze(fd: BorrowedFd<'_>, start: usize, len: usize) -> std::io::Result<(
     rustix::io::dup3(&copy, &mut at, DupFlags::CLOEXEC)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[test]
+    fn a_frozen_mapping_and_descriptor_keep_their_bytes_when_the_file_is_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("site.pack");
+        let old: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &old).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: the test's own file, mapped read-only.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        freeze(file.as_fd(), map.as_ptr() as usize, map.len()).unwrap();
+        // Written in place, shorter: the mapping would fault past 10 bytes.
+        let mut writer = std::fs::File::create(&path).unwrap();
+        writer.write_all(b"new bytes!").unwrap();
+        drop(writer);
+        assert_eq!(&map[..], &old[..]);
+        let mut read = vec![0u8; old.len()];
+        let n = rustix::io::pread(&file, &mut read, 0).unwrap();
+        assert_eq!(&read[..n], &old[..], "the descriptor reads the copy");
+        assert_eq!(std::fs::read(&path).unwrap(), b"new bytes!");
+    }
+}

@@ -10,9 +10,11 @@
 //!   control thread reads from its signalfd; it copies the pack into an
 //!   in-memory file, maps the copy over the same addresses and puts it
 //!   at the same descriptor number (for `sendfile` and `splice`), which
-//!   closes the file and so lets the lease go. Responses in flight finish from the copy, which
-//!   keeps serving until the new pack is whole and verifies (the close
-//!   of the writer's file reloads it, as a rename does).
+//!   closes the file and so lets the lease go. Responses in flight finish
+//!   from the copy, which keeps serving until the new pack is whole and
+//!   verifies (the close of the writer's file reloads it, as a rename
+//!   does). The copy costs the pack's size in memory meanwhile, and a
+//!   loop that drops a pack waits for a copy being made (the lock).
 //! - **Without a lease** (not the file's owner and no CAP_LEASE, a
 //!   filesystem without leases, a writer that had the file open already;
 //!   `KILN_DEBUG_REFUSE_LEASES=1` in debug builds): the first change
@@ -20,7 +22,8 @@
 //!   fault (`fault.rs`: a zero page mapped over the faulting one so that
 //!   the read completes) marks the pack *stale*: its site answers 503
 //!   with `Retry-After`, and output still to be sent from it fails its
-//!   connection (the backing gives no bytes for it, see `stack.rs`), so
+//!   connection (the backing gives no bytes for it, see `stack.rs`; an
+//!   HTTP/2 stream is reset), so
 //!   that no zero page goes out as content, until the new pack is whole
 //!   and reloaded. That mark comes a moment after the write; what keeps
 //!   a response from completing with bytes read before and after it is
@@ -77,6 +80,9 @@ struct Tracked {
     fd: RawFd,
     /// The path it was opened at, as named.
     path: PathBuf,
+    /// Its file's device and inode: a path inotify names is matched by
+    /// them (`./site.pack` and `site.pack`, a link to it).
+    file: (u64, u64),
     /// Holds a read lease.
     leased: bool,
     /// Serves a copy of itself since a writer broke its lease.
@@ -135,12 +141,12 @@ impl Guard {
         let map = pack.bytes();
         let file = pack.file();
         let on_disk = match (file.metadata(), std::fs::metadata(pack.path())) {
-            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
-            _ => false,
+            (Ok(open), Ok(named)) if (open.dev(), open.ino()) == (named.dev(), named.ino()) => {
+                Some((open.dev(), open.ino()))
+            }
+            _ => None,
         };
-        if map.is_empty() || !on_disk {
-            return None;
-        }
+        let id = on_disk.filter(|_| !map.is_empty())?;
         let mut list = tracked();
         let Some(index) = (0..MAX_PACKS).find(|&i| list.get(i).is_none_or(Option::is_none)) else {
             static SAID: AtomicBool = AtomicBool::new(false);
@@ -173,6 +179,7 @@ impl Guard {
         list[index] = Some(Tracked {
             fd: file.as_raw_fd(),
             path: pack.path().to_path_buf(),
+            file: id,
             leased,
             frozen: false,
             said: false,
@@ -302,11 +309,12 @@ pub fn lease_broken() {
 /// pack served from it without a lease is stale from now on; one frozen
 /// or leased is not touched (a lease holds every writer back).
 pub fn modified(path: &Path) {
+    let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let mut list = tracked();
     for (index, entry) in list.iter_mut().enumerate() {
         let Some(entry) = entry
             .as_mut()
-            .filter(|e| !e.leased && !e.frozen && e.path == path)
+            .filter(|e| !e.leased && !e.frozen && Some(e.file) == file)
         else {
             continue;
         };
@@ -331,5 +339,36 @@ fn say_stale(entry: &mut Tracked) {
              until the new one is whole and verifies",
             entry.path.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::OpenOptions;
+
+    use super::*;
+    use crate::pack::PackWriter;
+
+    #[test]
+    fn a_read_past_the_end_of_a_shrunk_pack_reads_zeros_and_marks_it_stale() {
+        install_fault_handler().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("site.pack");
+        PackWriter::create(&path).unwrap().finish().unwrap();
+        // Open for writing first: no lease can be taken (a lease's break
+        // would signal this test process, which does not handle SIGIO).
+        let writer = OpenOptions::new().write(true).open(&path).unwrap();
+        let pack = Pack::open(&path).unwrap();
+        let guard = Guard::track(&pack).expect("tracked");
+        assert!(!guard.is_stale());
+        assert!(!tracked()[guard.index].as_ref().unwrap().leased);
+        writer.set_len(0).unwrap();
+        let bytes = pack.bytes();
+        // SAFETY: a read of our own mapping, which the handler makes good.
+        let first = unsafe { std::ptr::read_volatile(bytes.as_ptr()) };
+        assert_eq!(first, 0);
+        assert!(guard.is_stale());
+        drop(guard);
+        assert!(tracked().iter().flatten().all(|t| t.path != path));
     }
 }

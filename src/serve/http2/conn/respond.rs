@@ -211,9 +211,19 @@ impl Conn {
 }
 
 impl Stream {
+    /// Whether this stream's body comes from a pack written in place
+    /// without a lease (`serve::in_place`): it is reset, not sent.
+    pub(super) fn reads_a_stale_pack(&self) -> bool {
+        matches!(self.body, Some(Remaining::Pack { .. }))
+            && self.site.as_ref().is_some_and(|site| site.is_stale())
+    }
+
     /// Writes the next `n` bytes of `body`, what is left of this stream's,
     /// as one DATA frame (with END_STREAM when `last`). `current` are the
-    /// sites the output's pack segments point into.
+    /// sites the output's pack segments point into. False, with nothing
+    /// written, when the bytes copied came from a pack that turned stale
+    /// meanwhile (a fault in the copy: a zero page read in).
+    #[must_use]
     pub(super) fn write_data(
         &mut self,
         body: Remaining,
@@ -221,7 +231,8 @@ impl Stream {
         last: bool,
         current: &Sites,
         out: &mut Output,
-    ) {
+    ) -> bool {
+        let frame_at = out.bytes.len();
         out.bytes
             .extend_from_slice(&frame::data_frame_header(self.id, n as u32, last));
         match body {
@@ -234,6 +245,11 @@ impl Stream {
                         let pack = site.pack().map_or(&[][..], |p| p.bytes());
                         let range = off as usize..(off + n) as usize;
                         out.bytes.extend_from_slice(&pack[range]);
+                        if site.is_stale() {
+                            // Nothing sealed since the frame's header.
+                            out.bytes.truncate(frame_at);
+                            return false;
+                        }
                     }
                     // The last frame's last byte held back for a pack
                     // without a lease (`Seg::Checked`).
@@ -255,6 +271,7 @@ impl Stream {
                 self.body = Some(Remaining::Static(&bytes[n as usize..]));
             }
         }
+        true
     }
 }
 

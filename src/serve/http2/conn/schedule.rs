@@ -1,9 +1,11 @@
 //! The DATA scheduler: which stream's body goes next and how much of it,
 //! by RFC 9218 priorities and the flow-control windows, at most
-//! `STEP_BYTES` a loop turn over all streams.
+//! `STEP_BYTES` a loop turn over all streams; a body from a pack written
+//! in place without a lease is reset (`serve::in_place`).
 
 use super::{Conn, Stream};
 use crate::serve::handler::Sites;
+use crate::serve::http2::frame::ErrorCode;
 use crate::serve::output::Output;
 
 /// Body bytes written per loop turn over all streams: bounds the output a
@@ -34,12 +36,21 @@ impl Conn {
             let Some(body) = s.body else {
                 break;
             };
+            if s.reads_a_stale_pack() {
+                let id = s.id;
+                self.reset_stream(id, ErrorCode::INTERNAL_ERROR, out);
+                continue;
+            }
             let allowed = (self.send_window.min(s.send_window) as u64)
                 .min(u64::from(self.peer_max_frame))
                 .min((STEP_BYTES - sent) as u64);
             let n = body.len().min(allowed);
             let last = n == body.len();
-            s.write_data(body, n, last, current, out);
+            if !s.write_data(body, n, last, current, out) {
+                let id = s.id;
+                self.reset_stream(id, ErrorCode::INTERNAL_ERROR, out);
+                continue;
+            }
             s.send_window -= n as i64;
             self.send_window -= n as i64;
             sent += n as usize;
