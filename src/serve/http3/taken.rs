@@ -4,7 +4,7 @@
 //!
 //! Every stream below a low mark was taken; of the `WINDOW` streams from
 //! the mark on, a bit says which. Fixed size, no allocation: QUIC lets a
-//! client hold at most `max_concurrent_bidi_streams` (128) streams open,
+//! client hold at most `max_concurrent_bidi_streams` (100) streams open,
 //! so a stream not opened while `WINDOW` later ones were is one the client
 //! holds back; it is then given up (refused, so that QUIC frees it).
 

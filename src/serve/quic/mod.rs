@@ -247,12 +247,18 @@ impl Endpoint {
         // and no connection limit, let a client make a connection buffer
         // megabytes); the send side is the congestion window's and the
         // bodies are slices of the mapping, not copies. No QUIC datagrams.
+        // quinn-proto fills its stream maps in advance with an entry for
+        // every stream a client may open: 100 request streams (quinn's own
+        // default, about what a browser opens at once; the credit comes
+        // back with MAX_STREAMS as streams end) and 8 unidirectional ones
+        // stay under 112 entries, a table of 128 slots where 128 + 8 took
+        // 256: 5.4 KB less per connection, idle or not.
         transport
             .stream_receive_window(VarInt::from_u32(64 * 1024))
             .receive_window(VarInt::from_u32(256 * 1024))
             .datagram_receive_buffer_size(None)
             .max_idle_timeout(IdleTimeout::try_from(config.idle_timeout).ok())
-            .max_concurrent_bidi_streams(VarInt::from_u32(128))
+            .max_concurrent_bidi_streams(VarInt::from_u32(100))
             .max_concurrent_uni_streams(VarInt::from_u32(8))
             .enable_segmentation_offload(true);
         Endpoint {
