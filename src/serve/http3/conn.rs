@@ -526,7 +526,8 @@ impl Conn {
             uni.head.extend_from_slice(data);
             let Some((stream_type, n)) = frame::read_varint(&uni.head) else {
                 if fin {
-                    uni.kind = UniKind::Ignored;
+                    // Ended before its type: nothing more will come.
+                    self.unis.swap_remove(i);
                 }
                 return Ok(());
             };
@@ -548,14 +549,17 @@ impl Conn {
                     "a second control or QPACK stream",
                 ));
             }
-            let uni = &mut self.unis[i];
-            uni.kind = kind;
             if kind == UniKind::Ignored {
-                // §6.2: unknown stream types are not read.
+                // §6.2: unknown stream types are not read. Stopped, it
+                // leaves nothing behind: a client opening such streams
+                // without end (QUIC returns their credit) must not grow
+                // the list.
                 streams.stop(id, frame::H3_STREAM_CREATION_ERROR);
-                uni.head = Vec::new();
+                self.unis.swap_remove(i);
                 return Ok(());
             }
+            let uni = &mut self.unis[i];
+            uni.kind = kind;
             let rest = uni.head.split_off(n);
             uni.head = Vec::new();
             return self.on_typed_uni(i, &rest, fin);

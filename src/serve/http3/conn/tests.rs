@@ -323,6 +323,14 @@ fn unknown_stream_types_are_stopped_and_unknown_frames_skipped() {
     peer.send(6, &[0x21, 1, 2, 3], false);
     assert_eq!(peer.quic.stops, [(6, frame::H3_STREAM_CREATION_ERROR)]);
     assert_eq!(peer.quic.closed, None);
+    // Stopped streams leave nothing behind, however many are opened (and
+    // one that ends before its type neither).
+    for n in 0..1_000u64 {
+        peer.send(10 + 4 * n, &[0x21, 1, 2, 3], false);
+    }
+    peer.send(10 + 4 * 1_000, &[0x40], true);
+    assert_eq!(peer.conn.unis.len(), 1, "the control stream alone");
+    assert_eq!(peer.quic.closed, None);
 }
 
 #[test]
