@@ -239,7 +239,7 @@ fn take_lease(fd: BorrowedFd<'_>, path: &Path) -> bool {
             "refused on purpose (KILN_DEBUG_REFUSE_LEASES=1)",
         ))
     } else {
-        sys::lease::take_read(fd)
+        take_read_after_writers(fd)
     };
     match refused {
         Ok(()) => true,
@@ -253,6 +253,36 @@ fn take_lease(fd: BorrowedFd<'_>, path: &Path) -> bool {
                 );
             }
             false
+        }
+    }
+}
+
+/// How long a load waits for a writer that still holds a whole pack open
+/// (a write in place verified before its writer's `close`) to close it.
+const WRITER_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A read lease on `fd`, waiting up to `WRITER_CLOSE_WAIT` while a writer
+/// still has the file open (`EAGAIN`): a pack written in place is whole
+/// and verifies a moment before its writer closes it, and loading it
+/// without a lease then would leave it without one for good. Only the
+/// control thread loads packs: no serving thread waits.
+fn take_read_after_writers(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match sys::lease::take_read(fd) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && start.elapsed() < WRITER_CLOSE_WAIT =>
+            {
+                // poll(2) with no descriptor: the sandbox allows it
+                // (the control thread's own wait), not nanosleep.
+                let pause = rustix::event::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 10_000_000,
+                };
+                let _ = rustix::event::poll(&mut [], Some(&pause));
+            }
+            taken => return taken,
         }
     }
 }
