@@ -88,6 +88,9 @@ impl Client {
                     self.wire
                         .extend_from_slice(&pack[off as usize..(off + len) as usize]);
                 }
+                // The fixture's pack is never written in place: the held
+                // byte goes out as it was read.
+                Seg::Checked { at, .. } => self.wire.push(out.bytes[at]),
             }
         }
         let mut at = 0;

@@ -91,6 +91,7 @@ fn wire(out: &Output, mapping: &[u8], into: &mut Vec<u8>) {
             Seg::Own { start, end } => into.extend_from_slice(&out.bytes[start..end]),
             Seg::Mapped { off, len, .. } => into.extend_from_slice(&mapping[off..off + len]),
             Seg::File { .. } => panic!("sendfile is off in this fixture"),
+            Seg::Checked { at, .. } => into.push(out.bytes[at]),
         }
     }
 }
