@@ -10,10 +10,7 @@ mod common;
 use std::process::Command;
 
 use common::Server;
-use common::h3client::{available as have_aioquic, run as h3client};
-
-/// The back ends that serve HTTP/3.
-const BACKENDS: [&str; 2] = ["epoll", "uring"];
+use common::h3client::{BACKENDS, available as have_aioquic, run as h3client};
 
 /// A server on the example site with a cleartext and a TLS listener (the
 /// TLS port's UDP twin serves HTTP/3) on `backend`, with metrics.
@@ -30,20 +27,7 @@ fn start_with(dir: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
 /// restart: see `port_outside_ephemeral_range`).
 fn start_on(dir: &std::path::Path, backend: &str, tls: &str, extra: &[&str]) -> Server {
     let pack = common::example_pack(dir);
-    let mut args = vec![
-        pack.to_str().unwrap(),
-        "--listen-tls",
-        tls,
-        "--tls-self-signed",
-        "--io",
-        backend,
-        "--metrics",
-        "127.0.0.1:0",
-    ];
-    args.extend(extra);
-    let server = Server::start(&args);
-    assert!(server.tls_port.is_some(), "{}", server.startup);
-    server
+    common::h3client::start_server(&pack, backend, tls, extra)
 }
 
 /// A port free for TCP and UDP on 127.0.0.1 below the kernel's ephemeral

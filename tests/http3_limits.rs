@@ -8,28 +8,12 @@
 mod common;
 
 use common::Server;
-use common::h3client::{attack, available as have_aioquic};
-
-/// The back ends that serve HTTP/3.
-const BACKENDS: [&str; 2] = ["epoll", "uring"];
+use common::h3client::{BACKENDS, attack, available as have_aioquic, start_server};
 
 /// A server on the sample site (`/hello.txt`, the 1 MiB `/big.bin`) with
 /// a TLS listener, whose UDP twin serves HTTP/3, on `backend`.
 fn start(pack: &std::path::Path, backend: &str, extra: &[&str]) -> Server {
-    let mut args = vec![
-        pack.to_str().unwrap(),
-        "--listen-tls",
-        "127.0.0.1:0",
-        "--tls-self-signed",
-        "--io",
-        backend,
-        "--metrics",
-        "127.0.0.1:0",
-    ];
-    args.extend(extra);
-    let server = Server::start(&args);
-    assert!(server.tls_port.is_some(), "{}", server.startup);
-    server
+    start_server(pack, backend, "127.0.0.1:0", extra)
 }
 
 /// Runs `check` against a server with `extra` flags on each back end;

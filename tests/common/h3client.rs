@@ -5,6 +5,31 @@
 
 use std::process::Command;
 
+use super::Server;
+
+/// The back ends that serve HTTP/3.
+pub const BACKENDS: [&str; 2] = ["epoll", "uring"];
+
+/// A server on `pack` with a TLS listener on `tls` (its UDP twin serves
+/// HTTP/3), a self-signed certificate and metrics, on `backend`, with
+/// `extra` flags.
+pub fn start_server(pack: &std::path::Path, backend: &str, tls: &str, extra: &[&str]) -> Server {
+    let mut args = vec![
+        pack.to_str().unwrap(),
+        "--listen-tls",
+        tls,
+        "--tls-self-signed",
+        "--io",
+        backend,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    args.extend(extra);
+    let server = Server::start(&args);
+    assert!(server.tls_port.is_some(), "{}", server.startup);
+    server
+}
+
 /// Whether Python's aioquic (and pylsqpack, which comes with it) is here.
 pub fn available() -> bool {
     let found = Command::new(super::python())
