@@ -1,6 +1,5 @@
 //! The `kiln` command line: one binary, one subcommand per job.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -146,7 +145,7 @@ fn main() -> ExitCode {
     let cli = match boolish_variables(Cli::command()) {
         Ok(command) => Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit()),
         Err(refused) => {
-            let _ = writeln!(std::io::stderr(), "kiln: error: {refused}");
+            kiln::report::to_stderr(&format!("kiln: error: {refused}"));
             return ExitCode::from(2);
         }
     };
@@ -162,7 +161,7 @@ fn main() -> ExitCode {
             // Not eprintln!: with stderr a closed pipe or a full device it
             // would panic, and the exit status would be the panic's (101)
             // instead of `failure`.
-            let _ = writeln!(std::io::stderr(), "kiln: error: {e:#}");
+            kiln::report::to_stderr(&format!("kiln: error: {e:#}"));
             failure
         }
     }

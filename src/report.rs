@@ -14,6 +14,19 @@ pub fn to_stdout(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Writes `line` and its newline to stderr in one `write`, so that a line
+/// is never cut by another writer on the same stderr: `writeln!` writes
+/// the text and the newline apart, and a child kiln started (`--acme`) or
+/// a log line from another thread could land between them, as a test
+/// reading the start-up line once saw. A line that cannot be written is
+/// dropped (`eprintln!` would panic on a closed or full stderr).
+pub fn to_stderr(line: &str) {
+    let mut whole = String::with_capacity(line.len() + 1);
+    whole.push_str(line);
+    whole.push('\n');
+    let _ = std::io::stderr().lock().write_all(whole.as_bytes());
+}
+
 /// Logs to stderr, one line per event. A log line that cannot be written
 /// is dropped: by default the subscriber reports the failure by printing
 /// to stderr, which panics when stderr is a closed pipe or a full device,

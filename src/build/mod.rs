@@ -30,7 +30,7 @@ pub mod source;
 pub mod urlpath;
 
 use std::fmt;
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -1009,14 +1009,11 @@ impl BuildArgs {
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let opts = args.options()?;
     let report = build_pack(&args.source, &args.output, &opts)?;
-    // A warning that cannot be written does not fail the build (eprintln!
-    // would panic on a closed or full stderr).
-    let mut stderr = std::io::stderr();
     for note in &report.notes {
-        let _ = writeln!(stderr, "kiln: note: {note}");
+        crate::report::to_stderr(&format!("kiln: note: {note}"));
     }
     for w in &report.warnings {
-        let _ = writeln!(stderr, "kiln: warning: {w}");
+        crate::report::to_stderr(&format!("kiln: warning: {w}"));
     }
     if !args.quiet {
         let details = if args.verbose {

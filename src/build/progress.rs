@@ -12,7 +12,7 @@
 //! of it (`ESTIMATE_AFTER` and `ESTIMATE_AFTER_SHARE`): the first bodies of
 //! a build are no guide to the whole in their first seconds.
 
-use std::io::{Read, Write as _};
+use std::io::Read;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -153,7 +153,7 @@ pub fn watch(
     let say = |line: String| match progress {
         Progress::Bar => bar.println(line),
         _ => {
-            let _ = writeln!(std::io::stderr(), "{line}");
+            crate::report::to_stderr(&line);
         }
     };
     let mut noted = fast;

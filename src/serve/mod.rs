@@ -38,7 +38,6 @@ pub mod tls;
 mod tls_setup;
 pub mod watch;
 
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -377,8 +376,7 @@ fn seconds_ms(flag: &str, s: f64) -> anyhow::Result<u64> {
 /// -`), so that it can be piped into a parser. A closed or full stderr
 /// must not stop the server: the line is informative.
 fn say(line: &str) {
-    let mut stderr = std::io::stderr();
-    let _ = writeln!(stderr, "{line}").and_then(|()| stderr.flush());
+    crate::report::to_stderr(line);
 }
 
 fn now_unix() -> i64 {
