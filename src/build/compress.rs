@@ -1141,6 +1141,19 @@ mod tests {
         let text = varied_text(len as usize);
         let made = encode(&text, Encoding::Br, &mixed).unwrap();
         assert!(decode(Encoding::Br, &made) == text);
+        // On two threads the slow pieces start first: the same bytes.
+        let read = |at: u64, n: usize| Ok(text[at as usize..at as usize + n].to_vec());
+        let run = InParallel {
+            threads: 2,
+            waiting: 64 << 20,
+            beside: Vec::new(),
+        };
+        let mut parallel = Vec::new();
+        encode_br_in_parallel(&read, len, &mixed, run, &|_| (), &mut parallel).unwrap();
+        assert!(parallel == made, "other bytes on two threads");
+        // `Level::Max` keeps the large quality (11) in every piece.
+        assert!(brotli_layout(len, &max).iter().all(|p| !p.fast));
+        assert_eq!(brotli_quality(len, &max), 11);
         let at_one = encode(&text, Encoding::Br, &plain).unwrap();
         assert!(made.len() < at_one.len(), "{} {}", made.len(), at_one.len());
     }
