@@ -973,8 +973,9 @@ struct Streaming<'a> {
     input: &'a AssembleInput<'a>,
     /// Advanced by the bytes compressed.
     bar: &'a ProgressBar,
-    /// File data the pieces of a brotli body may hold at once: the
-    /// writer's half of the buffer, which holds no batch meanwhile.
+    /// Bytes of made brotli pieces that may wait for the writer
+    /// (`InParallel::waiting`): the writer's half of the buffer, which
+    /// holds no batch meanwhile.
     memory: u64,
 }
 

@@ -83,10 +83,9 @@ pub const BROTLI_LARGE_PIECE_HISTORY: u64 = 16 << 20;
 /// the whole window as history. Quality 10 puts its history through its
 /// binary-tree match finder, as much work per byte as the piece: a longer
 /// slow piece and a shorter history spend more of its time on the piece
-/// itself. On the 200 MiB text of bench/COMPRESSION.md this is 9.1 %
-/// larger than one quality-11 stream for about 81 s of CPU (14 MiB pieces
-/// with 16 MiB of history: 9.0 % for 96 s; two fast pieces in three, the
-/// previous rule, 9.5 % for 114 s).
+/// itself. On the 200 MiB text of bench/COMPRESSION.md this is 8.9 %
+/// larger than one quality-11 stream for about 81 s of CPU (slow pieces
+/// with 16 MiB of history: 8.8 % for 96 s).
 pub const BROTLI_HIGH_SLOW_PIECE_BYTES: u64 = 14 << 20;
 pub const BROTLI_HIGH_SLOW_HISTORY: u64 = 8 << 20;
 pub const BROTLI_HIGH_FAST_PIECES: u64 = 3;
