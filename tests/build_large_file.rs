@@ -220,7 +220,8 @@ fn a_rebuild_says_what_it_reuses_and_what_it_compresses() {
 /// brotli pieces, gzip and zstd bodies are made at once on two threads
 /// (the others into scratch files, stored after); the pack is the one a
 /// build holding the file whole makes, it verifies, and every body decodes
-/// to the file. Low levels keep it short in a debug build.
+/// to the file; so does a rebuild that makes gzip alone. Low levels keep
+/// it short in a debug build.
 #[test]
 fn a_large_body_is_made_with_its_other_encodings_beside_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,16 +235,11 @@ fn a_large_body_is_made_with_its_other_encodings_beside_it() {
     }
     text.truncate(len as usize);
     std::fs::write(src.join("data.txt"), &text).unwrap();
-    let build = |buffer: u64, out: &Path| {
+    let build_at = |gzip_level: &str, buffer: u64, out: &Path| {
         let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args([
-                "build",
-                "--encodings",
-                "br,zstd,gzip",
-                "--brotli-quality",
-                "1",
-            ])
-            .args(["--gzip-level", "1", "--zstd-level", "1", "--buffer-bytes"])
+            .args(["build", "--encodings", "br,zstd,gzip", "--brotli-quality"])
+            .args(["1", "--gzip-level", gzip_level, "--zstd-level", "1"])
+            .arg("--buffer-bytes")
             .arg(buffer.to_string())
             .arg(&src)
             .arg("-o")
@@ -255,6 +251,7 @@ fn a_large_body_is_made_with_its_other_encodings_beside_it() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         std::fs::read(out).unwrap()
     };
+    let build = |buffer: u64, out: &Path| build_at("1", buffer, out);
     let streamed = dir.path().join("streamed.pack");
     let whole = build(1 << 30, &dir.path().join("whole.pack"));
     assert!(
@@ -278,4 +275,23 @@ fn a_large_body_is_made_with_its_other_encodings_beside_it() {
     assert!(gzip == text, "the gzip body decodes to another text");
     let zstd = zstd::decode_all(body(Encoding::Zstd)).unwrap();
     assert!(zstd == text, "the zstd body decodes to another text");
+
+    // A rebuild at another gzip level copies the brotli and zstd bodies
+    // and makes only gzip: the pack a build holding the file whole makes.
+    let again = build_at("2", 16 << 20, &streamed);
+    assert!(
+        again == build_at("2", 1 << 30, &dir.path().join("whole2.pack")),
+        "rebuilt: another pack"
+    );
+    let pack = Pack::open(&streamed).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    let route = pack.lookup(RouteKind::Exact, b"/data.txt").unwrap();
+    let mut gzip = Vec::new();
+    flate2::read::GzDecoder::new(route.variant(Encoding::Gzip).unwrap().body)
+        .read_to_end(&mut gzip)
+        .unwrap();
+    assert!(
+        gzip == text,
+        "the rebuilt gzip body decodes to another text"
+    );
 }

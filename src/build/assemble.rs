@@ -22,8 +22,8 @@ use rayon::prelude::*;
 
 use super::Progress;
 use super::compress::{
-    BROTLI_PIECE_BYTES, CompressOptions, Level, encode_br_in_parallel, encode_if_worth, encode_to,
-    settings_id, worth_keeping, worth_trying,
+    BROTLI_PIECE_BYTES, Beside, CompressOptions, Level, encode_br_in_parallel, encode_if_worth,
+    encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
 use super::delta_maker::{DeltaGroup, DeltaMaker, delta_settings, delta_worth_keeping};
@@ -1001,9 +1001,12 @@ fn compress_streamed(
     encodings: &[Encoding],
     streaming: &Streaming<'_>,
 ) -> anyhow::Result<Vec<Made>> {
-    use super::compress::{Beside, InParallel, run_beside};
+    use super::compress::InParallel;
     use std::io::{BufReader, BufWriter, Write as _};
 
+    if encodings.is_empty() {
+        return Ok(Vec::new());
+    }
     let input = streaming.input;
     let write_err = || format!("{}: cannot write", input.out_name);
     let stored = writer.stored_file().with_context(write_err)?;
@@ -1071,6 +1074,36 @@ fn compress_streamed(
         made.push(Made::Spilled(spill, len));
     }
     Ok(made)
+}
+
+/// Runs `jobs` on `threads` threads at most, each job once; the first error.
+fn run_beside(jobs: Vec<Beside<'_>>, threads: usize) -> std::io::Result<()> {
+    use std::sync::Mutex;
+    let workers = threads.clamp(1, jobs.len().max(1));
+    let jobs = Mutex::new(jobs.into_iter());
+    let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some(job) = job else { return };
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                        .unwrap_or_else(|_| Err(std::io::Error::other("an encoder panicked")));
+                    if let Err(e) = result {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Stores a body `compress_streamed` made, when it passes the keep rule.

@@ -733,36 +733,6 @@ pub fn encode_br_in_parallel(
     }
 }
 
-/// Runs `jobs` on `threads` threads at most, each job once; the first error.
-pub fn run_beside(jobs: Vec<Beside<'_>>, threads: usize) -> io::Result<()> {
-    use std::sync::Mutex;
-    let workers = threads.clamp(1, jobs.len().max(1));
-    let jobs = Mutex::new(jobs.into_iter());
-    let failed: Mutex<Option<io::Error>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| {
-                loop {
-                    let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).next();
-                    let Some(job) = job else { return };
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-                        .unwrap_or_else(|_| Err(io::Error::other("an encoder panicked")));
-                    if let Err(e) = result {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(e);
-                    }
-                }
-            });
-        }
-    });
-    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
 /// Encodes `data` with one encoding.
 pub fn encode(data: &[u8], encoding: Encoding, opts: &CompressOptions) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(data.len() / 2 + 64);
