@@ -10,7 +10,7 @@ use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use kiln::build::compress::BROTLI_PIECE_BYTES;
+use kiln::build::compress::{BROTLI_LARGE_BYTES, BROTLI_PIECE_BYTES};
 use kiln::pack::{Encoding, Pack, RouteKind};
 
 /// The large file: four and a half pieces.
@@ -213,5 +213,85 @@ fn a_rebuild_says_what_it_reuses_and_what_it_compresses() {
             .last()
             .is_some_and(|l| l.starts_with("kiln: compressed 3.0 MiB in ")),
         "{stderr:?}"
+    );
+}
+
+/// A body over `BROTLI_LARGE_BYTES` streamed through the pack: its
+/// brotli pieces, gzip and zstd bodies are made at once on two threads
+/// (the others into scratch files, stored after); the pack is the one a
+/// build holding the file whole makes, it verifies, and every body decodes
+/// to the file; so does a rebuild that makes gzip alone. Low levels keep
+/// it short in a debug build.
+#[test]
+fn a_large_body_is_made_with_its_other_encodings_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let len = BROTLI_LARGE_BYTES + (3 << 20) + 777;
+    let mut text = large_text();
+    while (text.len() as u64) < len {
+        let more: Vec<u8> = text.iter().rev().take(LARGE as usize).copied().collect();
+        text.extend_from_slice(&more);
+    }
+    text.truncate(len as usize);
+    std::fs::write(src.join("data.txt"), &text).unwrap();
+    let build_at = |gzip_level: &str, buffer: u64, out: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["build", "--encodings", "br,zstd,gzip", "--brotli-quality"])
+            .args(["1", "--gzip-level", gzip_level, "--zstd-level", "1"])
+            .arg("--buffer-bytes")
+            .arg(buffer.to_string())
+            .arg(&src)
+            .arg("-o")
+            .arg(out)
+            .env("RAYON_NUM_THREADS", "2")
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run kiln");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(out).unwrap()
+    };
+    let build = |buffer: u64, out: &Path| build_at("1", buffer, out);
+    let streamed = dir.path().join("streamed.pack");
+    let whole = build(1 << 30, &dir.path().join("whole.pack"));
+    assert!(
+        build(16 << 20, &streamed) == whole,
+        "streamed: another pack"
+    );
+
+    let pack = Pack::open(&streamed).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    let route = pack.lookup(RouteKind::Exact, b"/data.txt").unwrap();
+    let body = |encoding| route.variant(encoding).expect("a variant").body;
+    let mut br = Vec::new();
+    brotli::Decompressor::new(body(Encoding::Br), 1 << 16)
+        .read_to_end(&mut br)
+        .unwrap();
+    assert!(br == text, "the brotli body decodes to another text");
+    let mut gzip = Vec::new();
+    flate2::read::GzDecoder::new(body(Encoding::Gzip))
+        .read_to_end(&mut gzip)
+        .unwrap();
+    assert!(gzip == text, "the gzip body decodes to another text");
+    let zstd = zstd::decode_all(body(Encoding::Zstd)).unwrap();
+    assert!(zstd == text, "the zstd body decodes to another text");
+
+    // A rebuild at another gzip level copies the brotli and zstd bodies
+    // and makes only gzip: the pack a build holding the file whole makes.
+    let again = build_at("2", 16 << 20, &streamed);
+    assert!(
+        again == build_at("2", 1 << 30, &dir.path().join("whole2.pack")),
+        "rebuilt: another pack"
+    );
+    let pack = Pack::open(&streamed).unwrap();
+    kiln::pack::verify::verify(&pack).unwrap();
+    let route = pack.lookup(RouteKind::Exact, b"/data.txt").unwrap();
+    let mut gzip = Vec::new();
+    flate2::read::GzDecoder::new(route.variant(Encoding::Gzip).unwrap().body)
+        .read_to_end(&mut gzip)
+        .unwrap();
+    assert!(
+        gzip == text,
+        "the rebuilt gzip body decodes to another text"
     );
 }

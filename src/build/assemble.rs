@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::Progress;
 use super::compress::{
-    BROTLI_PIECE_BYTES, CompressOptions, Level, brotli_cut, encode_br_in_parallel, encode_if_worth,
+    BROTLI_PIECE_BYTES, Beside, CompressOptions, Level, encode_br_in_parallel, encode_if_worth,
     encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
@@ -838,38 +838,75 @@ impl Firing<'_> {
             set.extend_from_slice(done);
             return Ok(set);
         }
+        let encodings = self.encodings.clone();
+        let mut plans: Vec<Plan> = encodings
+            .iter()
+            .map(|&(encoding, settings)| self.plan(&hash, encoding, settings))
+            .collect();
+        let mut damaged = vec![false; encodings.len()];
+        // The brotli body comes first (`Encoding` order): copied before
+        // the others are made, or made in pieces straight into the pack
+        // while the others are made beside it (`compress_streamed`).
+        let mut copied_br = None;
+        if encodings.first().is_some_and(|&(e, _)| e == Encoding::Br)
+            && let Plan::Reuse(Some((off, len, body_hash))) = plans[0]
+        {
+            match self
+                .copy_from_base(writer, off, len, &body_hash)
+                .with_context(write_err)?
+            {
+                Some(body) => copied_br = Some(body),
+                None => (plans[0], damaged[0]) = (Plan::Compress, true),
+            }
+        }
+        let to_make: Vec<Encoding> = encodings
+            .iter()
+            .zip(&plans)
+            .filter(|(_, plan)| matches!(plan, Plan::Compress))
+            .map(|(&(encoding, _), _)| encoding)
+            .collect();
+        let streaming = Streaming {
+            input: self.input,
+            bar: self.bar,
+            memory: self.batch_bytes,
+        };
+        let mut made =
+            compress_streamed(writer, file, &identity, &to_make, &streaming)?.into_iter();
         let mut done = Vec::new();
-        for (encoding, settings) in self.encodings.clone() {
-            let compress = |writer: &mut PackWriter| {
-                compress_streamed(
-                    writer,
-                    file,
-                    &identity,
-                    encoding,
-                    &Streaming {
-                        input: self.input,
-                        bar: self.bar,
-                        memory: self.batch_bytes,
-                    },
-                )
-            };
-            let (body, reused, damaged) = match self.plan(&hash, encoding, settings) {
-                Plan::Reuse(None) => (None, true, false),
+        for (i, &(encoding, settings)) in encodings.iter().enumerate() {
+            let (body, reused) = match plans[i] {
+                Plan::Reuse(None) => (None, true),
+                Plan::Reuse(Some(_)) if i == 0 && copied_br.is_some() => (copied_br, true),
                 Plan::Reuse(Some((off, len, body_hash))) => {
                     match self
                         .copy_from_base(writer, off, len, &body_hash)
                         .with_context(write_err)?
                     {
-                        Some(body) => (Some(body), true, false),
-                        None => (compress(writer)?, false, true),
+                        Some(body) => (Some(body), true),
+                        None => {
+                            damaged[i] = true;
+                            let again = compress_streamed(
+                                writer,
+                                file,
+                                &identity,
+                                &[encoding],
+                                &streaming,
+                            )?
+                            .pop()
+                            .ok_or_else(|| anyhow!("a body was not made"))?;
+                            (store_made(writer, again, identity.len, self.input)?, false)
+                        }
                     }
                 }
-                Plan::Compress => (compress(writer)?, false, false),
+                Plan::Compress => {
+                    let one = made.next().ok_or_else(|| anyhow!("a body was not made"))?;
+                    (store_made(writer, one, identity.len, self.input)?, false)
+                }
             };
             if reused {
                 self.bar.dec_length(file.len);
             }
-            self.count(reused, damaged);
+            self.count(reused, damaged[i]);
             if let Some(b) = &body {
                 count_fresh(&mut self.result.per_encoding, encoding, b);
             }
@@ -936,65 +973,160 @@ struct Streaming<'a> {
     input: &'a AssembleInput<'a>,
     /// Advanced by the bytes compressed.
     bar: &'a ProgressBar,
-    /// File data the pieces of a brotli body may hold at once: the
-    /// writer's half of the buffer, which holds no batch meanwhile.
+    /// Bytes of made brotli pieces that may wait for the writer
+    /// (`InParallel::waiting`): the writer's half of the buffer, which
+    /// holds no batch meanwhile.
     memory: u64,
 }
 
-/// Makes `encoding` of a file's identity body, already stored as
-/// `identity`, by reading it back from the pack in pieces; the body when
-/// worth keeping (else it is cut off again). A brotli body made of several
-/// pieces has them compressed on every core (`encode_br_in_parallel`).
+/// An encoding of a streamed file, made.
+enum Made {
+    /// Stored in the pack already, or cut off as not worth keeping.
+    Stored(Option<BodyRef>),
+    /// In a scratch file of this many bytes, to store.
+    Spilled(File, u64),
+}
+
+/// Makes `encodings` of a file's identity body, already stored as
+/// `identity`, by reading it back from the pack in pieces, all at once on
+/// every core: a brotli body made of several pieces (first, when there is
+/// one) goes straight into the pack, its pieces on every thread
+/// (`encode_br_in_parallel`); the others are made beside it, each on a
+/// thread, into scratch files, so that the pack still gets its bodies in
+/// `Encoding` order, whichever ends first. In the order of `encodings`.
 fn compress_streamed(
     writer: &mut PackWriter,
     file: &SourceFile,
     identity: &BodyRef,
-    encoding: Encoding,
+    encodings: &[Encoding],
     streaming: &Streaming<'_>,
-) -> anyhow::Result<Option<BodyRef>> {
+) -> anyhow::Result<Vec<Made>> {
+    use super::compress::InParallel;
+    use std::io::{BufReader, BufWriter, Write as _};
+
+    if encodings.is_empty() {
+        return Ok(Vec::new());
+    }
     let input = streaming.input;
     let write_err = || format!("{}: cannot write", input.out_name);
-    let failed = || format!("{}: {} compression failed", file.shown(), encoding.token());
-    if encoding == Encoding::Br && identity.len > BROTLI_PIECE_BYTES {
-        let stored = writer.stored_file().with_context(write_err)?;
+    let stored = writer.stored_file().with_context(write_err)?;
+    let in_pieces = encodings.first() == Some(&Encoding::Br) && identity.len > BROTLI_PIECE_BYTES;
+    let beside = &encodings[usize::from(in_pieces)..];
+    let scratch: Vec<File> = beside
+        .iter()
+        .map(|_| writer.scratch_file())
+        .collect::<std::io::Result<_>>()
+        .with_context(write_err)?;
+    let jobs: Vec<Beside<'_>> = beside
+        .iter()
+        .zip(&scratch)
+        .map(|(&encoding, spill)| {
+            let stored = Arc::clone(&stored);
+            let (off, len) = (identity.off, identity.len);
+            Box::new(move || {
+                // Counted as it is read, so that a long encoding moves the
+                // progress lines too, not only at its end.
+                let mut source = CountedReader {
+                    inner: BufReader::with_capacity(1 << 20, RangeReader::new(stored, off, len)),
+                    bar: streaming.bar,
+                };
+                let mut out = BufWriter::with_capacity(1 << 20, spill);
+                encode_to(&mut source, len, encoding, input.compress, &mut out)
+                    .and_then(|()| out.flush())
+                    .map_err(|e| {
+                        std::io::Error::other(format!(
+                            "{} compression failed: {e}",
+                            encoding.token()
+                        ))
+                    })
+            }) as Beside<'_>
+        })
+        .collect();
+    let threads = rayon::current_num_threads().max(1);
+    let fail = |e: std::io::Error| anyhow!("{}: {e}", file.shown());
+    let mut made = Vec::with_capacity(encodings.len());
+    if in_pieces {
         let read = |at: u64, n: usize| {
             let mut bytes = vec![0; n];
             stored.read_exact_at(&mut bytes, identity.off + at)?;
             Ok(bytes)
         };
-        // A piece in flight holds its input (history and piece) and at
-        // most as much output as input.
-        let cut = brotli_cut(identity.len);
-        let in_flight = streaming.memory / (2 * cut.piece + cut.history);
         let mut body = writer.body_writer();
         encode_br_in_parallel(
             &read,
             identity.len,
             input.compress,
-            rayon::current_num_threads(),
-            in_flight,
+            InParallel {
+                threads,
+                waiting: streaming.memory,
+                beside: jobs,
+            },
             &|n| streaming.bar.inc(n),
             &mut body,
         )
-        .with_context(failed)?;
-        return keep_or_discard(body, identity.len, input);
+        .map_err(fail)?;
+        made.push(Made::Stored(keep_or_discard(body, identity.len, input)?));
+    } else {
+        run_beside(jobs, threads).map_err(fail)?;
     }
-    // Counted as it is read, so that a long encoding moves the progress
-    // lines too, not only at its end.
-    let mut source = CountedReader {
-        inner: writer.body_reader(identity).with_context(write_err)?,
-        bar: streaming.bar,
-    };
-    let mut body = writer.body_writer();
-    encode_to(
-        &mut source,
-        identity.len,
-        encoding,
-        input.compress,
-        &mut body,
-    )
-    .with_context(failed)?;
-    keep_or_discard(body, identity.len, input)
+    for spill in scratch {
+        let len = spill.metadata().with_context(write_err)?.len();
+        made.push(Made::Spilled(spill, len));
+    }
+    Ok(made)
+}
+
+/// Runs `jobs` on `threads` threads at most, each job once; the first error.
+fn run_beside(jobs: Vec<Beside<'_>>, threads: usize) -> std::io::Result<()> {
+    use std::sync::Mutex;
+    let workers = threads.clamp(1, jobs.len().max(1));
+    let jobs = Mutex::new(jobs.into_iter());
+    let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some(job) = job else { return };
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                        .unwrap_or_else(|_| Err(std::io::Error::other("an encoder panicked")));
+                    if let Err(e) = result {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Stores a body `compress_streamed` made, when it passes the keep rule.
+fn store_made(
+    writer: &mut PackWriter,
+    made: Made,
+    identity_len: u64,
+    input: &AssembleInput<'_>,
+) -> anyhow::Result<Option<BodyRef>> {
+    match made {
+        Made::Stored(body) => Ok(body),
+        Made::Spilled(_, len) if !worth_keeping(identity_len, len) => Ok(None),
+        Made::Spilled(spill, len) => {
+            let mut from = std::io::BufReader::with_capacity(
+                1 << 20,
+                RangeReader::new(Arc::new(spill), 0, len),
+            );
+            let body = writer
+                .add_body_from(&mut from)
+                .with_context(|| format!("{}: cannot write", input.out_name))?;
+            Ok(Some(body))
+        }
+    }
 }
 
 /// Stores an encoded body that passes the keep rule, or cuts it off.

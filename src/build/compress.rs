@@ -18,11 +18,13 @@
 //! would), and the pieces are joined by `brotli::concat` into one ordinary
 //! brotli stream that any decoder reads. A body over `BROTLI_LARGE_BYTES`
 //! is made in shorter pieces primed with the whole window, at
-//! `Level::High` one piece in `BROTLI_HIGH_Q10_EVERY` at quality 10 and
-//! the others at the brotli crate's quality 9.5 (quality 10 with quality
-//! 9's faster match finder), so that the 200 MiB text of
-//! bench/COMPRESSION.md builds in about a minute on two cores:
-//! bench/COMPRESSION.md has the trade-off measured.
+//! `Level::High` in groups of a long piece at quality 10 and three at the
+//! brotli crate's quality 9.5 (quality 10 with quality 9's faster match
+//! finder), so that the 200 MiB text of bench/COMPRESSION.md builds in
+//! under a minute on two cores: bench/COMPRESSION.md has the trade-off
+//! measured. The pieces of a body too large for a batch are made on every
+//! core, the slow ones first, and its other encodings beside them
+//! (`encode_br_in_parallel`).
 //!
 //! The keep rule: an encoded variant is stored only if it saves at least
 //! 10 % of the identity size **and** at least 100 bytes. Below that a client
@@ -69,20 +71,24 @@ pub const BROTLI_PIECE_HISTORY: u64 = 8 << 20;
 pub const BROTLI_LARGE_BYTES: u64 = 32 << 20;
 /// The pieces of a large brotli body and their history: the history is
 /// the whole window (a window of 2^24 bytes reaches back 2^24 − 16), so a
-/// piece loses no match that one stream would make. A piece in flight is
-/// counted as its history, itself and its output (16 + 2 × 8 MiB) against
-/// the writer's half of `--buffer-bytes`: at the default 64 MiB that is
-/// one piece at a time (two from 128 MiB).
+/// piece loses no match that one stream would make. Each thread making a
+/// piece holds its history, itself and its output (16 + 2 × 8 MiB) and the
+/// encoder's tables.
 pub const BROTLI_LARGE_PIECE_BYTES: u64 = 8 << 20;
 pub const BROTLI_LARGE_PIECE_HISTORY: u64 = 16 << 20;
-/// At `Level::High`, piece `i` of a large brotli body is made at quality
-/// 10 when `i` is a multiple of this, else at quality 9.5. On 48 MiB of
-/// the text of bench/COMPRESSION.md, in these pieces, quality 10 makes
-/// about 0.65 MB a second on a core and 9.5 about 6, for bodies 4 % and
-/// 16 % larger than one quality-11 stream; one piece in three at 10 is
-/// 12 % larger, at the rate that makes 200 MiB in about a minute on two
-/// cores (one in two: 10 %, 1.6 times the CPU).
-pub const BROTLI_HIGH_Q10_EVERY: u64 = 3;
+/// At `Level::High`, a large brotli body is cut in groups: one slow piece
+/// of `BROTLI_HIGH_SLOW_PIECE_BYTES` at the large quality (10), primed
+/// with `BROTLI_HIGH_SLOW_HISTORY`, then `BROTLI_HIGH_FAST_PIECES` pieces
+/// of `BROTLI_LARGE_PIECE_BYTES` at the brotli crate's quality 9.5 with
+/// the whole window as history. Quality 10 puts its history through its
+/// binary-tree match finder, as much work per byte as the piece: a longer
+/// slow piece and a shorter history spend more of its time on the piece
+/// itself. On the 200 MiB text of bench/COMPRESSION.md this is 8.9 %
+/// larger than one quality-11 stream for about 81 s of CPU (slow pieces
+/// with 16 MiB of history: 8.8 % for 96 s).
+pub const BROTLI_HIGH_SLOW_PIECE_BYTES: u64 = 14 << 20;
+pub const BROTLI_HIGH_SLOW_HISTORY: u64 = 8 << 20;
+pub const BROTLI_HIGH_FAST_PIECES: u64 = 3;
 
 /// The input a brotli piece is given at a time, so that progress moves
 /// within a piece (a piece at quality 10 takes seconds).
@@ -108,8 +114,8 @@ pub enum Level {
     /// gzip 1.
     Fast,
     /// Brotli 11, zstd 19, gzip 9, but a brotli body over 32 MiB in
-    /// pieces, one in three at quality 10 and the others at 9.5 (about
-    /// 12 % larger than 11's, 3 to 5 times sooner).
+    /// pieces, a long one at quality 10 then three at 9.5 (about 9 %
+    /// larger than 11's, 4 times sooner).
     High,
     /// The smallest bodies: brotli 11 everywhere, zstd 19, gzip 9.
     Max,
@@ -124,9 +130,8 @@ pub struct CompressOptions {
     pub brotli_quality: u32,
     /// Brotli quality of a body over `BROTLI_LARGE_BYTES`, 0–11.
     pub brotli_large_quality: u32,
-    /// The pieces of such a body that are not a multiple of
-    /// `BROTLI_HIGH_Q10_EVERY` are made at quality 9.5 instead
-    /// (`Level::High`).
+    /// Such a body is cut in groups of one long piece at that quality and
+    /// `BROTLI_HIGH_FAST_PIECES` at quality 9.5 (`Level::High`).
     pub brotli_large_mixed: bool,
     /// Largest brotli window, log2 of bytes, 10–24; a body gets the
     /// smallest window that holds it, up to this (as the brotli tool does).
@@ -201,7 +206,10 @@ pub fn settings_id(encoding: Encoding, opts: &CompressOptions) -> u64 {
             opts.brotli_lgwin.clamp(BROTLI_MIN_LGWIN, BROTLI_MAX_LGWIN),
             opts.brotli_large_quality,
             match opts.brotli_large_mixed {
-                true => format!(" but 9.5 off every {BROTLI_HIGH_Q10_EVERY}th piece"),
+                true => format!(
+                    " but groups of {BROTLI_HIGH_SLOW_PIECE_BYTES} history={BROTLI_HIGH_SLOW_HISTORY} \
+                     then {BROTLI_HIGH_FAST_PIECES} at 9.5"
+                ),
                 false => String::new(),
             },
         ),
@@ -234,12 +242,16 @@ pub fn encode_to(
         }
         Encoding::Br if len > BROTLI_PIECE_BYTES => {
             let mut join = BrotliJoin::new();
-            // The history of the next piece, then the piece.
+            // The history of the next piece, then the piece; `buf` holds
+            // the input from `held`.
             let mut buf: Vec<u8> = Vec::new();
-            for piece in 0..brotli_pieces(len) {
-                let range = BrotliPiece::of(len, piece);
-                let keep = (range.start - range.history) as usize;
-                buf.drain(..buf.len() - keep);
+            let mut held = 0;
+            for range in brotli_layout(len, opts) {
+                if range.history < held {
+                    return Err(io::Error::other("a brotli piece reaches back too far"));
+                }
+                buf.drain(..(range.history - held) as usize);
+                held = range.history;
                 let at = buf.len();
                 buf.resize(at + (range.end - range.start) as usize, 0);
                 input.read_exact(&mut buf[at..])?;
@@ -301,41 +313,8 @@ pub fn brotli_quality(len: u64, opts: &CompressOptions) -> u32 {
     }
 }
 
-/// How a brotli body longer than `BROTLI_PIECE_BYTES` is cut.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BrotliCut {
-    /// The length of every piece but the last.
-    pub piece: u64,
-    /// How much of the input before a piece primes it.
-    pub history: u64,
-}
-
-/// How a brotli body of `len` bytes is cut (when it is longer than
-/// `BROTLI_PIECE_BYTES`; else it is one stream).
-pub fn brotli_cut(len: u64) -> BrotliCut {
-    if len > BROTLI_LARGE_BYTES {
-        BrotliCut {
-            piece: BROTLI_LARGE_PIECE_BYTES,
-            history: BROTLI_LARGE_PIECE_HISTORY,
-        }
-    } else {
-        BrotliCut {
-            piece: BROTLI_PIECE_BYTES,
-            history: BROTLI_PIECE_HISTORY,
-        }
-    }
-}
-
-/// How many pieces a brotli body of `len` bytes is made of.
-pub fn brotli_pieces(len: u64) -> u64 {
-    if len > BROTLI_PIECE_BYTES {
-        len.div_ceil(brotli_cut(len).piece)
-    } else {
-        1
-    }
-}
-
-/// Where one brotli piece lies in its body, in bytes from the start.
+/// Where one brotli piece lies in its body, in bytes from the start, and
+/// how it is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BrotliPiece {
     /// Where its history (the custom dictionary) begins.
@@ -344,19 +323,68 @@ pub struct BrotliPiece {
     pub start: u64,
     /// Where it ends.
     pub end: u64,
+    /// Made at quality 9.5 rather than the body's quality.
+    pub fast: bool,
 }
 
-impl BrotliPiece {
-    /// Piece `index` of a body of `len` bytes.
-    pub fn of(len: u64, index: u64) -> BrotliPiece {
-        let cut = brotli_cut(len);
-        let start = index * cut.piece;
-        BrotliPiece {
-            history: start.saturating_sub(cut.history),
-            start,
-            end: (start + cut.piece).min(len),
+/// The pieces of a brotli body of `len` bytes longer than
+/// `BROTLI_PIECE_BYTES`, in order: fixed offsets that depend on the length
+/// and the options alone. Each piece's history begins no earlier than the
+/// one before's.
+pub fn brotli_layout(len: u64, opts: &CompressOptions) -> Vec<BrotliPiece> {
+    // (length, history, fast) of the pieces of a group, repeated.
+    let group: &[(u64, u64, bool)] = if len <= BROTLI_LARGE_BYTES {
+        &[(BROTLI_PIECE_BYTES, BROTLI_PIECE_HISTORY, false)]
+    } else if opts.brotli_large_mixed {
+        &[
+            (
+                BROTLI_HIGH_SLOW_PIECE_BYTES,
+                BROTLI_HIGH_SLOW_HISTORY,
+                false,
+            ),
+            (BROTLI_LARGE_PIECE_BYTES, BROTLI_LARGE_PIECE_HISTORY, true),
+            (BROTLI_LARGE_PIECE_BYTES, BROTLI_LARGE_PIECE_HISTORY, true),
+            (BROTLI_LARGE_PIECE_BYTES, BROTLI_LARGE_PIECE_HISTORY, true),
+        ][..=BROTLI_HIGH_FAST_PIECES as usize]
+    } else {
+        &[(BROTLI_LARGE_PIECE_BYTES, BROTLI_LARGE_PIECE_HISTORY, false)]
+    };
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for &(piece, history, fast) in group.iter().cycle() {
+        if start >= len {
+            break;
         }
+        let end = (start + piece).min(len);
+        pieces.push(BrotliPiece {
+            history: start.saturating_sub(history),
+            start,
+            end,
+            fast,
+        });
+        start = end;
     }
+    pieces
+}
+
+/// How many pieces a brotli body of `len` bytes is made of.
+pub fn brotli_pieces(len: u64, opts: &CompressOptions) -> usize {
+    if len > BROTLI_PIECE_BYTES {
+        brotli_layout(len, opts).len()
+    } else {
+        1
+    }
+}
+
+/// The window of every piece of a body of `len` bytes: the one the joined
+/// stream declares, which holds the longest piece and its history.
+fn brotli_piece_window(len: u64, opts: &CompressOptions) -> u32 {
+    let span = if len > BROTLI_LARGE_BYTES {
+        BROTLI_HIGH_SLOW_PIECE_BYTES.max(BROTLI_LARGE_PIECE_BYTES) + BROTLI_LARGE_PIECE_HISTORY
+    } else {
+        BROTLI_PIECE_BYTES + BROTLI_PIECE_HISTORY
+    };
+    brotli_window(span, opts.brotli_lgwin)
 }
 
 /// Compresses one piece of a brotli body of `len` bytes made in pieces:
@@ -384,11 +412,8 @@ pub fn brotli_piece(
     if input.len() != history + size {
         return Err(io::Error::other("a brotli piece read short"));
     }
-    let cut = brotli_cut(len);
     // The brotli crate's quality 9.5 is quality 10 with its `q9_5` flag.
-    let at_9_5 = opts.brotli_large_mixed
-        && len > BROTLI_LARGE_BYTES
-        && !(piece.start / cut.piece).is_multiple_of(BROTLI_HIGH_Q10_EVERY);
+    let at_9_5 = piece.fast;
     let mut state = BrotliEncoderStateStruct::new(brotli::enc::StandardAlloc::default());
     state.params = brotli::enc::BrotliEncoderParams {
         quality: if at_9_5 {
@@ -397,9 +422,7 @@ pub fn brotli_piece(
             brotli_quality(len, opts) as i32
         },
         q9_5: at_9_5,
-        // Every piece of a body has the same window, the one the joined
-        // stream declares: it holds a piece and its history.
-        lgwin: brotli_window(cut.piece + cut.history, opts.brotli_lgwin) as i32,
+        lgwin: brotli_piece_window(len, opts) as i32,
         size_hint: size,
         appendable: true,
         catable: piece.start > 0,
@@ -524,65 +547,150 @@ impl BrotliJoin {
     }
 }
 
-/// Encodes a brotli body of `len` bytes in pieces on `threads` threads, at
-/// most `in_flight` pieces read and not yet written at once; `read(at,
-/// n)` gives `n` bytes of the input from `at`, `done(n)` is told of the
-/// bytes of each piece as they are compressed. The output is `encode_to`'s.
+/// Work done on the threads of `encode_br_in_parallel` beside the pieces:
+/// another encoding of the same body.
+pub type Beside<'a> = Box<dyn FnOnce() -> io::Result<()> + Send + 'a>;
+
+/// How `encode_br_in_parallel` runs.
+pub struct InParallel<'a> {
+    /// Threads making the pieces and the work beside them.
+    pub threads: usize,
+    /// Bytes of made pieces that may wait for the writer: within it a
+    /// piece starts out of order (the slow ones first), past it only the
+    /// pieces the writer reaches first start.
+    pub waiting: u64,
+    /// Work that starts before any piece, each job on a thread of its own.
+    pub beside: Vec<Beside<'a>>,
+}
+
+/// Encodes a brotli body of `len` bytes in pieces on `run.threads`
+/// threads, after starting the jobs `run.beside` on the same threads, so
+/// that every thread is busy until the end; `read(at, n)` gives `n` bytes
+/// of the input from `at`, `done(n)` is told of the bytes of each piece as
+/// they are compressed. The output is `encode_to`'s. The slow pieces (at
+/// the body's quality) start before the fast ones, so that the last to
+/// run are short and no thread is left waiting for one long piece; the
+/// writer joins the pieces in order as they come. Memory: each thread
+/// holds a piece's input and output and the encoder's tables; made pieces
+/// wait for the writer within `run.waiting` bytes (see `InParallel`).
 pub fn encode_br_in_parallel(
     read: &(dyn Fn(u64, usize) -> io::Result<Vec<u8>> + Sync),
     len: u64,
     opts: &CompressOptions,
-    threads: usize,
-    in_flight: u64,
+    run: InParallel<'_>,
     done: &(dyn Fn(u64) + Sync),
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, VecDeque};
     use std::sync::{Condvar, Mutex};
 
-    struct Shared {
-        next: u64,
-        written: u64,
-        made: BTreeMap<u64, io::Result<Vec<u8>>>,
+    struct Shared<'a> {
+        beside: VecDeque<Beside<'a>>,
+        /// The pieces in the order they start, and the next of them.
+        order: Vec<usize>,
+        next: usize,
+        started: Vec<bool>,
+        /// The first piece not started.
+        lowest: usize,
+        /// The first piece not written.
+        written: usize,
+        /// Bytes of `made`.
+        held: u64,
+        made: BTreeMap<usize, io::Result<Vec<u8>>>,
+        /// The first job beside that failed.
+        failed: Option<io::Error>,
         stopped: bool,
     }
-    let pieces = brotli_pieces(len);
-    let in_flight = in_flight.max(1);
+    enum Task<'a> {
+        Beside(Beside<'a>),
+        Piece(usize),
+    }
+    let layout = brotli_layout(len, opts);
+    let pieces = layout.len();
+    let mut order: Vec<usize> = (0..pieces).filter(|&i| !layout[i].fast).collect();
+    order.extend((0..pieces).filter(|&i| layout[i].fast));
+    let workers = run.threads.clamp(1, pieces + run.beside.len());
     let shared = Mutex::new(Shared {
+        beside: run.beside.into(),
+        order,
         next: 0,
+        started: vec![false; pieces],
+        lowest: 0,
         written: 0,
+        held: 0,
         made: BTreeMap::new(),
+        failed: None,
         stopped: false,
     });
     let changed = Condvar::new();
     let lock = || shared.lock().unwrap_or_else(|e| e.into_inner());
-    let work = || loop {
-        let index = {
-            let mut state = lock();
-            loop {
-                if state.stopped || state.next >= pieces {
-                    return;
-                }
-                if state.next < state.written + in_flight {
-                    state.next += 1;
-                    break state.next - 1;
-                }
-                state = changed.wait(state).unwrap_or_else(|e| e.into_inner());
+    let waiting = run.waiting;
+    // The next job beside, or piece, for a free thread; `None` when all
+    // are taken or the writer stopped.
+    let next_task = || {
+        let mut state = lock();
+        loop {
+            if state.stopped {
+                return None;
             }
-        };
-        let range = BrotliPiece::of(len, index);
-        // A panic is an error like any other, so that the writer does not
-        // wait for the piece forever.
-        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            read(range.history, (range.end - range.history) as usize)
-                .and_then(|input| brotli_piece(&input, &range, len, opts, done))
-        }))
-        .unwrap_or_else(|_| Err(io::Error::other("brotli panicked on a piece")));
-        lock().made.insert(index, made);
-        changed.notify_all();
+            if let Some(job) = state.beside.pop_front() {
+                return Some(Task::Beside(job));
+            }
+            while state.next < pieces && state.started[state.order[state.next]] {
+                state.next += 1;
+            }
+            if state.lowest >= pieces {
+                return None;
+            }
+            let room = state.held < waiting;
+            let index = if room && state.next < pieces {
+                state.order[state.next]
+            } else if room || state.lowest == state.written {
+                state.lowest
+            } else {
+                state = changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            state.started[index] = true;
+            while state.lowest < pieces && state.started[state.lowest] {
+                state.lowest += 1;
+            }
+            return Some(Task::Piece(index));
+        }
+    };
+    let work = || {
+        while let Some(task) = next_task() {
+            match task {
+                Task::Beside(job) => {
+                    // A panic is an error like any other, so that the
+                    // writer does not wait forever.
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                        .unwrap_or_else(|_| Err(io::Error::other("an encoder panicked")));
+                    if let Err(e) = result {
+                        let mut state = lock();
+                        state.failed.get_or_insert(e);
+                        state.stopped = true;
+                        changed.notify_all();
+                    }
+                }
+                Task::Piece(index) => {
+                    let range = layout[index];
+                    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        read(range.history, (range.end - range.history) as usize)
+                            .and_then(|input| brotli_piece(&input, &range, len, opts, done))
+                    }))
+                    .unwrap_or_else(|_| Err(io::Error::other("brotli panicked on a piece")))
+                    .map_err(|e| io::Error::other(format!("br compression failed: {e}")));
+                    let mut state = lock();
+                    state.held += made.as_ref().map_or(0, |m| m.len() as u64);
+                    state.made.insert(index, made);
+                    changed.notify_all();
+                }
+            }
+        }
     };
     std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, pieces as usize) {
+        for _ in 0..workers {
             scope.spawn(work);
         }
         let mut join = BrotliJoin::new();
@@ -591,8 +699,12 @@ pub fn encode_br_in_parallel(
                 let made = {
                     let mut state = lock();
                     loop {
+                        if let Some(e) = state.failed.take() {
+                            return Err(e);
+                        }
                         if let Some(made) = state.made.remove(&index) {
                             state.written = index + 1;
+                            state.held -= made.as_ref().map_or(0, |m| m.len() as u64);
                             break made;
                         }
                         state = changed.wait(state).unwrap_or_else(|e| e.into_inner());
@@ -601,14 +713,24 @@ pub fn encode_br_in_parallel(
                 changed.notify_all();
                 join.push(&made?, out)?;
             }
-            Ok(())
+            join.finish(out)
         })();
-        // Whatever happened, no worker waits on.
-        lock().stopped = true;
-        changed.notify_all();
-        result?;
-        join.finish(out)
-    })
+        if result.is_err() {
+            // No worker starts anything more.
+            lock().stopped = true;
+            changed.notify_all();
+        }
+        result
+    })?;
+    // The jobs beside may have ended after the last piece.
+    match shared
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .failed
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Encodes `data` with one encoding.
@@ -805,7 +927,7 @@ mod tests {
             brotli_quality: 5,
             ..CompressOptions::default()
         };
-        assert_eq!(brotli_pieces(len), 3);
+        assert_eq!(brotli_pieces(len, &opts), 3);
         let whole = encode(&text, Encoding::Br, &opts).unwrap();
         assert!(decode(Encoding::Br, &whole) == text);
         let mut cut = Vec::new();
@@ -816,16 +938,30 @@ mod tests {
         encode_to(&mut reader, len, Encoding::Br, &opts, &mut cut).unwrap();
         assert!(cut == whole, "depends on how the input is cut");
         let read = |at: u64, n: usize| Ok(text[at as usize..at as usize + n].to_vec());
+        let gzip_opts = CompressOptions {
+            gzip: GzipMode::Deflate(1),
+            ..opts.clone()
+        };
         for threads in 1..=3 {
-            for in_flight in [1, 2, 4] {
+            // Made pieces wait within nothing (one piece at a time), part
+            // of a piece, or plenty.
+            for waiting in [0, 1 << 10, 64 << 20] {
                 let done = std::sync::atomic::AtomicU64::new(0);
+                let gzip = std::sync::Mutex::new(Vec::new());
                 let mut parallel = Vec::new();
+                let beside: Beside<'_> = Box::new(|| {
+                    let mut gzip = gzip.lock().unwrap();
+                    encode_to(&mut &text[..], len, Encoding::Gzip, &gzip_opts, &mut *gzip)
+                });
                 encode_br_in_parallel(
                     &read,
                     len,
                     &opts,
-                    threads,
-                    in_flight,
+                    InParallel {
+                        threads,
+                        waiting,
+                        beside: vec![beside],
+                    },
                     &|n| {
                         done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                     },
@@ -834,9 +970,10 @@ mod tests {
                 .unwrap();
                 assert!(
                     parallel == whole,
-                    "{threads} threads, {in_flight} in flight: other bytes"
+                    "{threads} threads, {waiting} bytes waiting: other bytes"
                 );
                 assert_eq!(done.into_inner(), len);
+                assert!(decode(Encoding::Gzip, &gzip.into_inner().unwrap()) == text);
             }
         }
     }
@@ -868,17 +1005,63 @@ mod tests {
         };
         assert_eq!(brotli_quality(BROTLI_LARGE_BYTES, &opts), 2);
         assert_eq!(brotli_quality(BROTLI_LARGE_BYTES + 1, &opts), 1);
-        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES), 8);
-        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES + 1), 5);
+        let plain = CompressOptions {
+            brotli_large_mixed: false,
+            ..opts.clone()
+        };
+        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES, &opts), 8);
+        assert_eq!(brotli_pieces(BROTLI_LARGE_BYTES + 1, &plain), 5);
         let len = BROTLI_LARGE_BYTES + 12_345;
         assert_eq!(
-            BrotliPiece::of(len, 1),
+            brotli_layout(len, &plain)[1],
             BrotliPiece {
                 history: 0,
                 start: BROTLI_LARGE_PIECE_BYTES,
                 end: 2 * BROTLI_LARGE_PIECE_BYTES,
+                fast: false,
             }
         );
+        // `Level::High`: a long slow piece, then fast ones with the whole
+        // window, again and again; every history within the one before.
+        let long = 100 * BROTLI_LARGE_BYTES + 7;
+        let mixed = brotli_layout(long, &opts);
+        let group =
+            BROTLI_HIGH_SLOW_PIECE_BYTES + BROTLI_HIGH_FAST_PIECES * BROTLI_LARGE_PIECE_BYTES;
+        assert_eq!(
+            mixed[..2],
+            [
+                BrotliPiece {
+                    history: 0,
+                    start: 0,
+                    end: BROTLI_HIGH_SLOW_PIECE_BYTES,
+                    fast: false,
+                },
+                BrotliPiece {
+                    history: 0,
+                    start: BROTLI_HIGH_SLOW_PIECE_BYTES,
+                    end: BROTLI_HIGH_SLOW_PIECE_BYTES + BROTLI_LARGE_PIECE_BYTES,
+                    fast: true,
+                },
+            ]
+        );
+        let slow = mixed[BROTLI_HIGH_FAST_PIECES as usize + 1];
+        assert_eq!(
+            (slow.history, slow.start, slow.fast),
+            (group - BROTLI_HIGH_SLOW_HISTORY, group, false)
+        );
+        assert_eq!((mixed[0].start, mixed.last().unwrap().end), (0, long));
+        for pair in mixed.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start);
+            assert!(pair[0].history <= pair[1].history);
+            assert_eq!(
+                pair[1].start - pair[1].history,
+                match pair[1].fast {
+                    true => BROTLI_LARGE_PIECE_HISTORY,
+                    false => BROTLI_HIGH_SLOW_HISTORY,
+                }
+                .min(pair[1].start)
+            );
+        }
         let text = varied_text(len as usize);
         let large = encode(&text, Encoding::Br, &opts).unwrap();
         assert!(decode(Encoding::Br, &large) == text);
@@ -927,6 +1110,19 @@ mod tests {
         let text = varied_text(len as usize);
         let made = encode(&text, Encoding::Br, &mixed).unwrap();
         assert!(decode(Encoding::Br, &made) == text);
+        // On two threads the slow pieces start first: the same bytes.
+        let read = |at: u64, n: usize| Ok(text[at as usize..at as usize + n].to_vec());
+        let run = InParallel {
+            threads: 2,
+            waiting: 64 << 20,
+            beside: Vec::new(),
+        };
+        let mut parallel = Vec::new();
+        encode_br_in_parallel(&read, len, &mixed, run, &|_| (), &mut parallel).unwrap();
+        assert!(parallel == made, "other bytes on two threads");
+        // `Level::Max` keeps the large quality (11) in every piece.
+        assert!(brotli_layout(len, &max).iter().all(|p| !p.fast));
+        assert_eq!(brotli_quality(len, &max), 11);
         let at_one = encode(&text, Encoding::Br, &plain).unwrap();
         assert!(made.len() < at_one.len(), "{} {}", made.len(), at_one.len());
     }
@@ -941,7 +1137,7 @@ mod tests {
             brotli_quality: 1,
             ..CompressOptions::default()
         };
-        let range = BrotliPiece::of(len, 1);
+        let range = brotli_layout(len, &opts)[1];
         let input = &text[range.history as usize..range.end as usize];
         let steps = std::sync::Mutex::new(Vec::new());
         let piece = brotli_piece(input, &range, len, &opts, &|n| {
@@ -977,9 +1173,23 @@ mod tests {
             brotli_quality: 1,
             ..CompressOptions::default()
         };
-        let err =
-            encode_br_in_parallel(&read, len, &opts, 2, 2, &|_| (), &mut Vec::new()).unwrap_err();
-        assert_eq!(err.to_string(), "gone");
+        let run = |read: &(dyn Fn(u64, usize) -> io::Result<Vec<u8>> + Sync),
+                   beside: Vec<Beside<'static>>| {
+            let run = InParallel {
+                threads: 2,
+                waiting: 64 << 20,
+                beside,
+            };
+            encode_br_in_parallel(read, len, &opts, run, &|_| (), &mut Vec::new())
+        };
+        let err = run(&read, Vec::new()).unwrap_err();
+        assert_eq!(err.to_string(), "br compression failed: gone");
+        // A failed job beside fails it too, the pieces all made.
+        let whole = |_: u64, n: usize| Ok(vec![b'a'; n]);
+        assert!(run(&whole, Vec::new()).is_ok());
+        let failing: Beside<'static> = Box::new(|| Err(io::Error::other("gzip failed")));
+        let err = run(&whole, vec![failing]).unwrap_err();
+        assert_eq!(err.to_string(), "gzip failed");
     }
 
     /// The fingerprints below pin what this version of the encoders makes

@@ -86,6 +86,11 @@ impl PackTemp {
         ))
     }
 
+    /// The folder the pack goes to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The file to write the pack to.
     pub fn file(&self) -> &File {
         &self.file

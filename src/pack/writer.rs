@@ -444,6 +444,17 @@ impl PackWriter {
         Ok(Arc::clone(&self.reread))
     }
 
+    /// A file for a body made beside the one being written, before it is
+    /// stored: unnamed, in the pack's folder (in memory for a pack in
+    /// memory), so that it neither outlives the build nor fills a `/tmp`
+    /// held in memory.
+    pub fn scratch_file(&self) -> io::Result<File> {
+        match &self.destination {
+            Destination::Disk(temp) => tempfile::tempfile_in(temp.dir()),
+            Destination::Memory => memory_file("kiln-scratch"),
+        }
+    }
+
     /// The stored body with BLAKE3 `hash`, counted as de-duplicated.
     fn stored_body(&mut self, hash: &[u8; 32]) -> Option<BodyRef> {
         let &(off, len) = self.bodies.get(hash)?;
