@@ -175,4 +175,19 @@ mod tests {
         let changes = poll.scan(now);
         assert!(changes.certificate && changes.in_folder.is_empty());
     }
+
+    #[test]
+    fn a_single_pack_replaced_is_a_pack_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = dir.path().join("site.pack");
+        std::fs::write(&pack, b"one").unwrap();
+        let mut poll = Poll::new(&[(&pack, Role::Pack)], Duration::from_secs(1));
+        let now = Instant::now();
+        assert!(!poll.scan(now).any());
+        std::fs::write(dir.path().join("new"), b"two").unwrap();
+        std::fs::rename(dir.path().join("new"), &pack).unwrap();
+        let changes = poll.scan(now);
+        assert!(changes.pack && !changes.certificate);
+        assert!(!poll.scan(now).any());
+    }
 }
