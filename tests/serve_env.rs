@@ -37,11 +37,14 @@ fn help_lists_a_variable_for_every_flag() {
         "user",
         "no-sandbox",
         "watch",
+        "poll",
         "compression",
         "no-http3",
         "alt-svc-max-age",
         "quic-retry",
         "quic-host-key",
+        "tls-ticket-keys",
+        "tls-ticket-key-period",
     ] {
         let var = format!("KILN_{}", flag.to_uppercase().replace('-', "_"));
         assert!(help.contains(&format!("--{flag}")), "--{flag} in:\n{help}");

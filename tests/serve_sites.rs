@@ -6,7 +6,9 @@
 //! each site is added, replaced and removed on its own while the others
 //! keep serving; certificates beside the packs are chosen by SNI and
 //! reloaded pair by pair; a change lost to an overflowed inotify queue is
-//! caught by reloading everything.
+//! caught by reloading everything; where inotify sees nothing (refused
+//! here, as a network filesystem never reports another machine's writes),
+//! `--poll` finds each change, and says nothing when nothing changed.
 
 mod common;
 
@@ -482,4 +484,60 @@ fn a_site_may_be_a_link_to_a_pack_elsewhere() {
     version_pack(&releases.join("c.pack"), "c2");
     server.signal(libc::SIGHUP);
     wait_for(&server, "c.example", "200 c2");
+}
+
+/// `--poll`: the server's process is refused inotify (`deny_inotify`), so
+/// it sees nothing of a change but what its scans find, as on a network
+/// filesystem where another machine writes the packs. Without `--poll` a
+/// replaced pack is then not taken (the premise); with it, a pack
+/// replaced, added or removed is taken within a scan, and scans that
+/// find nothing log nothing.
+#[test]
+fn without_inotify_poll_finds_replaced_added_and_removed_sites() {
+    let blind = |extra: &[&str], dir: &Path| {
+        let mut args = vec![dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let server = Server::launch(
+            &args,
+            Launch {
+                deny_inotify: true,
+                ..Launch::default()
+            },
+        );
+        wait_for_log(&server, "cannot watch files for replacement");
+        server
+    };
+    let unpolled_dir = tempfile::tempdir().unwrap();
+    folder(unpolled_dir.path(), true);
+    let unpolled = blind(&[], unpolled_dir.path());
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), true);
+    let server = blind(&["--poll", "1"], dir.path());
+    wait_for_log(&server, "--poll looks for them");
+
+    version_pack(&unpolled_dir.path().join("a.example.pack"), "a2");
+    version_pack(&dir.path().join("a.example.pack"), "a2");
+    wait_for(&server, "a.example", "200 a2");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        version_of(&unpolled, "a.example"),
+        "200 a",
+        "inotify is off"
+    );
+
+    version_pack(&dir.path().join("c.example.pack"), "c");
+    wait_for(&server, "c.example", "200 c");
+    std::fs::remove_file(dir.path().join("a.example.pack")).unwrap();
+    wait_for(&server, "a.example", "200 default");
+    assert_eq!(version_of(&server, "b.example"), "200 b");
+
+    // Three scans that find nothing add no line.
+    let lines = server.stderr_text().lines().count();
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(
+        server.stderr_text().lines().count(),
+        lines,
+        "{}",
+        server.stderr_text()
+    );
 }

@@ -40,6 +40,7 @@ use super::inotify;
 use super::load::{Folder, SiteSource, open_site};
 use super::metrics::{Metrics, SiteStats};
 use super::net::{Shared, Waker};
+use super::poll::Poll;
 use super::stack::CurrentSites;
 use super::systemd::Notifier;
 use super::tls::{self, SniResolver};
@@ -74,7 +75,7 @@ pub enum Role {
 
 impl Role {
     /// Whether every name in the watched folder counts, not one file's.
-    fn is_folder(self) -> bool {
+    pub fn is_folder(self) -> bool {
         matches!(
             self,
             Role::Folder | Role::AcmeCertificates | Role::AcmeHttp01 | Role::AcmeTlsAlpn01
@@ -103,22 +104,49 @@ pub struct Watch {
     files: Vec<Watched>,
 }
 
-/// What a batch of inotify events changed.
+/// What a batch of inotify events (or a `--poll` scan) changed.
 #[derive(Default)]
-struct Changes {
+pub struct Changes {
     /// The kernel's event queue overflowed: anything may have changed.
-    overflowed: bool,
-    pack: bool,
-    certificate: bool,
+    pub overflowed: bool,
+    pub pack: bool,
+    pub certificate: bool,
     /// Names in a folder of sites that changed.
-    in_folder: Vec<OsString>,
+    pub in_folder: Vec<OsString>,
     /// An HTTP-01 token came or went.
-    http01: bool,
+    pub http01: bool,
     /// A TLS-ALPN-01 certificate came or went.
-    tls_alpn01: bool,
+    pub tls_alpn01: bool,
     /// Files written (or truncated) in place: a pack among them may be
     /// served from (`in_place`); nothing is reloaded before its close.
-    modified: Vec<PathBuf>,
+    pub modified: Vec<PathBuf>,
+}
+
+impl Changes {
+    /// Adds what `other` saw: one reload for a change both saw.
+    fn merge(&mut self, other: Changes) {
+        self.overflowed |= other.overflowed;
+        self.pack |= other.pack;
+        self.certificate |= other.certificate;
+        self.http01 |= other.http01;
+        self.tls_alpn01 |= other.tls_alpn01;
+        self.in_folder.extend(other.in_folder);
+        self.in_folder.sort();
+        self.in_folder.dedup();
+        self.modified.extend(other.modified);
+    }
+
+    /// Whether anything changed.
+    #[cfg(test)]
+    pub fn any(&self) -> bool {
+        self.overflowed
+            || self.pack
+            || self.certificate
+            || !self.in_folder.is_empty()
+            || self.http01
+            || self.tls_alpn01
+            || !self.modified.is_empty()
+    }
 }
 
 impl Watch {
@@ -210,6 +238,14 @@ pub fn watch(files: &[(&Path, Role)]) -> io::Result<Watch> {
         });
     }
     Ok(Watch { fd, files: watched })
+}
+
+/// How the control thread learns that served files changed.
+pub struct FileWatch {
+    /// The inotify watch; `None` when it could not be set up.
+    pub inotify: Option<Watch>,
+    /// `--poll`'s scans, when asked for.
+    pub poll: Option<Poll>,
 }
 
 /// What the control thread reloads.
@@ -470,7 +506,7 @@ impl Control {
 pub fn spawn(
     signals: OwnedFd,
     reloader: Reloader,
-    watched: Option<Watch>,
+    files: FileWatch,
     acme_client: Option<acme::Client>,
     shutdown_delay: Duration,
     shared: Arc<Shared>,
@@ -480,7 +516,7 @@ pub fn spawn(
         run(
             signals,
             reloader,
-            watched,
+            files,
             acme_client,
             shutdown_delay,
             shared,
@@ -550,13 +586,15 @@ struct Timers {
     /// When the loops start draining, once a shutdown was asked for
     /// (`--shutdown-delay` after it).
     drain: Option<Instant>,
+    /// When the next `--poll` scan is due.
+    poll: Option<Instant>,
 }
 
 impl Timers {
     /// The poll timeout until the next one (`None`: none), at most a
     /// minute.
     fn timeout(&self) -> Option<Timespec> {
-        let next = [self.certificates, self.drain]
+        let next = [self.certificates, self.drain, self.poll]
             .into_iter()
             .flatten()
             .min()?;
@@ -575,19 +613,27 @@ fn drain(shared: &Shared, wakers: &[Arc<Waker>]) {
 }
 
 /// Runs the control loop; returns only on an error it cannot get past.
-/// `watched` is `None` when the directories could not be watched.
+/// `files.inotify` is `None` when the directories could not be watched;
+/// `files.poll` (`--poll`) scans the same files on a timer. Before inotify's or
+/// SIGHUP's reload the scan's view is brought up to date, so that the
+/// next scan sees only what changed after: a change is never missed, and
+/// one already reloaded is not reloaded again.
 /// `shutdown_delay`: how long after the first SIGTERM the loops go on
 /// accepting while `/ready` says 503, so that a balancer stops sending
 /// new connections before the listeners close.
 fn run(
     signals: OwnedFd,
     mut reloader: Reloader,
-    mut watched: Option<Watch>,
+    files: FileWatch,
     mut acme_client: Option<acme::Client>,
     shutdown_delay: Duration,
     shared: &Shared,
     wakers: &[Arc<Waker>],
 ) -> io::Error {
+    let FileWatch {
+        inotify: mut watched,
+        mut poll,
+    } = files;
     let mut buf = vec![0u8; 64 * 1024];
     let siginfo_len = sys::SIGNALFD_SIGINFO_BYTES;
     let mut timers = Timers::default();
@@ -608,6 +654,7 @@ fn run(
             PollFd::from_borrowed_fd(watch_fd, PollFlags::IN),
             PollFd::from_borrowed_fd(client_fd, PollFlags::IN),
         ];
+        timers.poll = poll.as_ref().map(|p| p.next);
         if let Err(errno) = rustix::event::poll(&mut fds, timers.timeout().as_ref()) {
             let e = io::Error::from(errno);
             if is_transient(&e) {
@@ -629,6 +676,12 @@ fn run(
             timers.certificates = None;
             reloader.reload_tls();
         }
+        if let Some(poll) = poll.as_mut().filter(|p| p.next <= now) {
+            let changes = poll.scan(now);
+            if reloader.files_changed(changes) {
+                timers.certificates = Some(now + CERTIFICATE_QUIET);
+            }
+        }
         if signalled {
             match rustix::io::read(&signals, &mut buf[..siginfo_len]) {
                 Err(errno) => {
@@ -647,6 +700,9 @@ fn run(
                     if signo == Signal::IO.as_raw() {
                         in_place::lease_broken();
                     } else if signo == Signal::HUP.as_raw() {
+                        if let Some(poll) = poll.as_mut() {
+                            poll.scan(now);
+                        }
                         timers.certificates = None;
                         reloader.reload_all();
                     } else if std::mem::replace(&mut stopping, true) {
@@ -688,7 +744,10 @@ fn run(
                     }
                 }
                 Ok(n) => {
-                    let changes = watch.changes(&buf[..n]);
+                    let mut changes = watch.changes(&buf[..n]);
+                    if let Some(poll) = poll.as_mut() {
+                        changes.merge(poll.scan(now));
+                    }
                     if changes.overflowed {
                         // The events dropped may have replaced any pack or
                         // certificate: read everything again, as SIGHUP does.
@@ -764,7 +823,10 @@ mod tests {
         let control = spawn(
             not_signals,
             reloader,
-            None,
+            FileWatch {
+                inotify: None,
+                poll: None,
+            },
             None,
             Duration::ZERO,
             Arc::clone(&shared),

@@ -27,10 +27,12 @@ pub mod metrics;
 pub mod net;
 mod open;
 pub mod output;
+pub mod poll;
 pub mod quic;
 pub mod request_context;
 pub mod request_fields;
 pub mod sandbox;
+pub mod secret;
 pub mod server_headers;
 pub mod stack;
 pub mod systemd;
@@ -89,6 +91,19 @@ pub struct ServeArgs {
     /// /_kiln/events.
     #[arg(long, conflicts_with = "dummy", env = "KILN_WATCH")]
     pub watch: bool,
+    /// Also look for replaced packs (the one served, or those of a folder
+    /// of sites), certificates and --acme-dir files every SECONDS, for a
+    /// network filesystem (NFS, SMB, a FUSE mount) where inotify does not
+    /// see another machine's writes: what changed is reloaded as an
+    /// inotify event would have it, and nothing is said when nothing
+    /// changed.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        env = "KILN_POLL"
+    )]
+    pub poll: Option<u64>,
     /// Compression levels of the preview (default fast).
     #[arg(long, value_enum, requires = "watch", env = "KILN_COMPRESSION")]
     pub compression: Option<crate::build::compress::Level>,
@@ -154,6 +169,28 @@ pub struct ServeArgs {
         env = "KILN_TLS_SELF_SIGNED_OUT"
     )]
     pub tls_self_signed_out: Option<PathBuf>,
+    /// A file of secret bytes (the rules of --quic-host-key: 32 to 4096,
+    /// every byte counts) from which the keys of TLS session tickets are
+    /// derived, so that every node of a fleet given the same file resumes
+    /// the sessions of the others (TCP and HTTP/3): the key of each
+    /// period of --tls-ticket-key-period seconds comes from the secret
+    /// and the period's number, tickets are sealed with the current
+    /// period's key and opened with the previous, current and next one's.
+    /// Read once at start. Keep it secret (mode 0600): it opens every
+    /// ticket of the fleet. Default: random keys per process.
+    #[arg(long, value_name = "FILE", env = "KILN_TLS_TICKET_KEYS")]
+    pub tls_ticket_keys: Option<PathBuf>,
+    /// How long each ticket key seals tickets, in seconds (the same on
+    /// every node; a ticket resumes for one to two periods).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = tls::ticket_keys::DEFAULT_PERIOD,
+        value_parser = clap::value_parser!(u64).range(1..=tls::ticket_keys::MAX_PERIOD),
+        requires = "tls_ticket_keys",
+        env = "KILN_TLS_TICKET_KEY_PERIOD"
+    )]
+    pub tls_ticket_key_period: u64,
     /// Answer every request on the cleartext listeners with a 308 to the
     /// same host and path on HTTPS (the first --listen-tls port), except
     /// ACME challenges under /.well-known/acme-challenge/, still served.
@@ -461,7 +498,11 @@ fn pack_gauges(current: &CurrentSites) -> Vec<metrics::PackGauges> {
 /// then do threads start (each step says why it is where it is).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::report::init_logging();
-    let settings = read_settings(&args)?;
+    let mut settings = read_settings(&args)?;
+    // Before any TLS configuration is built: each takes the ticketer.
+    if let Some(keys) = settings.ticket_keys.take() {
+        tls::use_ticket_keys(keys).map_err(anyhow::Error::msg)?;
+    }
     // Blocked before anything starts a thread (a preview build starts
     // rayon's pool): a thread spawned earlier would keep the default action,
     // and SIGHUP or SIGTERM would kill the process instead of reaching the
@@ -522,6 +563,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         certificates.given.as_ref(),
         managed.as_deref(),
         tls_reload.is_some(),
+        args.poll.map(Duration::from_secs),
     );
     // Read while the metrics listener's sockets are still here (they go
     // to its thread), for the start-up line.
@@ -617,6 +659,8 @@ struct Settings {
     identity: Option<sandbox::Identity>,
     /// The QUIC keys derived from `--quic-host-key`, if given.
     quic_keys: Option<quic::Keys>,
+    /// The ticket keys derived from `--tls-ticket-keys`, if given.
+    ticket_keys: Option<tls::ticket_keys::TicketKeys>,
 }
 
 /// Reads systemd's variables and checks the flags, first: systemd's
@@ -674,6 +718,22 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         .as_deref()
         .map(quic::Keys::read)
         .transpose()?;
+    let ticket_keys = match &args.tls_ticket_keys {
+        Some(path) => {
+            let secret = secret::read("--tls-ticket-keys", path)?;
+            Some(
+                tls::ticket_keys::TicketKeys::new(&secret, args.tls_ticket_key_period).map_err(
+                    |_| {
+                        anyhow::anyhow!(
+                            "--tls-ticket-keys {}: cannot derive the keys",
+                            path.display()
+                        )
+                    },
+                )?,
+            )
+        }
+        None => None,
+    };
     let loop_config = Arc::new(LoopConfig {
         header_timeout_ms,
         keepalive_timeout_ms,
@@ -690,6 +750,7 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         threads,
         identity,
         quic_keys,
+        ticket_keys,
     })
 }
 
@@ -793,13 +854,15 @@ fn build_loops(
 /// Sets the inotify watches of what the control thread reloads: a pack
 /// (not a live preview: it rebuilds on its own), a folder of sites, the
 /// certificates. Before the sandbox, as everything opened; a failure only
-/// leaves SIGHUP to reload.
+/// leaves SIGHUP (and `--poll`'s scans of the same files, every `poll`)
+/// to reload.
 fn watch_for_reloads(
     served: &control::Served,
     given: Option<&tls::Source>,
     managed: Option<&acme::Managed>,
     tls_on: bool,
-) -> Option<control::Watch> {
+    poll: Option<Duration>,
+) -> control::FileWatch {
     let mut watched_files: Vec<(&Path, control::Role)> = Vec::new();
     match served {
         control::Served::One { source, .. } => {
@@ -832,13 +895,19 @@ fn watch_for_reloads(
             watched_files.push((tls_alpn01, control::Role::AcmeTlsAlpn01));
         }
     }
-    match control::watch(&watched_files) {
+    let poll = poll.map(|every| poll::Poll::new(&watched_files, every));
+    let inotify = match control::watch(&watched_files) {
         Ok(w) => Some(w),
+        Err(e) if poll.is_some() => {
+            tracing::warn!("cannot watch files for replacement ({e}); --poll looks for them");
+            None
+        }
         Err(e) => {
             tracing::warn!("cannot watch files for replacement ({e}); reload with SIGHUP");
             None
         }
-    }
+    };
+    control::FileWatch { inotify, poll }
 }
 
 /// The start-up line: what is served, on which URLs, with how many

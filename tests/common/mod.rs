@@ -469,6 +469,8 @@ pub struct Launch {
     pub drain_stdout: bool,
     /// Start the server where io_uring is refused (`deny_io_uring`).
     pub deny_io_uring: bool,
+    /// Start the server where inotify is refused (`deny_inotify`).
+    pub deny_inotify: bool,
     /// When the tests run as root, pass `--user root` (unless ARGS name a
     /// user or `--no-sandbox`): the server then still reads the tests'
     /// private folders at reloads. Tests of the switch to another user
@@ -489,6 +491,20 @@ pub struct Launch {
 /// as on a kernel without io_uring or in a container that forbids it: a
 /// seccomp filter installed between fork and exec.
 pub fn deny_io_uring(command: &mut Command) {
+    deny_syscall(command, libc::SYS_io_uring_setup);
+}
+
+/// Makes `command`'s process run where `inotify_init1` fails with ENOSYS,
+/// as where inotify cannot be had: the server has no watch, and sees only
+/// what `--poll` finds, as on a network filesystem whose other clients'
+/// writes inotify never reports.
+pub fn deny_inotify(command: &mut Command) {
+    deny_syscall(command, libc::SYS_inotify_init1);
+}
+
+/// Makes system call `nr` fail with ENOSYS in `command`'s process: a
+/// seccomp filter installed between fork and exec.
+fn deny_syscall(command: &mut Command, nr: libc::c_long) {
     use std::os::unix::process::CommandExt;
     const SECCOMP_DATA_NR: u32 = 0;
     let filter = [
@@ -502,7 +518,7 @@ pub fn deny_io_uring(command: &mut Command) {
             code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
             jt: 0,
             jf: 1,
-            k: libc::SYS_io_uring_setup as u32,
+            k: nr as u32,
         },
         libc::sock_filter {
             code: (libc::BPF_RET | libc::BPF_K) as u16,
@@ -548,6 +564,7 @@ impl Default for Launch {
             stderr: None,
             drain_stdout: true,
             deny_io_uring: false,
+            deny_inotify: false,
             stay_root: true,
             env: Vec::new(),
             current_dir: None,
@@ -724,6 +741,9 @@ impl Server {
         }
         if launch.deny_io_uring {
             deny_io_uring(&mut command);
+        }
+        if launch.deny_inotify {
+            deny_inotify(&mut command);
         }
         command.arg("serve").args(args);
         if let Some(io) = std::env::var_os("KILN_TEST_IO")

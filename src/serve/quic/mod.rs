@@ -98,13 +98,6 @@ pub struct QuicConfig {
     pub shared: Arc<Shared>,
 }
 
-/// Fewest bytes a `--quic-host-key` file holds: 256 bits of secret.
-pub const HOST_KEY_MIN: usize = 32;
-
-/// Most bytes a `--quic-host-key` file may hold: it is a key, not a
-/// stream (`/dev/urandom` named by mistake is refused, not read forever).
-pub const HOST_KEY_MAX: usize = 4096;
-
 /// The key Retry tokens are sealed with and the key stateless-reset
 /// tokens are made with: one pair per process, which every thread's
 /// endpoints share; random, or derived from `--quic-host-key`'s secret
@@ -142,33 +135,18 @@ impl Keys {
     /// Keys from a random secret, made once at start: good for this
     /// process only.
     pub fn random() -> Result<Keys, aws_lc_rs::error::Unspecified> {
-        let mut secret = [0u8; HOST_KEY_MIN];
+        let mut secret = [0u8; super::secret::SECRET_MIN];
         aws_lc_rs::rand::fill(&mut secret)?;
         Keys::derive(&secret)
     }
 
-    /// Keys from the secret in `path` (`--quic-host-key`): every byte of
-    /// the file, from `HOST_KEY_MIN` to `HOST_KEY_MAX` of them; what is
-    /// wrong with it, in one line naming it.
+    /// Keys from the secret in `path` (`--quic-host-key`, read by
+    /// `secret::read`); what is wrong with it, in one line naming it.
     pub fn read(path: &Path) -> anyhow::Result<Keys> {
-        use std::io::Read as _;
-        let name = path.display();
-        let mut secret = Vec::with_capacity(HOST_KEY_MAX + 1);
-        std::fs::File::open(path)
-            .and_then(|f| f.take(HOST_KEY_MAX as u64 + 1).read_to_end(&mut secret))
-            .map_err(|e| anyhow::anyhow!("--quic-host-key {name}: cannot read: {e}"))?;
-        if secret.len() < HOST_KEY_MIN {
-            anyhow::bail!(
-                "--quic-host-key {name}: {} bytes, fewer than the {HOST_KEY_MIN} a key needs \
-                 (make one with `head -c 32 /dev/urandom > FILE`)",
-                secret.len()
-            );
-        }
-        if secret.len() > HOST_KEY_MAX {
-            anyhow::bail!("--quic-host-key {name}: more than {HOST_KEY_MAX} bytes: not a key file");
-        }
-        Keys::derive(&secret)
-            .map_err(|_| anyhow::anyhow!("--quic-host-key {name}: cannot derive the keys"))
+        let secret = super::secret::read("--quic-host-key", path)?;
+        Keys::derive(&secret).map_err(|_| {
+            anyhow::anyhow!("--quic-host-key {}: cannot derive the keys", path.display())
+        })
     }
 }
 

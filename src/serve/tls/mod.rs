@@ -9,7 +9,8 @@
 //!
 //! Settings (RFC 8446 and the choices): TLS 1.3 and 1.2, AEAD
 //! suites only, X25519 and P-256 key exchange, session resumption by
-//! tickets with rotating keys (and a session cache for TLS 1.2 clients
+//! tickets with rotating keys (random per process, or shared by a fleet:
+//! `ticket_keys`; and a session cache for TLS 1.2 clients
 //! without tickets), no 0-RTT, ALPN `h2` then `http/1.1` (what `serve`
 //! offers, most preferred first); the server's order of suites
 //! (AES-128-GCM first) wins over the client's.
@@ -22,6 +23,7 @@ pub mod record;
 #[cfg(test)]
 mod rfc8448;
 pub mod session;
+pub mod ticket_keys;
 
 use std::io;
 use std::sync::{Arc, OnceLock};
@@ -69,6 +71,18 @@ pub fn provider() -> CryptoProvider {
 /// What resumes sessions: the ticket keys and the TLS 1.2 session cache.
 type Resumption = (Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>);
 
+/// The ticketer `--tls-ticket-keys` asked for, installed before the first
+/// configuration is built.
+static SHARED_TICKETER: OnceLock<Arc<dyn ProducesTickets>> = OnceLock::new();
+
+/// Seals tickets with `keys` (`--tls-ticket-keys`) instead of random keys
+/// of this process's own: called once, before any configuration is built.
+pub fn use_ticket_keys(keys: ticket_keys::TicketKeys) -> Result<(), String> {
+    SHARED_TICKETER
+        .set(Arc::new(keys))
+        .map_err(|_| "TLS session tickets: keys installed twice".to_owned())
+}
+
 /// The ticket keys (rotating) and the TLS 1.2 session cache, made once per
 /// process: a certificate reload builds a new configuration, and the
 /// tickets and sessions clients hold from before stay good.
@@ -77,7 +91,10 @@ fn resumption() -> Result<Resumption, String> {
     if let Some(state) = STATE.get() {
         return Ok(state.clone());
     }
-    let ticketer = provider::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
+    let ticketer = match SHARED_TICKETER.get() {
+        Some(shared) => Arc::clone(shared),
+        None => provider::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?,
+    };
     let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(SESSION_CACHE);
     Ok(STATE.get_or_init(|| (ticketer, sessions)).clone())
 }
