@@ -299,6 +299,10 @@ pub struct Folder {
     /// The stray files (neither a site's pack, certificate nor key)
     /// warned about already: each is named once.
     strays_said: BTreeSet<OsString>,
+    /// Slots below `next_slot` no loaded site holds (a removed site's).
+    free_slots: BTreeSet<u32>,
+    /// The lowest slot above every one held.
+    next_slot: u32,
 }
 
 impl Folder {
@@ -313,11 +317,13 @@ impl Folder {
             loaded: BTreeMap::new(),
             metrics,
             strays_said: BTreeSet::new(),
+            free_slots: BTreeSet::new(),
+            next_slot: 0,
         };
         folder.warn_strays(None);
         let mut first_error = None;
-        for name in folder.site_names()? {
-            let path = folder.pack_path(&name);
+        for (name, file_name) in folder.site_packs()? {
+            let path = folder.dir.join(file_name);
             let loaded = if folder.loaded.contains_key(&name) {
                 Err(anyhow::anyhow!(
                     "{}: a second pack for the site {name} (host names match without case)",
@@ -327,14 +333,20 @@ impl Folder {
                 folder.load(&name, &path)
             };
             match loaded {
-                Ok(site) => {
-                    folder.loaded.insert(name, site);
-                }
+                Ok(site) => folder.insert(name, site),
                 Err(e) => {
                     tracing::error!("site {name}: not served: {e:#}");
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        let held = super::pack_fds::held();
+        if held < folder.loaded.len() {
+            tracing::info!(
+                "{} sites: {held} packs keep their descriptor (sendfile, a read lease), within a quarter of \
+                 the open-file limit; the others are served from their mapping alone",
+                folder.loaded.len()
+            );
         }
         match first_error {
             Some(e) if folder.loaded.is_empty() => Err(e.context("no site could be loaded")),
@@ -383,16 +395,29 @@ impl Folder {
         self.strays_said.extend(strays);
     }
 
-    /// Every site name with a pack in the folder now.
-    fn site_names(&self) -> anyhow::Result<Vec<String>> {
+    /// Every site name with a pack in the folder now, with the pack's
+    /// file name, by site name.
+    fn site_packs(&self) -> anyhow::Result<Vec<(String, OsString)>> {
         let entries = std::fs::read_dir(&self.dir)
             .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", self.dir.display()))?;
-        let mut names: Vec<String> = entries
+        let mut names: Vec<(String, OsString)> = entries
             .flatten()
-            .filter_map(|e| site_name(&e.file_name(), "pack"))
+            .filter_map(|e| {
+                let file_name = e.file_name();
+                Some((site_name(&file_name, "pack")?, file_name))
+            })
             .collect();
         names.sort();
         Ok(names)
+    }
+
+    /// Every site name with a pack in the folder now.
+    fn site_names(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .site_packs()?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
     }
 
     /// The pack of site `name`. A name read from a file is lower-cased, so
@@ -443,16 +468,24 @@ impl Folder {
 
     /// The lowest slot no loaded site holds.
     fn free_slot(&self) -> u32 {
-        let mut used: Vec<u32> = self.loaded.values().map(|l| l.site.slot()).collect();
-        used.sort_unstable();
-        let mut slot = 0;
-        for u in used {
-            if u != slot {
-                break;
-            }
-            slot += 1;
-        }
-        slot
+        self.free_slots.first().copied().unwrap_or(self.next_slot)
+    }
+
+    /// Keeps `loaded` as site `name`'s, at the slot `load` gave it.
+    fn insert(&mut self, name: String, loaded: Loaded) {
+        let slot = loaded.site.slot();
+        self.free_slots.remove(&slot);
+        self.next_slot = self.next_slot.max(slot + 1);
+        self.loaded.insert(name, loaded);
+    }
+
+    /// Drops site `name`; its slot is free again. Whether it was loaded.
+    fn remove(&mut self, name: &str) -> bool {
+        let Some(removed) = self.loaded.remove(name) else {
+            return false;
+        };
+        self.free_slots.insert(removed.site.slot());
+        true
     }
 
     /// The sites as a generation to serve.
@@ -514,7 +547,7 @@ impl Folder {
         let id = match FileId::of(&path) {
             Ok(id) => id,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if self.loaded.remove(name).is_some() {
+                if self.remove(name) {
                     tracing::info!("site {name}: {} removed; no longer served", path.display());
                     return true;
                 }
@@ -539,7 +572,7 @@ impl Folder {
                     "added"
                 };
                 tracing::info!("site {name}: {verb} {} ({routes} routes)", path.display());
-                self.loaded.insert(name.to_string(), loaded);
+                self.insert(name.to_string(), loaded);
                 true
             }
             Err(e) => {
