@@ -56,16 +56,26 @@ pub fn open_pack(path: &Path, opts: LoadOptions) -> anyhow::Result<Pack> {
     Ok(pack)
 }
 
-/// `--preload` and `--mlock`. Verifying a pack already read every byte
-/// of it through the page cache; preloading also maps every page into
-/// the process, so that no request waits on a page fault, and locking
-/// keeps the pages from being evicted under memory pressure.
+/// `--preload` and `--mlock`. Verifying a pack read every byte of it
+/// through the mapping, which left every page mapped into the process:
+/// without either flag they are unmapped again (`MADV_DONTNEED`; they stay
+/// in the page cache, and a request maps the pages it reads), so that a
+/// folder of many sites does not hold a page table entry for every byte
+/// of every pack, counted in its RSS. Preloading maps every page into the
+/// process, so that no request waits on a page fault, and locking keeps
+/// the pages from being evicted under memory pressure.
 fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     let map = pack.bytes();
-    if map.is_empty() || !(opts.preload || opts.mlock) {
+    if map.is_empty() {
         return Ok(());
     }
     let (addr, len) = (map.as_ptr().cast_mut().cast(), map.len());
+    if !(opts.preload || opts.mlock) {
+        // SAFETY: advice on our own live, read-only file mapping: its
+        // pages read the file again when next touched.
+        let _ = unsafe { rustix::mm::madvise(addr, len, Advice::LinuxDontNeed) };
+        return Ok(());
+    }
     if opts.mlock {
         let limit = memlock_limit();
         // SAFETY: the range is our own live mapping.
