@@ -6,8 +6,8 @@
 # and prints the time from exec to the start-up line, the server's RSS
 # (all, anonymous, file-backed: the packs' pages read by the verification
 # are file-backed) from /proc after start, per site, its open descriptors,
-# whether it logged `Too many open files`, and whether the first and the
-# last site answer with their own pack.
+# whether it logged `Too many open files`, how many sites it could not
+# map (`vm.max_map_count`), and whether the first and the last site answer.
 set -u
 K=$(realpath "$1"); N=${2:-10000}; NOFILE=${3:-20000}
 W=$(mktemp -d); trap 'kill $srv 2>/dev/null; rm -rf "$W"' EXIT
@@ -15,10 +15,11 @@ srv=
 mkdir "$W/site" "$W/sites"
 printf '<p>Hello</p>' > "$W/site/index.html"
 "$K" build "$W/site" -o "$W/tiny.pack" -q
-for i in $(seq -f %06g 0 $((N - 1))); do cp "$W/tiny.pack" "$W/sites/s$i.example.pack"; done
+python3 -c 'import shutil, sys
+for i in range(int(sys.argv[2])): shutil.copyfile(sys.argv[1] + "/tiny.pack", sys.argv[1] + "/sites/s%06d.example.pack" % i)' "$W" "$N"
 chmod -R a+rX "$W"
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null
-cat "$W"/sites/* > /dev/null # warm page cache: the start-up, not the disk
+find "$W/sites" -type f -exec cat {} + > /dev/null # warm page cache: the start-up, not the disk
 port=$((20000 + RANDOM % 20000))
 start=$(date +%s.%N)
 prlimit --nofile="$NOFILE:$NOFILE" "$K" serve "$W/sites" --listen 127.0.0.1:$port --threads 2 \
@@ -34,9 +35,10 @@ kb() { awk -v k="$1:" '$1 == k {print $2}' /proc/$srv/status; }
 rss=$(kb VmRSS); anon=$(kb RssAnon); file=$(kb RssFile)
 fds=$(ls /proc/$srv/fd | wc -l)
 emfile=$(grep -c "Too many open files" "$W/serve.err")
+unmapped=$(grep -c "not mapped" "$W/serve.err")
 first=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: s000000.example" http://127.0.0.1:$port/)
 last=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: s$(printf %06d $((N - 1))).example" http://127.0.0.1:$port/)
 awk -v n="$N" -v t0="$start" -v t1="$ready" -v rss="$rss" -v anon="$anon" -v file="$file" \
-  -v fds="$fds" -v emfile="$emfile" -v first="$first" -v last="$last" -v nofile="$NOFILE" 'BEGIN {
-  printf "%d sites, nofile %d: ready in %.2f s; RSS %.1f MB (anon %.1f, file %.1f), %.2f KB per site (anon %.2f); %d descriptors open; \"Too many open files\" %d times; first site %s, last %s\n",
-    n, nofile, t1 - t0, rss / 1024, anon / 1024, file / 1024, rss / n, anon / n, fds, emfile, first, last }'
+  -v fds="$fds" -v emfile="$emfile" -v unmapped="$unmapped" -v first="$first" -v last="$last" -v nofile="$NOFILE" 'BEGIN {
+  printf "%d sites, nofile %d: ready in %.2f s; RSS %.1f MB (anon %.1f, file %.1f), %.2f KB per site (anon %.2f); %d descriptors open; \"Too many open files\" %d times; %d sites not mapped; first site %s, last %s\n",
+    n, nofile, t1 - t0, rss / 1024, anon / 1024, file / 1024, rss / n, anon / n, fds, emfile, unmapped, first, last }'

@@ -2,7 +2,7 @@
 //! 25,000 packs under a limit of 20,000 once ended the server with
 //! `Too many open files`). A pack is served from its mapping, which needs
 //! no descriptor: packs keep theirs within a quarter of RLIMIT_NOFILE
-//! (`serve::pack_fds`), the rest are mapped only. With the limit (soft and
+//! (`serve::pack_limits`), the rest are mapped only. With the limit (soft and
 //! hard) at 256 and 600 sites, on both back ends: every site answers with
 //! its own content by Host (every body sent as a file range, so that the
 //! packs without a descriptor go out of their mapping and those with one

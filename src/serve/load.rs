@@ -296,6 +296,10 @@ struct Loaded {
     site: Arc<Site>,
     /// The pack file it was loaded from.
     id: FileId,
+    /// Its pack's place among the mapped ones (a pack replaced stays
+    /// mapped a moment longer, while responses from it finish: the
+    /// reserve of `pack_limits` covers that).
+    _mapped: super::pack_limits::Mapped,
 }
 
 /// A folder of sites and what was loaded from it.
@@ -350,7 +354,7 @@ impl Folder {
                 }
             }
         }
-        let held = super::pack_fds::held();
+        let held = super::pack_limits::held();
         if held < folder.loaded.len() {
             tracing::info!(
                 "{} sites: {held} packs keep their descriptor (sendfile, a read lease), within a quarter of \
@@ -457,8 +461,12 @@ impl Folder {
     fn load(&self, name: &str, path: &Path) -> anyhow::Result<Loaded> {
         let stats = self.metrics.site(name);
         let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-        let pack = id.and_then(|id| Ok((id, open_pack(path, self.opts)?)));
-        let (id, pack) = match pack {
+        let pack = id.and_then(|id| {
+            let mapped = super::pack_limits::Mapped::take()
+                .map_err(|e| anyhow::anyhow!("{}: not mapped: {e}", path.display()))?;
+            Ok((id, mapped, open_pack(path, self.opts)?))
+        });
+        let (id, mapped, pack) = match pack {
             Ok(opened) => opened,
             Err(e) => {
                 stats.failed_loads.fetch_add(1, Ordering::Relaxed);
@@ -473,6 +481,7 @@ impl Folder {
         Ok(Loaded {
             site: Site::new(pack, slot, stats),
             id,
+            _mapped: mapped,
         })
     }
 

@@ -27,7 +27,7 @@ pub mod metrics;
 pub mod net;
 mod open;
 pub mod output;
-pub mod pack_fds;
+pub mod pack_limits;
 pub mod quic;
 pub mod request_context;
 pub mod request_fields;
@@ -371,7 +371,7 @@ fn descriptor_room(threads: usize, addresses: usize) -> usize {
 /// Packs that fit in `descriptor_room`'s reserve.
 const PACKS_IN_RESERVE: usize = 16;
 
-/// The packs that may keep their descriptor (`pack_fds`): a quarter of
+/// The packs that may keep their descriptor (`pack_limits`): a quarter of
 /// the room, so that a folder of more sites than the limit allows leaves
 /// the rest to connections (a pack beyond is mapped only).
 fn pack_descriptor_budget(room: usize) -> usize {
@@ -496,7 +496,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Once the packs are open: they take their descriptors first.
     let mut loop_config = settings.loop_config;
     if let Some(room) = settings.descriptor_room {
-        loop_config.max_connections = connection_budget(room, pack_fds::held());
+        loop_config.max_connections = connection_budget(room, pack_limits::held());
     }
     let loop_config = Arc::new(loop_config);
     let access_log = open_access_log(&args)?;
@@ -689,7 +689,8 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     }
     let addresses = listens.iter().map(|(l, _)| l.addrs.len()).sum::<usize>() + activated.len();
     let room = descriptor_room(threads, addresses);
-    pack_fds::set_budget(pack_descriptor_budget(room));
+    pack_limits::set_descriptor_budget(pack_descriptor_budget(room));
+    pack_limits::set_map_budget();
     let (max_connections, descriptor_room) = match args.max_connections {
         Some(0) => bail!("--max-connections must be at least 1"),
         Some(n) => (n, None),

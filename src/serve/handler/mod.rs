@@ -19,7 +19,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use super::metrics::{PackGauges, SiteStats};
-use super::{in_place, pack_fds};
+use super::{in_place, pack_limits};
 use crate::pack::{Encoding, Pack, RouteKind};
 pub use challenges::Http01;
 use conditional::{Precondition, RangeAsk};
@@ -238,11 +238,11 @@ pub struct Site {
     in_place: Option<in_place::Guard>,
     /// The mapping every response points into; `None` in dummy mode.
     pack: Option<Pack>,
-    /// The pack's place in the budget of descriptors (`pack_fds`):
+    /// The pack's place in the budget of descriptors (`pack_limits`):
     /// `None` for a pack whose descriptor was closed at load, declared
     /// after `pack` so that it is given back once the descriptor is
     /// closed.
-    _descriptor: Option<pack_fds::Held>,
+    _descriptor: Option<pack_limits::Held>,
     /// The pack's pattern rules, compiled at load.
     rules: Rules,
     /// The number output segments name this site's pack by (see
@@ -280,7 +280,7 @@ impl Site {
         live: Option<live::Live>,
     ) -> Arc<Site> {
         // Before the guard, which leases the descriptor a pack keeps.
-        let descriptor = pack.file().and_then(|_| pack_fds::Held::take());
+        let descriptor = pack.file().and_then(|_| pack_limits::Held::take());
         if descriptor.is_none() {
             pack.close_file();
         }

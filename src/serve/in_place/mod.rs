@@ -38,7 +38,7 @@
 //! number, never freed) and, for the control thread, in a list under a
 //! lock ([`TRACKED`]) that a pack's drop also takes, so that its
 //! descriptor stays open while it is copied. A pack whose descriptor was
-//! closed (`serve::pack_fds`: beyond the budget of descriptors) has no
+//! closed (`serve::pack_limits`: beyond the budget of descriptors) has no
 //! lease; its check reads the file's status by its path instead.
 
 mod fault;

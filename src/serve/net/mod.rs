@@ -176,7 +176,7 @@ pub trait Backing: Send + Sync {
     fn bytes(&self, pack: u32) -> &[u8];
     /// The file of pack `pack`, whose `Seg::File` ranges are sent with
     /// `sendfile` (`None` when the pack has no descriptor, kept within a
-    /// budget (`serve::pack_fds`), or is not to be sent from: such
+    /// budget (`serve::pack_limits`), or is not to be sent from: such
     /// segments then go out of `bytes`, which fails the connection when it
     /// does not hold them).
     fn file(&self, pack: u32) -> Option<RawFd>;
