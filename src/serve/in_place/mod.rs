@@ -493,4 +493,36 @@ mod tests {
         drop(guard);
         assert!(tracked().iter_mut().all(|(_, t)| t.path != path));
     }
+
+    #[test]
+    fn packs_beyond_the_first_chunk_are_guarded_too() {
+        install_fault_handler().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("site.pack");
+        PackWriter::create(&path).unwrap().finish().unwrap();
+        // Without their descriptors: no lease (whose break would signal
+        // this process), the check by path.
+        let packs: Vec<(Pack, Guard)> = (0..CHUNK + 4)
+            .map(|_| {
+                let mut pack = Pack::open(&path).unwrap();
+                pack.close_file();
+                let guard = Guard::track(&pack).expect("tracked");
+                (pack, guard)
+            })
+            .collect();
+        let (last, guard) = packs.last().unwrap();
+        assert!(guard.index >= CHUNK);
+        assert!(guard.holds_back() && guard.unchanged(None));
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(!guard.unchanged(None), "the size changed");
+        // SAFETY: a read of our own mapping, which the handler makes good.
+        let first = unsafe { std::ptr::read_volatile(last.bytes().as_ptr()) };
+        assert_eq!(first, 0);
+        assert!(guard.is_stale());
+    }
 }
