@@ -17,6 +17,7 @@ use rustix::mm::Advice;
 
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
+use super::pack_limits;
 use super::tls::PairPaths;
 use crate::build::compress::Level;
 use crate::build::source::ignore::Why;
@@ -291,6 +292,64 @@ impl FileId {
     }
 }
 
+/// A pack file opened and verified, not yet a site.
+struct Opened {
+    /// The file it was.
+    id: FileId,
+    /// Its place among the mapped packs.
+    mapped: pack_limits::Mapped,
+    pack: Pack,
+    /// Its descriptor's place in the budget; `None`: closed.
+    descriptor: Option<pack_limits::Held>,
+}
+
+/// Opens and verifies the pack at `path` for a site of a folder, and
+/// keeps its descriptor or closes it (`pack_limits`) at once: packs
+/// opened together must not hold more than the budget meanwhile.
+fn open_file(path: &Path, opts: LoadOptions) -> anyhow::Result<Opened> {
+    let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mapped = pack_limits::Mapped::take()
+        .map_err(|e| anyhow::anyhow!("{}: not mapped: {e}", path.display()))?;
+    let mut pack = open_pack(path, opts)?;
+    let descriptor = pack_limits::keep_or_close(&mut pack);
+    Ok(Opened {
+        id,
+        mapped,
+        pack,
+        descriptor,
+    })
+}
+
+/// `open_file` for every path, on as many threads as there are cores
+/// (verifying reads every byte of every pack: at start, for a folder of
+/// many sites, most of the time), in order. The threads are joined before
+/// this returns: start-up enters the sandbox with one thread.
+fn open_files(paths: &[PathBuf], opts: LoadOptions) -> Vec<anyhow::Result<Opened>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = paths.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = paths
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|path| open_file(path, opts))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
 /// One site of the folder, as loaded.
 struct Loaded {
     site: Arc<Site>,
@@ -299,7 +358,7 @@ struct Loaded {
     /// Its pack's place among the mapped ones (a pack replaced stays
     /// mapped a moment longer, while responses from it finish: the
     /// reserve of `pack_limits` covers that).
-    _mapped: super::pack_limits::Mapped,
+    _mapped: pack_limits::Mapped,
 }
 
 /// A folder of sites and what was loaded from it.
@@ -336,15 +395,20 @@ impl Folder {
         };
         folder.warn_strays(None);
         let mut first_error = None;
-        for (name, file_name) in folder.site_packs()? {
-            let path = folder.dir.join(file_name);
+        let (names, paths): (Vec<String>, Vec<PathBuf>) = folder
+            .site_packs()?
+            .into_iter()
+            .map(|(name, file_name)| (name, dir.join(file_name)))
+            .unzip();
+        let opened = open_files(&paths, opts);
+        for ((name, path), opened) in names.into_iter().zip(paths).zip(opened) {
             let loaded = if folder.loaded.contains_key(&name) {
                 Err(anyhow::anyhow!(
                     "{}: a second pack for the site {name} (host names match without case)",
                     path.display()
                 ))
             } else {
-                folder.load(&name, &path)
+                folder.load_opened(&name, opened)
             };
             match loaded {
                 Ok(site) => folder.insert(name, site),
@@ -354,7 +418,7 @@ impl Folder {
                 }
             }
         }
-        let held = super::pack_limits::held();
+        let held = pack_limits::held();
         if held < folder.loaded.len() {
             tracing::info!(
                 "{} sites: {held} packs keep their descriptor (sendfile, a read lease), within a quarter of \
@@ -459,14 +523,18 @@ impl Folder {
     /// Opens the pack of site `name` at `path`, at the slot the site holds
     /// (or a free one).
     fn load(&self, name: &str, path: &Path) -> anyhow::Result<Loaded> {
+        self.load_opened(name, open_file(path, self.opts))
+    }
+
+    /// `load`, once `open_file` opened the pack (or failed to).
+    fn load_opened(&self, name: &str, opened: anyhow::Result<Opened>) -> anyhow::Result<Loaded> {
         let stats = self.metrics.site(name);
-        let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-        let pack = id.and_then(|id| {
-            let mapped = super::pack_limits::Mapped::take()
-                .map_err(|e| anyhow::anyhow!("{}: not mapped: {e}", path.display()))?;
-            Ok((id, mapped, open_pack(path, self.opts)?))
-        });
-        let (id, mapped, pack) = match pack {
+        let Opened {
+            id,
+            mapped,
+            pack,
+            descriptor,
+        } = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 stats.failed_loads.fetch_add(1, Ordering::Relaxed);
@@ -479,7 +547,7 @@ impl Folder {
             None => self.free_slot(),
         };
         Ok(Loaded {
-            site: Site::new(pack, slot, stats),
+            site: Site::with_descriptor(pack, descriptor, slot, stats),
             id,
             _mapped: mapped,
         })

@@ -57,6 +57,16 @@ impl Held {
     }
 }
 
+/// Keeps `pack`'s descriptor when the budget has room (the place it
+/// holds returned), else closes it.
+pub fn keep_or_close(pack: &mut crate::pack::Pack) -> Option<Held> {
+    let held = pack.file().and_then(|_| Held::take());
+    if held.is_none() {
+        pack.close_file();
+    }
+    held
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         HELD.fetch_sub(1, Ordering::Relaxed);

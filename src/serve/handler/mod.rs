@@ -263,27 +263,38 @@ pub struct Site {
 
 impl Site {
     /// The site of `pack`, at `slot` of its site set, counted in `stats`.
-    pub fn new(pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
-        Site::with(pack, slot, stats, None)
+    pub fn new(mut pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
+        let descriptor = pack_limits::keep_or_close(&mut pack);
+        Site::with(pack, descriptor, slot, stats, None)
+    }
+
+    /// `new` for a pack whose descriptor was kept (`descriptor`) or
+    /// closed already (`pack_limits::keep_or_close`).
+    pub fn with_descriptor(
+        pack: Pack,
+        descriptor: Option<pack_limits::Held>,
+        slot: u32,
+        stats: Arc<SiteStats>,
+    ) -> Arc<Site> {
+        Site::with(pack, descriptor, slot, stats, None)
     }
 
     /// A watched preview of `pack` (its one site), whose pages hear of
     /// its generations through `live`.
-    pub fn preview(pack: Pack, stats: Arc<SiteStats>, live: live::Live) -> Arc<Site> {
-        Site::with(pack, 0, stats, Some(live))
+    pub fn preview(mut pack: Pack, stats: Arc<SiteStats>, live: live::Live) -> Arc<Site> {
+        let descriptor = pack_limits::keep_or_close(&mut pack);
+        Site::with(pack, descriptor, 0, stats, Some(live))
     }
 
+    /// The descriptor was kept or closed before (the guard leases the
+    /// one a pack keeps).
     fn with(
-        mut pack: Pack,
+        pack: Pack,
+        descriptor: Option<pack_limits::Held>,
         slot: u32,
         stats: Arc<SiteStats>,
         live: Option<live::Live>,
     ) -> Arc<Site> {
-        // Before the guard, which leases the descriptor a pack keeps.
-        let descriptor = pack.file().and_then(|_| pack_limits::Held::take());
-        if descriptor.is_none() {
-            pack.close_file();
-        }
         let rules = Rules::compile(&pack);
         let unix = |t: std::io::Result<std::time::SystemTime>| {
             t.ok()
