@@ -337,7 +337,11 @@ fn preview_pack_is_in_memory() {
     write(dir.path(), "index.html", &"<p>preview</p>\n".repeat(50));
     let pack = build_preview(dir.path(), PreviewCacheControl::NoCache).unwrap();
     assert_eq!(pack.path(), dir.path(), "messages name the source");
-    let file = std::fs::read_link(format!("/proc/self/fd/{}", pack.file().as_raw_fd())).unwrap();
+    let file = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        pack.file().unwrap().as_raw_fd()
+    ))
+    .unwrap();
     assert!(
         file.to_string_lossy()
             .starts_with("/memfd:kiln-preview.pack"),

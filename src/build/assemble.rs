@@ -219,7 +219,11 @@ pub fn assemble(
     encodings.dedup();
     let base_file = match input.base {
         Some(base) => {
-            Some(Arc::new(base.file().try_clone().with_context(|| {
+            let file = base
+                .file()
+                .ok_or_else(|| std::io::Error::other("its descriptor was closed"))
+                .and_then(std::fs::File::try_clone);
+            Some(Arc::new(file.with_context(|| {
                 format!("{}: cannot read", base.path().display())
             })?))
         }

@@ -9,7 +9,7 @@ pub mod verify;
 pub mod writer;
 
 pub use format::{Encoding, RouteKind};
-pub use reader::{Pack, PackError, Provenance, Route, Rule, Variant};
+pub use reader::{FileStamp, Pack, PackError, Provenance, Route, Rule, Variant};
 pub use writer::{
     BodyRef, BodyWriter, DeltaIn, HeadBlock, HeadBlockBuilder, PackStats, PackWriter, ProvenanceIn,
     RangeReader, RouteIn, RuleIn, VariantIn, VariantSet,

@@ -36,8 +36,11 @@ fn bad(msg: impl Into<String>) -> PackError {
 /// An open pack. Shared read-only between threads.
 pub struct Pack {
     map: Mmap,
-    /// Kept open for `sendfile` of large bodies.
-    file: File,
+    /// Kept open for `sendfile` of large bodies, unless the server let it
+    /// go (`Pack::close_file`): a mapping needs no descriptor.
+    file: Option<File>,
+    /// The file as it was when it was opened.
+    stamp: FileStamp,
     path: PathBuf,
     sections: [(u64, u64, u64); SECTION_COUNT],
     route_count: u64,
@@ -58,6 +61,29 @@ impl fmt::Debug for Pack {
             .field("path", &self.path)
             .field("routes", &self.route_count)
             .finish()
+    }
+}
+
+/// A pack file's identity and what a write in place changes at once
+/// (its size, and its modification time as seconds and nanoseconds), as
+/// read when it was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub modified: (i64, i64),
+}
+
+impl FileStamp {
+    /// The stamp of `stat`'s file.
+    pub fn of(stat: &rustix::fs::Stat) -> FileStamp {
+        FileStamp {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size as u64,
+            modified: (stat.st_mtime, stat.st_mtime_nsec as i64),
+        }
     }
 }
 
@@ -165,10 +191,12 @@ impl Pack {
 
     /// Maps an already open pack file; `path` is only for messages.
     pub fn from_file(file: File, path: &Path) -> Result<Pack, PackError> {
+        let stat = rustix::fs::fstat(&file).map_err(|e| bad(format!("cannot stat: {e}")))?;
         // Mapping a directory fails with a puzzling "No such device".
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
             return Err(bad("is a directory, not a pack file"));
         }
+        let stamp = FileStamp::of(&stat);
         // SAFETY: packs are replaced by rename, never modified in place, so the
         // mapping stays valid; a file truncated behind our back is outside the
         // contract (docs/pack-format.md), which `kiln serve` survives all the
@@ -263,7 +291,8 @@ impl Pack {
         };
         Ok(Pack {
             map,
-            file,
+            file: Some(file),
+            stamp,
             path: path.to_path_buf(),
             sections,
             route_count,
@@ -286,9 +315,21 @@ impl Pack {
         &self.map
     }
 
-    /// The pack file, for `sendfile`.
-    pub fn file(&self) -> &File {
-        &self.file
+    /// The pack file, for `sendfile`; `None` once closed.
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
+    /// Closes the pack's descriptor; the mapping stays, and everything
+    /// but `file` works as before. A server holding more packs than it
+    /// may hold descriptors serves the rest this way.
+    pub fn close_file(&mut self) {
+        self.file = None;
+    }
+
+    /// The file as it was when it was opened.
+    pub fn stamp(&self) -> FileStamp {
+        self.stamp
     }
 
     pub fn route_count(&self) -> u64 {

@@ -17,6 +17,7 @@ use rustix::mm::Advice;
 
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
+use super::pack_limits;
 use super::tls::PairPaths;
 use crate::build::compress::Level;
 use crate::build::source::ignore::Why;
@@ -56,16 +57,26 @@ pub fn open_pack(path: &Path, opts: LoadOptions) -> anyhow::Result<Pack> {
     Ok(pack)
 }
 
-/// `--preload` and `--mlock`. Verifying a pack already read every byte
-/// of it through the page cache; preloading also maps every page into
-/// the process, so that no request waits on a page fault, and locking
-/// keeps the pages from being evicted under memory pressure.
+/// `--preload` and `--mlock`. Verifying a pack read every byte of it
+/// through the mapping, which left every page mapped into the process:
+/// without either flag they are unmapped again (`MADV_DONTNEED`; they stay
+/// in the page cache, and a request maps the pages it reads), so that a
+/// folder of many sites does not hold a page table entry for every byte
+/// of every pack, counted in its RSS. Preloading maps every page into the
+/// process, so that no request waits on a page fault, and locking keeps
+/// the pages from being evicted under memory pressure.
 fn bring_in(pack: &Pack, opts: LoadOptions) -> Result<(), String> {
     let map = pack.bytes();
-    if map.is_empty() || !(opts.preload || opts.mlock) {
+    if map.is_empty() {
         return Ok(());
     }
     let (addr, len) = (map.as_ptr().cast_mut().cast(), map.len());
+    if !(opts.preload || opts.mlock) {
+        // SAFETY: advice on our own live, read-only file mapping: its
+        // pages read the file again when next touched.
+        let _ = unsafe { rustix::mm::madvise(addr, len, Advice::LinuxDontNeed) };
+        return Ok(());
+    }
     if opts.mlock {
         let limit = memlock_limit();
         // SAFETY: the range is our own live mapping.
@@ -281,11 +292,73 @@ impl FileId {
     }
 }
 
+/// A pack file opened and verified, not yet a site.
+struct Opened {
+    /// The file it was.
+    id: FileId,
+    /// Its place among the mapped packs.
+    mapped: pack_limits::Mapped,
+    pack: Pack,
+    /// Its descriptor's place in the budget; `None`: closed.
+    descriptor: Option<pack_limits::Held>,
+}
+
+/// Opens and verifies the pack at `path` for a site of a folder, and
+/// keeps its descriptor or closes it (`pack_limits`) at once: packs
+/// opened together must not hold more than the budget meanwhile.
+fn open_file(path: &Path, opts: LoadOptions) -> anyhow::Result<Opened> {
+    let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mapped = pack_limits::Mapped::take()
+        .map_err(|e| anyhow::anyhow!("{}: not mapped: {e}", path.display()))?;
+    let mut pack = open_pack(path, opts)?;
+    let descriptor = pack_limits::keep_or_close(&mut pack);
+    Ok(Opened {
+        id,
+        mapped,
+        pack,
+        descriptor,
+    })
+}
+
+/// `open_file` for every path, on as many threads as there are cores
+/// (verifying reads every byte of every pack: at start, for a folder of
+/// many sites, most of the time), in order. The threads are joined before
+/// this returns: start-up enters the sandbox with one thread.
+fn open_files(paths: &[PathBuf], opts: LoadOptions) -> Vec<anyhow::Result<Opened>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = paths.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = paths
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|path| open_file(path, opts))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
 /// One site of the folder, as loaded.
 struct Loaded {
     site: Arc<Site>,
     /// The pack file it was loaded from.
     id: FileId,
+    /// Its pack's place among the mapped ones (a pack replaced stays
+    /// mapped a moment longer, while responses from it finish: the
+    /// reserve of `pack_limits` covers that).
+    _mapped: pack_limits::Mapped,
 }
 
 /// A folder of sites and what was loaded from it.
@@ -299,6 +372,10 @@ pub struct Folder {
     /// The stray files (neither a site's pack, certificate nor key)
     /// warned about already: each is named once.
     strays_said: BTreeSet<OsString>,
+    /// Slots below `next_slot` no loaded site holds (a removed site's).
+    free_slots: BTreeSet<u32>,
+    /// The lowest slot above every one held.
+    next_slot: u32,
 }
 
 impl Folder {
@@ -313,28 +390,41 @@ impl Folder {
             loaded: BTreeMap::new(),
             metrics,
             strays_said: BTreeSet::new(),
+            free_slots: BTreeSet::new(),
+            next_slot: 0,
         };
         folder.warn_strays(None);
         let mut first_error = None;
-        for name in folder.site_names()? {
-            let path = folder.pack_path(&name);
+        let (names, paths): (Vec<String>, Vec<PathBuf>) = folder
+            .site_packs()?
+            .into_iter()
+            .map(|(name, file_name)| (name, dir.join(file_name)))
+            .unzip();
+        let opened = open_files(&paths, opts);
+        for ((name, path), opened) in names.into_iter().zip(paths).zip(opened) {
             let loaded = if folder.loaded.contains_key(&name) {
                 Err(anyhow::anyhow!(
                     "{}: a second pack for the site {name} (host names match without case)",
                     path.display()
                 ))
             } else {
-                folder.load(&name, &path)
+                folder.load_opened(&name, opened)
             };
             match loaded {
-                Ok(site) => {
-                    folder.loaded.insert(name, site);
-                }
+                Ok(site) => folder.insert(name, site),
                 Err(e) => {
                     tracing::error!("site {name}: not served: {e:#}");
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        let held = pack_limits::held();
+        if held < folder.loaded.len() {
+            tracing::info!(
+                "{} sites: {held} packs keep their descriptor (sendfile, a read lease), within a quarter of \
+                 the open-file limit; the others are served from their mapping alone",
+                folder.loaded.len()
+            );
         }
         match first_error {
             Some(e) if folder.loaded.is_empty() => Err(e.context("no site could be loaded")),
@@ -383,16 +473,29 @@ impl Folder {
         self.strays_said.extend(strays);
     }
 
-    /// Every site name with a pack in the folder now.
-    fn site_names(&self) -> anyhow::Result<Vec<String>> {
+    /// Every site name with a pack in the folder now, with the pack's
+    /// file name, by site name.
+    fn site_packs(&self) -> anyhow::Result<Vec<(String, OsString)>> {
         let entries = std::fs::read_dir(&self.dir)
             .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", self.dir.display()))?;
-        let mut names: Vec<String> = entries
+        let mut names: Vec<(String, OsString)> = entries
             .flatten()
-            .filter_map(|e| site_name(&e.file_name(), "pack"))
+            .filter_map(|e| {
+                let file_name = e.file_name();
+                Some((site_name(&file_name, "pack")?, file_name))
+            })
             .collect();
         names.sort();
         Ok(names)
+    }
+
+    /// Every site name with a pack in the folder now.
+    fn site_names(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .site_packs()?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
     }
 
     /// The pack of site `name`. A name read from a file is lower-cased, so
@@ -420,10 +523,18 @@ impl Folder {
     /// Opens the pack of site `name` at `path`, at the slot the site holds
     /// (or a free one).
     fn load(&self, name: &str, path: &Path) -> anyhow::Result<Loaded> {
+        self.load_opened(name, open_file(path, self.opts))
+    }
+
+    /// `load`, once `open_file` opened the pack (or failed to).
+    fn load_opened(&self, name: &str, opened: anyhow::Result<Opened>) -> anyhow::Result<Loaded> {
         let stats = self.metrics.site(name);
-        let id = FileId::of(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
-        let pack = id.and_then(|id| Ok((id, open_pack(path, self.opts)?)));
-        let (id, pack) = match pack {
+        let Opened {
+            id,
+            mapped,
+            pack,
+            descriptor,
+        } = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 stats.failed_loads.fetch_add(1, Ordering::Relaxed);
@@ -436,23 +547,32 @@ impl Folder {
             None => self.free_slot(),
         };
         Ok(Loaded {
-            site: Site::new(pack, slot, stats),
+            site: Site::with_descriptor(pack, descriptor, slot, stats),
             id,
+            _mapped: mapped,
         })
     }
 
     /// The lowest slot no loaded site holds.
     fn free_slot(&self) -> u32 {
-        let mut used: Vec<u32> = self.loaded.values().map(|l| l.site.slot()).collect();
-        used.sort_unstable();
-        let mut slot = 0;
-        for u in used {
-            if u != slot {
-                break;
-            }
-            slot += 1;
-        }
-        slot
+        self.free_slots.first().copied().unwrap_or(self.next_slot)
+    }
+
+    /// Keeps `loaded` as site `name`'s, at the slot `load` gave it.
+    fn insert(&mut self, name: String, loaded: Loaded) {
+        let slot = loaded.site.slot();
+        self.free_slots.remove(&slot);
+        self.next_slot = self.next_slot.max(slot + 1);
+        self.loaded.insert(name, loaded);
+    }
+
+    /// Drops site `name`; its slot is free again. Whether it was loaded.
+    fn remove(&mut self, name: &str) -> bool {
+        let Some(removed) = self.loaded.remove(name) else {
+            return false;
+        };
+        self.free_slots.insert(removed.site.slot());
+        true
     }
 
     /// The sites as a generation to serve.
@@ -514,7 +634,7 @@ impl Folder {
         let id = match FileId::of(&path) {
             Ok(id) => id,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if self.loaded.remove(name).is_some() {
+                if self.remove(name) {
                     tracing::info!("site {name}: {} removed; no longer served", path.display());
                     return true;
                 }
@@ -539,7 +659,7 @@ impl Folder {
                     "added"
                 };
                 tracing::info!("site {name}: {verb} {} ({routes} routes)", path.display());
-                self.loaded.insert(name.to_string(), loaded);
+                self.insert(name.to_string(), loaded);
                 true
             }
             Err(e) => {

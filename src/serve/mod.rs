@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod net;
 mod open;
 pub mod output;
+pub mod pack_limits;
 pub mod poll;
 pub mod quic;
 pub mod request_context;
@@ -231,7 +232,9 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
     /// Most connections open at once; accepting pauses beyond. Default: the
     /// open-file limit (raised to its hard maximum at start) less a reserve
-    /// for listeners, event loops and the pack.
+    /// for listeners, event loops and the packs' descriptors (at most a
+    /// quarter of the limit: packs beyond are served from their mapping
+    /// alone).
     #[arg(long, env = "KILN_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Write an access log to PATH, or `-` for stdout.
@@ -376,9 +379,10 @@ pub struct ServeArgs {
 }
 
 /// Raises the soft open-file limit to the hard one (a server's connections
-/// are its files) and returns how many connections fit under it, leaving room
-/// for every thread's descriptors and the process's own files.
-fn connection_budget(threads: usize, addresses: usize) -> usize {
+/// are its files) and returns how many descriptors are left under it for
+/// connections and packs, leaving room for every thread's descriptors and
+/// the process's own files (a few packs among them).
+fn descriptor_room(threads: usize, addresses: usize) -> usize {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
@@ -398,6 +402,23 @@ fn connection_budget(threads: usize, addresses: usize) -> usize {
         .current
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX))
         .saturating_sub(reserve)
+        .max(1)
+}
+
+/// Packs that fit in `descriptor_room`'s reserve.
+const PACKS_IN_RESERVE: usize = 16;
+
+/// The packs that may keep their descriptor (`pack_limits`): a quarter of
+/// the room, so that a folder of more sites than the limit allows leaves
+/// the rest to connections (a pack beyond is mapped only).
+fn pack_descriptor_budget(room: usize) -> usize {
+    room / 4
+}
+
+/// How many connections fit in the room once `packs` hold a descriptor
+/// each (the first few are in the reserve).
+fn connection_budget(room: usize, packs: usize) -> usize {
+    room.saturating_sub(packs.saturating_sub(PACKS_IN_RESERVE))
         .max(1)
 }
 
@@ -513,6 +534,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     in_place::install_fault_handler().context("cannot set up the bus-error handler")?;
     let metrics = Metrics::new(settings.threads, now_unix());
     let opened = open::open_served(&args, &metrics)?;
+    // Once the packs are open: they take their descriptors first.
+    let mut loop_config = settings.loop_config;
+    if let Some(room) = settings.descriptor_room {
+        loop_config.max_connections = connection_budget(room, pack_limits::held());
+    }
+    let loop_config = Arc::new(loop_config);
     let access_log = open_access_log(&args)?;
     let activated = sort_activated(settings.activated);
     let certificates = certificates(&args, &settings.listens, &activated, &opened.served)?;
@@ -527,7 +554,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args,
         &listeners,
         settings.threads,
-        &settings.loop_config,
+        &loop_config,
         settings.quic_keys,
         &shared,
     )?;
@@ -553,7 +580,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         quic,
         backend,
         &shared,
-        &settings.loop_config,
+        &loop_config,
         &metrics,
         &current,
         &stack_config,
@@ -650,7 +677,12 @@ struct Settings {
     /// The addresses `--listen` and `--listen-tls` ask for.
     listens: Vec<(Listen, u32)>,
     /// Every loop's timeouts and connection limit.
-    loop_config: Arc<LoopConfig>,
+    /// Every loop's timeouts and connection limit (the default limit set
+    /// once the packs are open, from `descriptor_room`).
+    loop_config: LoopConfig,
+    /// The descriptors left for connections and packs, without
+    /// `--max-connections`.
+    descriptor_room: Option<usize>,
     /// `--shutdown-delay`.
     shutdown_delay: Duration,
     /// Event loops, one per thread.
@@ -700,10 +732,13 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         bail!("--threads must be at least 1");
     }
     let addresses = listens.iter().map(|(l, _)| l.addrs.len()).sum::<usize>() + activated.len();
-    let max_connections = match args.max_connections {
+    let room = descriptor_room(threads, addresses);
+    pack_limits::set_descriptor_budget(pack_descriptor_budget(room));
+    pack_limits::set_map_budget();
+    let (max_connections, descriptor_room) = match args.max_connections {
         Some(0) => bail!("--max-connections must be at least 1"),
-        Some(n) => n,
-        None => connection_budget(threads, addresses),
+        Some(n) => (n, None),
+        None => (connection_budget(room, 0), Some(room)),
     };
     let identity = if args.no_sandbox {
         None
@@ -734,18 +769,19 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         }
         None => None,
     };
-    let loop_config = Arc::new(LoopConfig {
+    let loop_config = LoopConfig {
         header_timeout_ms,
         keepalive_timeout_ms,
         send_timeout_ms,
         max_connections,
         sendfile_min: args.sendfile_min,
-    });
+    };
     Ok(Settings {
         activated,
         notifier,
         listens,
         loop_config,
+        descriptor_room,
         shutdown_delay,
         threads,
         identity,

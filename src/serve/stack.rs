@@ -161,8 +161,9 @@ impl Backing for Sites {
     fn file(&self, pack: u32) -> Option<RawFd> {
         self.site(pack)
             .filter(|s| !s.is_stale())?
-            .pack()
-            .map(|p| p.file().as_raw_fd())
+            .pack()?
+            .file()
+            .map(|f| f.as_raw_fd())
     }
 
     fn unchanged(&self, pack: u32) -> bool {

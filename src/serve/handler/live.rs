@@ -274,6 +274,7 @@ mod tests {
             Sites::single(Arc::new(Site {
                 in_place: None,
                 pack: None,
+                _descriptor: None,
                 rules: super::super::Rules::default(),
                 slot: 0,
                 stats: Arc::clone(&stats),

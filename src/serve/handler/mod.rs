@@ -18,8 +18,8 @@ pub mod sites;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::in_place;
 use super::metrics::{PackGauges, SiteStats};
+use super::{in_place, pack_limits};
 use crate::pack::{Encoding, Pack, RouteKind};
 pub use challenges::Http01;
 use conditional::{Precondition, RangeAsk};
@@ -238,6 +238,11 @@ pub struct Site {
     in_place: Option<in_place::Guard>,
     /// The mapping every response points into; `None` in dummy mode.
     pack: Option<Pack>,
+    /// The pack's place in the budget of descriptors (`pack_limits`):
+    /// `None` for a pack whose descriptor was closed at load, declared
+    /// after `pack` so that it is given back once the descriptor is
+    /// closed.
+    _descriptor: Option<pack_limits::Held>,
     /// The pack's pattern rules, compiled at load.
     rules: Rules,
     /// The number output segments name this site's pack by (see
@@ -258,24 +263,45 @@ pub struct Site {
 
 impl Site {
     /// The site of `pack`, at `slot` of its site set, counted in `stats`.
-    pub fn new(pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
-        Site::with(pack, slot, stats, None)
+    pub fn new(mut pack: Pack, slot: u32, stats: Arc<SiteStats>) -> Arc<Site> {
+        let descriptor = pack_limits::keep_or_close(&mut pack);
+        Site::with(pack, descriptor, slot, stats, None)
+    }
+
+    /// `new` for a pack whose descriptor was kept (`descriptor`) or
+    /// closed already (`pack_limits::keep_or_close`).
+    pub fn with_descriptor(
+        pack: Pack,
+        descriptor: Option<pack_limits::Held>,
+        slot: u32,
+        stats: Arc<SiteStats>,
+    ) -> Arc<Site> {
+        Site::with(pack, descriptor, slot, stats, None)
     }
 
     /// A watched preview of `pack` (its one site), whose pages hear of
     /// its generations through `live`.
-    pub fn preview(pack: Pack, stats: Arc<SiteStats>, live: live::Live) -> Arc<Site> {
-        Site::with(pack, 0, stats, Some(live))
+    pub fn preview(mut pack: Pack, stats: Arc<SiteStats>, live: live::Live) -> Arc<Site> {
+        let descriptor = pack_limits::keep_or_close(&mut pack);
+        Site::with(pack, descriptor, 0, stats, Some(live))
     }
 
-    fn with(pack: Pack, slot: u32, stats: Arc<SiteStats>, live: Option<live::Live>) -> Arc<Site> {
+    /// The descriptor was kept or closed before (the guard leases the
+    /// one a pack keeps).
+    fn with(
+        pack: Pack,
+        descriptor: Option<pack_limits::Held>,
+        slot: u32,
+        stats: Arc<SiteStats>,
+        live: Option<live::Live>,
+    ) -> Arc<Site> {
         let rules = Rules::compile(&pack);
         let unix = |t: std::io::Result<std::time::SystemTime>| {
             t.ok()
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_secs() as i64)
         };
-        let modified_at = unix(pack.file().metadata().and_then(|m| m.modified()));
+        let modified_at = pack.stamp().modified.0;
         // A watched preview is in memory: nothing writes it in place.
         let in_place = live
             .is_none()
@@ -284,6 +310,7 @@ impl Site {
         Arc::new(Site {
             in_place,
             pack: Some(pack),
+            _descriptor: descriptor,
             rules,
             slot,
             stats,
@@ -309,6 +336,7 @@ impl Site {
         Arc::new(Site {
             in_place: None,
             pack: None,
+            _descriptor: None,
             rules: Rules::default(),
             slot,
             stats,
@@ -353,7 +381,7 @@ impl Site {
     /// always, for a pack not tracked).
     pub fn unchanged(&self) -> bool {
         match (self.in_place.as_ref(), self.pack()) {
-            (Some(guard), Some(pack)) => guard.unchanged(pack.file().as_fd()),
+            (Some(guard), Some(pack)) => guard.unchanged(pack.file().map(AsFd::as_fd)),
             _ => true,
         }
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use rustix::mm::{MapFlags, ProtFlags};
 
-use super::{MAPPINGS, MAX_PACKS};
+use super::MAPPINGS;
 use crate::sys;
 
 /// The page size, read once before any fault.
@@ -30,7 +30,14 @@ fn on_fault(address: usize) -> bool {
     let Some(&page) = PAGE.get() else {
         return false;
     };
-    for mapping in &MAPPINGS[..MAX_PACKS] {
+    // Chunks are allocated in order and never freed: the first null one
+    // ends the table.
+    let chunks = MAPPINGS
+        .iter()
+        .map(|chunk| chunk.load(Ordering::Acquire))
+        .take_while(|chunk| !chunk.is_null());
+    // SAFETY: a chunk, once published, lives as long as the process.
+    for mapping in chunks.flat_map(|chunk| unsafe { &*chunk }.iter()) {
         let len = mapping.len.load(Ordering::Acquire);
         let start = mapping.start.load(Ordering::Acquire);
         if len == 0 || address < start || address - start >= len {

@@ -33,28 +33,34 @@
 //!   not cover: `docs/deploy.md`).
 //!
 //! Either way one warning per event names the file and the fix: deploy
-//! by rename. Packs are tracked in a fixed table that the SIGBUS handler
-//! reads without a lock ([`MAPPINGS`]) and, for the control thread, in a
-//! list under a lock ([`TRACKED`]) that a pack's drop also takes, so that
-//! its descriptor stays open while it is copied.
+//! by rename. Packs are tracked in a table that the SIGBUS handler reads
+//! without a lock ([`MAPPINGS`]: chunks allocated as the packs grow in
+//! number, never freed) and, for the control thread, in a list under a
+//! lock ([`TRACKED`]) that a pack's drop also takes, so that its
+//! descriptor stays open while it is copied. A pack whose descriptor was
+//! closed (`serve::pack_limits`: beyond the budget of descriptors) has no
+//! lease; its check reads the file's status by its path instead.
 
 mod fault;
 mod freeze;
 
+use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 pub use self::fault::install_fault_handler;
-use crate::pack::Pack;
+use crate::pack::{FileStamp, Pack};
 use crate::sys;
 
-/// Packs tracked at once (a folder of sites has one per site, and a
-/// reload holds two for a moment); more are served without this guard,
-/// said once.
-const MAX_PACKS: usize = 4096;
+/// Entries per chunk of [`MAPPINGS`].
+const CHUNK: usize = 4096;
+
+/// Chunks at most: packs tracked at once (a folder of sites has one per
+/// site, and a reload holds two for a moment) up to about four million.
+const CHUNKS: usize = 1024;
 
 /// One pack's mapping, as the SIGBUS handler sees it: `len` 0 when the
 /// entry is free.
@@ -65,19 +71,27 @@ struct Mapping {
     stale: AtomicBool,
 }
 
-/// Every tracked mapping, at its index.
-static MAPPINGS: [Mapping; MAX_PACKS] = [const {
-    Mapping {
-        start: AtomicUsize::new(0),
-        len: AtomicUsize::new(0),
-        stale: AtomicBool::new(false),
-    }
-}; MAX_PACKS];
+/// Every tracked mapping, at its index: chunk `index / CHUNK`, allocated
+/// by the control thread (under [`TRACKED`]'s lock) when the first index
+/// in it is taken, and then never freed, so that the handler can read it
+/// at any time; a null chunk and every one after it are not in use.
+static MAPPINGS: [AtomicPtr<[Mapping; CHUNK]>; CHUNKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
+
+/// The entry at `index`, whose chunk exists (the index was handed out).
+fn mapping(index: usize) -> &'static Mapping {
+    let chunk = MAPPINGS[index / CHUNK].load(Ordering::Acquire);
+    // SAFETY: an index is handed out only once its chunk is allocated,
+    // and chunks are never freed.
+    let chunk = unsafe { &*chunk };
+    &chunk[index % CHUNK]
+}
 
 /// What the control thread knows of a tracked pack.
 struct Tracked {
-    /// The pack's descriptor number (the pack owns it).
-    fd: RawFd,
+    /// The pack's descriptor number (the pack owns it); `None` for a pack
+    /// whose descriptor was closed.
+    fd: Option<RawFd>,
     /// The path it was opened at, as named.
     path: PathBuf,
     /// Its file's device and inode: a path inotify names is matched by
@@ -91,10 +105,51 @@ struct Tracked {
     said: bool,
 }
 
-/// The tracked packs, at their index in [`MAPPINGS`].
-static TRACKED: Mutex<Vec<Option<Tracked>>> = Mutex::new(Vec::new());
+/// The tracked packs, at their index in [`MAPPINGS`], and the indices
+/// free again.
+struct Table {
+    entries: Vec<Option<Tracked>>,
+    free: Vec<usize>,
+}
 
-fn tracked() -> MutexGuard<'static, Vec<Option<Tracked>>> {
+impl Table {
+    /// A free index, its chunk allocated; `None` when every one is taken.
+    fn take_index(&mut self) -> Option<usize> {
+        if let Some(index) = self.free.pop() {
+            return Some(index);
+        }
+        let index = self.entries.len();
+        let chunk = MAPPINGS.get(index / CHUNK)?;
+        if chunk.load(Ordering::Acquire).is_null() {
+            let entries: Box<[Mapping; CHUNK]> = Box::new(
+                [const {
+                    Mapping {
+                        start: AtomicUsize::new(0),
+                        len: AtomicUsize::new(0),
+                        stale: AtomicBool::new(false),
+                    }
+                }; CHUNK],
+            );
+            chunk.store(Box::into_raw(entries), Ordering::Release);
+        }
+        self.entries.push(None);
+        Some(index)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut Tracked)> {
+        self.entries
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(index, entry)| Some((index, entry.as_mut()?)))
+    }
+}
+
+static TRACKED: Mutex<Table> = Mutex::new(Table {
+    entries: Vec::new(),
+    free: Vec::new(),
+});
+
+fn tracked() -> MutexGuard<'static, Table> {
     TRACKED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -103,10 +158,23 @@ fn tracked() -> MutexGuard<'static, Vec<Option<Tracked>>> {
 #[derive(Debug)]
 pub struct Guard {
     index: usize,
+    /// Its entry in [`MAPPINGS`].
+    mapping: &'static Mapping,
     /// Without a lease: the file's size and modification time when it was
     /// opened, which `unchanged` compares with the file's now. `None` with
     /// a lease (a writer is held back until the pack is copied).
     opened_as: Option<Written>,
+    /// A pack without its descriptor: its path (made once, at load, so
+    /// that the check allocates nothing) and its file's device and inode.
+    by_path: Option<(CString, (u64, u64))>,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
 }
 
 /// What a write in place changes at once, in the writer's own system call
@@ -125,66 +193,78 @@ struct Written {
 
 impl Written {
     fn of(fd: BorrowedFd<'_>) -> Option<Written> {
-        let stat = rustix::fs::fstat(fd).ok()?;
-        Some(Written {
-            size: stat.st_size as u64,
-            modified: (stat.st_mtime as i64, stat.st_mtime_nsec as i64),
-        })
+        rustix::fs::fstat(fd).ok().map(|stat| Written::from(&stat))
+    }
+
+    fn from(stat: &rustix::fs::Stat) -> Written {
+        let stamp = FileStamp::of(stat);
+        Written {
+            size: stamp.size,
+            modified: stamp.modified,
+        }
     }
 }
 
 impl Guard {
     /// Tracks `pack`, a file on disk, and takes a read lease on it when it
-    /// can; `None` for a pack that is no file at its path (a preview in
-    /// memory) or when the table is full.
+    /// has its descriptor and can; `None` for a pack that is no file at
+    /// its path (a preview in memory) or when the table is full.
     pub fn track(pack: &Pack) -> Option<Guard> {
         let map = pack.bytes();
-        let file = pack.file();
-        let on_disk = match (file.metadata(), std::fs::metadata(pack.path())) {
-            (Ok(open), Ok(named)) if (open.dev(), open.ino()) == (named.dev(), named.ino()) => {
-                Some((open.dev(), open.ino()))
-            }
-            _ => None,
-        };
-        let id = on_disk.filter(|_| !map.is_empty())?;
+        let stamp = pack.stamp();
+        let id = (stamp.dev, stamp.ino);
+        let named = rustix::fs::stat(pack.path()).ok()?;
+        if (named.st_dev, named.st_ino) != id || map.is_empty() {
+            return None;
+        }
         let mut list = tracked();
-        let Some(index) = (0..MAX_PACKS).find(|&i| list.get(i).is_none_or(Option::is_none)) else {
+        let Some(index) = list.take_index() else {
             static SAID: AtomicBool = AtomicBool::new(false);
             if !SAID.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
-                    "more than {MAX_PACKS} packs open: {} and those after it are not guarded against a write in place",
+                    "more than {} packs open: {} and those after it are not guarded against a write in place",
+                    CHUNK * CHUNKS,
                     pack.path().display()
                 );
             }
             return None;
         };
-        let leased = take_lease(file.as_fd(), pack.path());
-        let opened_as = if leased {
-            None
-        } else {
-            match Written::of(file.as_fd()) {
-                Some(written) => Some(written),
-                None => return None,
-            }
+        let file = pack.file();
+        let leased = file.is_some_and(|file| take_lease(file.as_fd(), pack.path()));
+        let opened_as = (!leased).then_some(Written {
+            size: stamp.size,
+            modified: stamp.modified,
+        });
+        let by_path = match file {
+            Some(_) => None,
+            None => match CString::new(pack.path().as_os_str().as_bytes()) {
+                Ok(path) => Some((path, id)),
+                Err(_) => {
+                    list.free.push(index);
+                    return None;
+                }
+            },
         };
-        let mapping = &MAPPINGS[index];
+        let mapping = self::mapping(index);
         mapping.stale.store(false, Ordering::Release);
         mapping
             .start
             .store(map.as_ptr() as usize, Ordering::Release);
         mapping.len.store(map.len(), Ordering::Release);
-        if list.len() <= index {
-            list.resize_with(index + 1, || None);
-        }
-        list[index] = Some(Tracked {
-            fd: file.as_raw_fd(),
+        list.entries[index] = Some(Tracked {
+            fd: file.map(AsRawFd::as_raw_fd),
             path: pack.path().to_path_buf(),
             file: id,
             leased,
             frozen: false,
             said: false,
         });
-        Some(Guard { index, opened_as })
+        Some(Guard {
+            index,
+            mapping,
+            opened_as,
+            by_path,
+        })
     }
 
     /// Whether the pack has no lease: the last byte of each body from it
@@ -196,32 +276,48 @@ impl Guard {
     }
 
     /// Whether nothing was written to the pack since it was opened, as far
-    /// as can be known now: not stale, and (without a lease) the file
-    /// `fd`'s size and modification time as they were (one `fstat`). Every
-    /// byte read from it before this call is then the pack's own.
-    pub fn unchanged(&self, fd: BorrowedFd<'_>) -> bool {
-        !self.is_stale()
-            && self
-                .opened_as
-                .is_none_or(|opened| Written::of(fd) == Some(opened))
+    /// as can be known now: not stale, and (without a lease) the file's
+    /// size and modification time as they were: one `fstat` of `fd`, or
+    /// for a pack without its descriptor one `stat` of its path. A path
+    /// that names another file now (or none) was renamed over: the pack's
+    /// own file is out of a writer's reach by that name, and the mapping
+    /// keeps it whole. Every byte read from the pack before this call is
+    /// then the pack's own.
+    pub fn unchanged(&self, fd: Option<BorrowedFd<'_>>) -> bool {
+        if self.is_stale() {
+            return false;
+        }
+        let Some(opened) = self.opened_as else {
+            return true;
+        };
+        match (fd, &self.by_path) {
+            (Some(fd), _) => Written::of(fd) == Some(opened),
+            (None, Some((path, id))) => match rustix::fs::stat(path.as_c_str()) {
+                Ok(stat) if (stat.st_dev, stat.st_ino) == *id => Written::from(&stat) == opened,
+                Ok(_) | Err(rustix::io::Errno::NOENT) => true,
+                Err(_) => false,
+            },
+            (None, None) => false,
+        }
     }
 
     /// Whether the pack was written in place without a lease: its site
     /// answers 503 and nothing more is sent from it. One atomic load.
     #[inline]
     pub fn is_stale(&self) -> bool {
-        MAPPINGS[self.index].stale.load(Ordering::Acquire)
+        self.mapping.stale.load(Ordering::Acquire)
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         let mut list = tracked();
-        let mapping = &MAPPINGS[self.index];
+        let mapping = self.mapping;
         mapping.len.store(0, Ordering::Release);
         mapping.start.store(0, Ordering::Release);
         mapping.stale.store(false, Ordering::Release);
-        list[self.index] = None;
+        list.entries[self.index] = None;
+        list.free.push(self.index);
     }
 }
 
@@ -292,17 +388,18 @@ fn take_read_after_writers(fd: BorrowedFd<'_>) -> std::io::Result<()> {
 /// may stand for several packs).
 pub fn lease_broken() {
     let mut list = tracked();
-    for (index, entry) in list.iter_mut().enumerate() {
-        let Some(entry) = entry.as_mut().filter(|e| e.leased) else {
+    for (index, entry) in list.iter_mut() {
+        let Some(fd) = entry.fd.filter(|_| entry.leased) else {
             continue;
         };
         // SAFETY: the pack owns the descriptor and cannot close it while
-        // the list is locked (its guard's drop takes the lock first).
-        let fd = unsafe { BorrowedFd::borrow_raw(entry.fd) };
+        // the list is locked (its guard's drop takes the lock first, and
+        // a pack closes its descriptor only before it is tracked).
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         if !sys::lease::breaking(fd).unwrap_or(false) {
             continue;
         }
-        let mapping = &MAPPINGS[index];
+        let mapping = self::mapping(index);
         let (start, len) = (
             mapping.start.load(Ordering::Acquire),
             mapping.len.load(Ordering::Acquire),
@@ -339,23 +436,18 @@ pub fn lease_broken() {
 /// pack served from it without a lease is stale from now on; one frozen
 /// or leased is not touched (a lease holds every writer back).
 pub fn modified(path: &Path) {
-    let file = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    let file = rustix::fs::stat(path).ok().map(|m| (m.st_dev, m.st_ino));
     let mut list = tracked();
-    for (index, entry) in list.iter_mut().enumerate() {
-        let Some(entry) = entry
-            .as_mut()
-            .filter(|e| !e.leased && !e.frozen && Some(e.file) == file)
-        else {
+    for (index, entry) in list.iter_mut() {
+        if entry.leased || entry.frozen || Some(entry.file) != file {
             continue;
-        };
-        MAPPINGS[index].stale.store(true, Ordering::Release);
+        }
+        self::mapping(index).stale.store(true, Ordering::Release);
         say_stale(entry);
     }
     // A fault marks its pack stale before any event says why: said here.
-    for (index, entry) in list.iter_mut().enumerate() {
-        if let Some(entry) = entry.as_mut()
-            && MAPPINGS[index].stale.load(Ordering::Acquire)
-        {
+    for (index, entry) in list.iter_mut() {
+        if self::mapping(index).stale.load(Ordering::Acquire) {
             say_stale(entry);
         }
     }
@@ -391,7 +483,7 @@ mod tests {
         let pack = Pack::open(&path).unwrap();
         let guard = Guard::track(&pack).expect("tracked");
         assert!(!guard.is_stale());
-        assert!(!tracked()[guard.index].as_ref().unwrap().leased);
+        assert!(!tracked().entries[guard.index].as_ref().unwrap().leased);
         writer.set_len(0).unwrap();
         let bytes = pack.bytes();
         // SAFETY: a read of our own mapping, which the handler makes good.
@@ -399,6 +491,38 @@ mod tests {
         assert_eq!(first, 0);
         assert!(guard.is_stale());
         drop(guard);
-        assert!(tracked().iter().flatten().all(|t| t.path != path));
+        assert!(tracked().iter_mut().all(|(_, t)| t.path != path));
+    }
+
+    #[test]
+    fn packs_beyond_the_first_chunk_are_guarded_too() {
+        install_fault_handler().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("site.pack");
+        PackWriter::create(&path).unwrap().finish().unwrap();
+        // Without their descriptors: no lease (whose break would signal
+        // this process), the check by path.
+        let packs: Vec<(Pack, Guard)> = (0..CHUNK + 4)
+            .map(|_| {
+                let mut pack = Pack::open(&path).unwrap();
+                pack.close_file();
+                let guard = Guard::track(&pack).expect("tracked");
+                (pack, guard)
+            })
+            .collect();
+        let (last, guard) = packs.last().unwrap();
+        assert!(guard.index >= CHUNK);
+        assert!(guard.holds_back() && guard.unchanged(None));
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        assert!(!guard.unchanged(None), "the size changed");
+        // SAFETY: a read of our own mapping, which the handler makes good.
+        let first = unsafe { std::ptr::read_volatile(last.bytes().as_ptr()) };
+        assert_eq!(first, 0);
+        assert!(guard.is_stale());
     }
 }

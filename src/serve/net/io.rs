@@ -119,7 +119,13 @@ pub fn send(
         }
         if let Seg::File { pack, off, len } = segs[next] {
             let Some(file) = backing.file(pack) else {
-                return Flush::Failed;
+                // A pack without its descriptor (`Backing::file`): the
+                // body goes out of the mapping.
+                let (Ok(off), Ok(len)) = (usize::try_from(off), usize::try_from(len)) else {
+                    return Flush::Failed;
+                };
+                segs[next] = Seg::Mapped { pack, off, len };
+                continue;
             };
             let mut offset = off;
             let chunk = len.min(1 << 30).min(*budget as u64) as usize;

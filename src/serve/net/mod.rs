@@ -175,8 +175,10 @@ pub trait Backing: Send + Sync {
     /// connection).
     fn bytes(&self, pack: u32) -> &[u8];
     /// The file of pack `pack`, whose `Seg::File` ranges are sent with
-    /// `sendfile` (`None` when there is no file: such segments then fail
-    /// the connection).
+    /// `sendfile` (`None` when the pack has no descriptor, kept within a
+    /// budget (`serve::pack_limits`), or is not to be sent from: such
+    /// segments then go out of `bytes`, which fails the connection when it
+    /// does not hold them).
     fn file(&self, pack: u32) -> Option<RawFd>;
     /// Whether pack `pack` is as it was opened (`Seg::Checked`): called
     /// after everything before such a segment was read, so that a

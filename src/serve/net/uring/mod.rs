@@ -882,6 +882,17 @@ impl<S: Stack> UringWorker<S> {
         let entry = if let Seg::File { pack, off, len } = send.segs[send.next] {
             let file = match backing.file(pack) {
                 Some(file) => file,
+                // A pack without its descriptor (`Backing::file`): the
+                // body goes out of the mapping, unless part of it is in
+                // the pipe already.
+                None if send.in_pipe == 0 => {
+                    send.segs[send.next] = Seg::Mapped {
+                        pack,
+                        off: off as usize,
+                        len: len as usize,
+                    };
+                    return self.submit_send(idx);
+                }
                 None => return self.fail_send(idx),
             };
             if send.pipe.is_none() {
