@@ -62,6 +62,11 @@ pub struct Output {
     sealed: usize,
     /// Bodies this long or longer are sent with `sendfile`.
     sendfile_min: u64,
+    /// What the loop can send of this output in the current turn: a stack
+    /// that makes its output in steps (a TLS session sealing a large body)
+    /// makes about this much, at least a step's minimum, and leaves the
+    /// rest for `resume`. Unbounded unless `clear_with_room` said.
+    room: usize,
 }
 
 impl Output {
@@ -71,13 +76,28 @@ impl Output {
             segs: Vec::with_capacity(256),
             sealed: 0,
             sendfile_min,
+            room: usize::MAX,
         }
     }
 
+    /// Empties it, for output without a bound (last words, a protocol's
+    /// plaintext).
     pub fn clear(&mut self) {
+        self.clear_with_room(usize::MAX);
+    }
+
+    /// Empties it for output of which the loop can send `room` bytes this
+    /// turn.
+    pub fn clear_with_room(&mut self, room: usize) {
         self.bytes.clear();
         self.segs.clear();
         self.sealed = 0;
+        self.room = room;
+    }
+
+    /// What the loop can send of it this turn (`clear_with_room`).
+    pub fn room(&self) -> usize {
+        self.room
     }
 
     pub fn is_empty(&self) -> bool {

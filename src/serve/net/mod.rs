@@ -85,8 +85,54 @@ pub const TURN_SHARE: usize = 256 * 1024;
 pub const TURN_BUDGET: usize = 1024 * 1024;
 /// What a connection may send in a turn whose budget is spent: a response
 /// that small still goes whole in the turn its request arrived; a larger
-/// one goes on from the ready queue.
-pub const LATE_SHARE: usize = 64 * 1024;
+/// one goes on from the ready queue. One TLS record's worth: the stack
+/// bounds what it makes of a response by the room it is given
+/// (`Output::clear_with_room`), so a burst of large requests in one turn
+/// costs each this much encryption, not a whole TLS step (64 KiB; 200 of
+/// them were about 12 MB sealed in one turn).
+pub const LATE_SHARE: usize = 16 * 1024;
+
+/// What a loop turn may still send: the bookkeeping both back ends share.
+/// A connection served while it lasts may send a share (`TURN_SHARE`),
+/// after that only a new request's `LATE_SHARE`; what is left waits for
+/// the ready queue of a later turn.
+pub struct TurnBudget {
+    /// Bytes this turn may still send, in all.
+    left: usize,
+}
+
+impl TurnBudget {
+    pub fn new() -> TurnBudget {
+        TurnBudget { left: TURN_BUDGET }
+    }
+
+    /// A turn begins, with the whole budget.
+    pub fn begin(&mut self) {
+        self.left = TURN_BUDGET;
+    }
+
+    /// What the connection about to be served may send now.
+    pub fn share(&self) -> usize {
+        if self.spent() { LATE_SHARE } else { TURN_SHARE }
+    }
+
+    /// `n` bytes went out (or were handed to the kernel).
+    pub fn charge(&mut self, n: usize) {
+        self.left = self.left.saturating_sub(n);
+    }
+
+    /// Nothing is left: connections with more to send wait for a later
+    /// turn.
+    pub fn spent(&self) -> bool {
+        self.left == 0
+    }
+}
+
+impl Default for TurnBudget {
+    fn default() -> TurnBudget {
+        TurnBudget::new()
+    }
+}
 
 /// Settings every loop shares.
 pub struct LoopConfig {

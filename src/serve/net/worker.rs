@@ -28,7 +28,7 @@ use super::poller::{Event, Poller};
 use super::udp::DatagramSockets;
 use super::{
     ACCEPT_PAUSE_MS, Counted, LATE_SHARE, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Shared,
-    Stack, Step, TURN_BUDGET, TURN_SHARE, Waker, peer_ip,
+    Stack, Step, TURN_SHARE, TurnBudget, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
 
@@ -91,7 +91,7 @@ pub struct Worker<S: Stack> {
     /// is cleared).
     ready: VecDeque<usize>,
     /// What this turn may still send in all.
-    turn_left: usize,
+    turn: TurnBudget,
     /// What the connection being served may still send this turn.
     share: usize,
     /// The protocols the connections speak.
@@ -148,7 +148,7 @@ impl<S: Stack> Worker<S> {
             out: Output::new(64 * 1024, config.sendfile_min),
             spare: SparePending::default(),
             ready: VecDeque::new(),
-            turn_left: TURN_BUDGET,
+            turn: TurnBudget::new(),
             share: TURN_SHARE,
             stack,
             shared,
@@ -173,7 +173,7 @@ impl<S: Stack> Worker<S> {
             }
             self.poller.wait(wait_ms, |e| events.push(e))?;
             self.now = monotonic_ms();
-            self.turn_left = TURN_BUDGET;
+            self.turn.begin();
             let wake = self
                 .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
@@ -336,7 +336,10 @@ impl<S: Stack> Worker<S> {
                 return;
             }
             if conn.state.more {
-                if self.share == 0 {
+                // Less than a late share left is less than a TLS step
+                // makes: what is left of the share would go out as a
+                // write of a few bytes, the rest of the step after it.
+                if self.share < LATE_SHARE {
                     self.enqueue(idx);
                     return;
                 }
@@ -356,7 +359,7 @@ impl<S: Stack> Worker<S> {
             let Some(session) = conn.state.session.as_mut() else {
                 return;
             };
-            self.out.clear();
+            self.out.clear_with_room(self.share);
             let step = self
                 .stack
                 .input(session, &mut self.read_buf[..n], &mut self.out);
@@ -376,7 +379,7 @@ impl<S: Stack> Worker<S> {
         let Some(session) = conn.state.session.as_mut() else {
             return;
         };
-        self.out.clear();
+        self.out.clear_with_room(self.share);
         let step = self.stack.resume(session, &mut self.out);
         self.after_step(idx, step);
     }
@@ -394,7 +397,7 @@ impl<S: Stack> Worker<S> {
                 &mut self.spare,
                 &mut self.share,
             );
-            self.turn_left = self.turn_left.saturating_sub(share - self.share);
+            self.turn.charge(share - self.share);
             match sent {
                 Sent::Failed => {
                     self.close(idx);
@@ -423,7 +426,7 @@ impl<S: Stack> Worker<S> {
         };
         let share = self.share;
         let flushed = io::resume(conn.fd, pending, &mut self.share);
-        self.turn_left = self.turn_left.saturating_sub(share - self.share);
+        self.turn.charge(share - self.share);
         match flushed {
             Flush::Failed => self.close(idx),
             Flush::Blocked(_) => {
@@ -456,11 +459,7 @@ impl<S: Stack> Worker<S> {
     /// share while the turn's budget lasts, else enough for a small
     /// response.
     fn grant(&mut self) {
-        self.share = if self.turn_left > 0 {
-            TURN_SHARE
-        } else {
-            LATE_SHARE
-        };
+        self.share = self.turn.share();
     }
 
     /// Puts a connection that spent its share with more to send at the
@@ -478,7 +477,7 @@ impl<S: Stack> Worker<S> {
     /// a later turn.
     fn serve_ready(&mut self) {
         for _ in 0..self.ready.len() {
-            if self.turn_left == 0 {
+            if self.turn.spent() {
                 return;
             }
             let Some(idx) = self.ready.pop_front() else {
@@ -520,7 +519,7 @@ impl<S: Stack> Worker<S> {
         let Some(session) = conn.state.session.as_mut() else {
             return;
         };
-        self.out.clear();
+        self.out.clear_with_room(self.share);
         if let Some(step) = self.stack.wake(session, &mut self.out) {
             self.after_step(idx, step);
         }

@@ -48,6 +48,10 @@ pub const HEADER_LEN: usize = 5;
 const TAG_LEN: usize = 16;
 /// TLS 1.2 AES-GCM records carry the last 8 bytes of their nonce in clear.
 const EXPLICIT_NONCE_LEN: usize = 8;
+/// The most a sealed record adds to its plaintext: TLS 1.2 AES-GCM's
+/// header, explicit nonce and tag (TLS 1.3 adds 22 bytes, with the inner
+/// content type).
+pub const MAX_OVERHEAD: usize = HEADER_LEN + EXPLICIT_NONCE_LEN + TAG_LEN;
 /// The largest ciphertext a peer may send (RFC 8446 §5.2: 2^14 + 256;
 /// RFC 5246 §6.2.3 allows 2^14 + 2048 in TLS 1.2).
 const MAX_CIPHERTEXT_13: usize = MAX_FRAGMENT + 256;

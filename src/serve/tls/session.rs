@@ -24,13 +24,29 @@ use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
 
 use super::hello::{self, Verdict};
 use super::record::{
-    self, ALERT, APPLICATION_DATA, Alert, Exhausted, HANDSHAKE, MAX_FRAGMENT, RecordLayer,
+    self, ALERT, APPLICATION_DATA, Alert, Exhausted, HANDSHAKE, MAX_FRAGMENT, MAX_OVERHEAD,
+    RecordLayer,
 };
 use crate::serve::net::{Backing, Output, Seg};
 
 /// Plaintext sealed per step: bounds the ciphertext held for a client
 /// that reads slowly, while keeping one write per 64 KiB of body.
 const STEP_BYTES: usize = 64 * 1024;
+
+/// The least a step seals (when there is that much): one whole record
+/// that fits `LATE_SHARE` sealed, the least worth a write of its own.
+const STEP_MIN: usize = MAX_FRAGMENT - MAX_OVERHEAD;
+
+/// Plaintext a step seals when the loop can send `room` bytes of its
+/// output this turn (`Output::room`): what fits in `room` with its
+/// records' overhead, between `STEP_MIN` and `STEP_BYTES`. So a response
+/// to a request that arrives in a turn whose budget is spent costs that
+/// turn one record's encryption; the rest is sealed by `resume`, which
+/// the loop calls within a later turn's budget.
+fn step_limit(room: usize) -> usize {
+    let overhead = room.div_ceil(MAX_FRAGMENT).saturating_mul(MAX_OVERHEAD);
+    room.saturating_sub(overhead).clamp(STEP_MIN, STEP_BYTES)
+}
 
 /// What a step seals beyond `STEP_BYTES` rather than leave it for a step
 /// of its own: HTTP/2 sends 128 KiB of DATA a turn plus the frame
@@ -298,7 +314,8 @@ impl TlsSession {
         let State::Open(open) = &mut self.state else {
             return Err(Failed);
         };
-        let sealed = open.seal_step(&plain.bytes, &plain.segs, &**backing, &mut out.bytes);
+        let limit = step_limit(out.room());
+        let sealed = open.seal_step(&plain.bytes, &plain.segs, &**backing, limit, &mut out.bytes);
         let (taken, partial) = self.check(sealed, out)?;
         let more = taken < plain.segs.len();
         if more {
@@ -333,7 +350,8 @@ impl TlsSession {
         let State::Open(open) = &mut self.state else {
             return Err(Failed);
         };
-        let sealed = open.seal_step(bytes, segs, &**backing, &mut out.bytes);
+        let limit = step_limit(out.room());
+        let sealed = open.seal_step(bytes, segs, &**backing, limit, &mut out.bytes);
         let (taken, partial) = self.check(sealed, out)?;
         let segs = &mut self.unsent.segs;
         let more = taken < segs.len();
@@ -551,7 +569,7 @@ impl Open {
             .map_err(|_| Failed)
     }
 
-    /// Seals up to `STEP_BYTES` of `segs` (all of them if at most
+    /// Seals up to `step` bytes of `segs` (all of them if at most
     /// `SHORT_TAIL` more are left) into records of at most `MAX_FRAGMENT`
     /// bytes each; returns how many segments were taken whole and how many
     /// bytes of the next one were taken.
@@ -560,19 +578,20 @@ impl Open {
         bytes: &[u8],
         segs: &[Seg],
         backing: &dyn Backing,
+        step: usize,
         out: &mut Vec<u8>,
     ) -> Result<(usize, usize), Failed> {
         let mut left = 0;
         for &seg in segs {
             left = seg_len(seg).saturating_add(left);
-            if left > STEP_BYTES + SHORT_TAIL {
+            if left > step + SHORT_TAIL {
                 break;
             }
         }
-        let limit = if left > STEP_BYTES + SHORT_TAIL {
-            STEP_BYTES
+        let limit = if left > step + SHORT_TAIL {
+            step
         } else {
-            STEP_BYTES + SHORT_TAIL
+            step + SHORT_TAIL
         };
         let mut total = 0;
         let mut taken = 0;
@@ -906,6 +925,62 @@ mod tests {
             }
             assert!(received == body, "{len}");
             assert_eq!(taken, steps, "{len}");
+        }
+    }
+
+    /// A large response to a request that arrives in a turn whose budget
+    /// is spent has no more sealed in that turn than the loop can send of
+    /// it (`LATE_SHARE`), nor does one in a turn with budget left seal
+    /// more than the connection's share; `resume` seals the rest, each
+    /// step within the room it is given. A small response goes whole.
+    #[test]
+    fn a_step_seals_no_more_than_the_room_the_loop_gives() {
+        use crate::serve::net::{LATE_SHARE, TURN_SHARE};
+        for suite in SUITES {
+            for first_room in [LATE_SHARE, TURN_SHARE] {
+                let mut pair = Pair::new(suite);
+                pair.handshake(usize::MAX);
+                let len = 1 << 20;
+                let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+                let backing: Arc<dyn Backing> = Arc::new(Bytes(body.clone()));
+                let mut plain = Output::new(0, u64::MAX);
+                plain.bytes.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n");
+                plain.pack_body(0, 0, len as u64);
+                let mut expected = plain.bytes.clone();
+                expected.extend_from_slice(&body);
+                let mut out = Output::new(0, u64::MAX);
+                out.clear_with_room(first_room);
+                let mut more = pair.server.send(&plain, &backing, false, &mut out).unwrap();
+                let first = flatten(&out);
+                assert!(more, "{suite:?}: all of {len} bytes sealed at once");
+                assert!(
+                    first.len() <= first_room.min(STEP_BYTES + 4 * MAX_OVERHEAD),
+                    "{suite:?}: {} bytes sealed with room for {first_room}",
+                    first.len()
+                );
+                let mut received = pair.deliver_to_client(&first).unwrap();
+                while more {
+                    out.clear_with_room(TURN_SHARE);
+                    more = pair.server.resume(&mut out).unwrap();
+                    let step = flatten(&out);
+                    assert!(
+                        step.len() <= TURN_SHARE,
+                        "{suite:?}: a step of {}",
+                        step.len()
+                    );
+                    received.extend(pair.deliver_to_client(&step).unwrap());
+                }
+                assert!(received == expected, "{suite:?}: the body as sent");
+                let small = 100;
+                let small_body = vec![7u8; small];
+                let backing: Arc<dyn Backing> = Arc::new(Bytes(small_body.clone()));
+                let mut plain = Output::new(0, u64::MAX);
+                plain.pack_body(0, 0, small as u64);
+                out.clear_with_room(LATE_SHARE);
+                let more = pair.server.send(&plain, &backing, false, &mut out).unwrap();
+                assert!(!more, "{suite:?}: a small response left for a later turn");
+                assert_eq!(pair.deliver_to_client(&flatten(&out)).unwrap(), small_body);
+            }
         }
     }
 

@@ -53,8 +53,8 @@ use super::conn::{self, ConnState, Expiry, Phase, Swept, Timers};
 use super::io::{advance, gather};
 use super::udp::DatagramSockets;
 use super::{
-    ACCEPT_PAUSE_MS, Backing, Counted, LATE_SHARE, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS,
-    Seg, Shared, Stack, Step, TURN_BUDGET, TURN_SHARE, Waker, peer_ip,
+    ACCEPT_PAUSE_MS, Backing, Counted, LoopConfig, Output, SHUTDOWN_GRACE_MS, SWEEP_MS, Seg,
+    Shared, Stack, Step, TurnBudget, Waker, peer_ip,
 };
 use crate::serve::metrics::Timeout;
 use crate::sys;
@@ -282,7 +282,7 @@ pub struct UringWorker<S: Stack> {
     /// its `queued` is cleared).
     ready: VecDeque<usize>,
     /// What this turn's operations may still send in all.
-    turn_left: usize,
+    turn: TurnBudget,
     /// The protocols the connections speak.
     stack: S,
     /// Shutdown state from the control thread, and the connection count.
@@ -348,7 +348,7 @@ impl<S: Stack> UringWorker<S> {
             completions: Vec::with_capacity(CQ_ENTRIES as usize),
             starved: Vec::new(),
             ready: VecDeque::new(),
-            turn_left: TURN_BUDGET,
+            turn: TurnBudget::new(),
             stack,
             shared,
             config,
@@ -378,7 +378,7 @@ impl<S: Stack> UringWorker<S> {
             let timeout = types::Timespec::new().nsec((wait_ms * 1_000_000) as u32);
             self.enter(&timeout)?;
             self.now = monotonic_ms();
-            self.turn_left = TURN_BUDGET;
+            self.turn.begin();
             let wake = self
                 .stack
                 .begin_turn(unix_seconds(), self.drain_deadline.is_some());
@@ -762,7 +762,7 @@ impl<S: Stack> UringWorker<S> {
         let Some(session) = slot.state.session.as_mut() else {
             return;
         };
-        self.out.clear();
+        self.out.clear_with_room(self.turn.share());
         let step = self
             .stack
             .input(session, self.buffers.slice(bid, start, n), &mut self.out);
@@ -785,11 +785,11 @@ impl<S: Stack> UringWorker<S> {
             let Some(session) = slot.state.session.as_mut() else {
                 return;
             };
-            if slot.state.more && self.turn_left == 0 {
+            if slot.state.more && self.turn.spent() {
                 self.enqueue(idx);
                 break;
             }
-            self.out.clear();
+            self.out.clear_with_room(self.turn.share());
             let step = if slot.state.more {
                 slot.state.more = false;
                 self.stack.resume(session, &mut self.out)
@@ -865,11 +865,7 @@ impl<S: Stack> UringWorker<S> {
     /// Queues the next operation of the connection's send: a `writev` of
     /// the segments up to the next file range, or a step of splicing it.
     fn submit_send(&mut self, idx: usize) {
-        let cap = if self.turn_left > 0 {
-            TURN_SHARE
-        } else {
-            LATE_SHARE
-        };
+        let cap = self.turn.share();
         let mut charged = 0;
         let slot = &mut self.conns[idx];
         let (fd, generation) = (slot.fd, slot.generation);
@@ -956,14 +952,14 @@ impl<S: Stack> UringWorker<S> {
                 .build()
         };
         let entry = entry.user_data(send.op);
-        self.turn_left = self.turn_left.saturating_sub(charged);
+        self.turn.charge(charged);
         self.push(entry);
     }
 
     /// The next operation of a send under way: at once while the turn's
     /// budget lasts, else in a later turn, from the ready queue.
     fn continue_send(&mut self, idx: usize) {
-        if self.turn_left > 0 {
+        if !self.turn.spent() {
             self.submit_send(idx);
         } else {
             self.enqueue(idx);
@@ -983,7 +979,7 @@ impl<S: Stack> UringWorker<S> {
     /// next operation of a send, or the stack's `more`.
     fn serve_ready(&mut self) {
         for _ in 0..self.ready.len() {
-            if self.turn_left == 0 {
+            if self.turn.spent() {
                 return;
             }
             let Some(idx) = self.ready.pop_front() else {
