@@ -189,8 +189,10 @@ fn bad_pairs_are_refused_at_start_with_one_line() {
     assert!(!ok && stderr.contains("pairs"), "{stderr}");
 }
 
+/// `--quic-host-key` and `--tls-ticket-keys` read their secret by the same
+/// rules (`serve::secret`): each flag is held to them.
 #[test]
-fn bad_quic_host_keys_are_refused_at_start_with_one_line() {
+fn bad_secret_key_files_are_refused_at_start_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let pack = sample_pack(dir.path());
     let short = dir.path().join("short.key");
@@ -199,26 +201,28 @@ fn bad_quic_host_keys_are_refused_at_start_with_one_line() {
     std::fs::write(&long, [7u8; 4097]).unwrap();
     let missing = dir.path().join("missing.key");
     let folder = dir.path().to_path_buf();
-    for (file, reason) in [
-        (&short, "31 bytes, fewer than the 32 a key needs"),
-        (&long, "more than 4096 bytes"),
-        (&missing, "cannot read"),
-        (&folder, "cannot read"),
-    ] {
-        let (ok, stderr) = refused(&[
-            pack.to_str().unwrap(),
-            "--listen-tls",
-            "127.0.0.1:0",
-            "--tls-self-signed",
-            "--quic-host-key",
-            file.to_str().unwrap(),
-        ]);
-        assert!(!ok, "{file:?} was accepted");
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "one line: {stderr}");
-        let named = format!("kiln: error: --quic-host-key {}: ", file.display());
-        assert!(lines[0].starts_with(&named), "{stderr}");
-        assert!(lines[0].contains(reason), "{reason}: {stderr}");
+    for flag in ["--quic-host-key", "--tls-ticket-keys"] {
+        for (file, reason) in [
+            (&short, "31 bytes, fewer than the 32 a key needs"),
+            (&long, "more than 4096 bytes"),
+            (&missing, "cannot read"),
+            (&folder, "cannot read"),
+        ] {
+            let (ok, stderr) = refused(&[
+                pack.to_str().unwrap(),
+                "--listen-tls",
+                "127.0.0.1:0",
+                "--tls-self-signed",
+                flag,
+                file.to_str().unwrap(),
+            ]);
+            assert!(!ok, "{flag} {file:?} was accepted");
+            let lines: Vec<&str> = stderr.lines().collect();
+            assert_eq!(lines.len(), 1, "one line: {stderr}");
+            let named = format!("kiln: error: {flag} {}: ", file.display());
+            assert!(lines[0].starts_with(&named), "{stderr}");
+            assert!(lines[0].contains(reason), "{reason}: {stderr}");
+        }
     }
     // The keys are HTTP/3's: a key with HTTP/3 off is a mistake.
     let (ok, stderr) = refused(&[
