@@ -17,7 +17,6 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
-use indicatif::ProgressBar;
 use rayon::prelude::*;
 
 use super::Progress;
@@ -26,6 +25,7 @@ use super::compress::{
     encode_to, settings_id, worth_keeping, worth_trying,
 };
 use super::compressor::{self, Compressor};
+use super::cost;
 use super::delta_maker::{DeltaGroup, DeltaMaker, delta_settings, delta_worth_keeping};
 use super::dictionaries::{
     DictionaryOptions, History, build_id, match_pattern, use_as_dictionary_value,
@@ -33,7 +33,7 @@ use super::dictionaries::{
 use super::headers::{CachePolicy, VariantHead, etag_for, redirect_head, variant_head};
 use super::mime::{content_type, is_compressible};
 use super::netlify::{HeaderRule, headers_for};
-use super::progress::{self, CountedReader, Work};
+use super::progress::{self, CountedReader, Counter, Work};
 use super::routes::{RoutePlan, Target};
 use super::source::SourceFile;
 use super::urlpath::{html_escape, percent_encode_path};
@@ -196,8 +196,8 @@ struct Firing<'a> {
     encoded: HashMap<[u8; 32], FileBodies>,
     /// The counts so far.
     result: Assembled,
-    /// The progress bar (hidden unless on a terminal).
-    bar: &'a ProgressBar,
+    /// The progress (its bar hidden unless on a terminal).
+    counter: &'a Counter,
     /// Content bytes a batch holds at once; a file whose cost is more is
     /// streamed.
     batch_bytes: u64,
@@ -229,7 +229,7 @@ pub fn assemble(
         }
         None => None,
     };
-    let bar = progress::counter();
+    let counter = Counter::new();
     // Half the buffer for the batches the writer reads, half for the
     // background compression.
     let half = (input.buffer_bytes / 2).max(1);
@@ -242,7 +242,7 @@ pub fn assemble(
         base_file,
         encoded: HashMap::new(),
         result: Assembled::default(),
-        bar: &bar,
+        counter: &counter,
         batch_bytes: half,
     };
     let wants: Vec<bool> = files
@@ -255,14 +255,14 @@ pub fn assemble(
         work,
         first_hashes,
     } = firing.plan_compression(files, &wants)?;
-    progress::show(&bar, input.progress, &work);
+    progress::show(&counter, input.progress, &work);
     // Already at the fastest levels: no note suggests them.
     let fast = *input.compress
         == CompressOptions {
             encodings: input.compress.encodings.clone(),
             ..CompressOptions::at(Level::Fast)
         };
-    let compressor = Compressor::new(files, input.compress, &bar, jobs, half);
+    let compressor = Compressor::new(files, input.compress, &counter, jobs, half);
     // The URLs each file answers at, as a client names them.
     let mut urls: Vec<Vec<String>> = vec![Vec::new(); files.len()];
     for route in &plan.routes {
@@ -290,8 +290,8 @@ pub fn assemble(
     let (written, wait) = std::sync::mpsc::channel::<()>();
     let (bodies, deltas) = std::thread::scope(|scope| {
         if input.progress != Progress::Silent && work.compressed_bytes > 0 {
-            let (bar, work) = (&bar, &work);
-            scope.spawn(move || progress::watch(bar, input.progress, work, fast, &wait));
+            let (counter, work) = (&counter, &work);
+            scope.spawn(move || progress::watch(counter, input.progress, work, fast, &wait));
         }
         if !compressor.is_idle() {
             let mut workers = 0;
@@ -328,7 +328,7 @@ pub fn assemble(
         let deltas = firing.store_deltas(writer, files, &bodies, &deltas_made)?;
         Ok((bodies, deltas))
     })?;
-    bar.finish_and_clear();
+    counter.bar.finish_and_clear();
     release_batch_memory();
     let id = build_id(
         files
@@ -565,6 +565,8 @@ impl Firing<'_> {
                     });
                     work.compressed_bodies += 1;
                     work.compressed_bytes += files[file].len;
+                    work.compressed_cost +=
+                        cost::body(encoding, files[file].len, self.input.compress);
                 } else {
                     work.reused_bodies += 1;
                     work.reused_bytes += files[file].len;
@@ -581,12 +583,21 @@ impl Firing<'_> {
         {
             work.compressed_bodies += self.encodings.len() as u64;
             work.compressed_bytes += file.len * self.encodings.len() as u64;
+            work.compressed_cost += self.all_encodings_cost(file.len);
         }
         Ok(CompressionPlan {
             jobs,
             work,
             first_hashes,
         })
+    }
+
+    /// The cost of making every encoding of a file of `len` bytes.
+    fn all_encodings_cost(&self, len: u64) -> u64 {
+        self.encodings
+            .iter()
+            .map(|&(e, _)| cost::body(e, len, self.input.compress))
+            .sum()
     }
 
     /// File data a file holds in memory while it is fired: its content and
@@ -838,7 +849,10 @@ impl Firing<'_> {
         if let Some(done) = self.encoded.get(&hash) {
             self.result.dedup_saved += done.iter().map(|(_, b)| b.len).sum::<u64>();
             // Counted as work to do: none is.
-            self.bar.dec_length(file.len * self.encodings.len() as u64);
+            self.counter.forget(
+                file.len * self.encodings.len() as u64,
+                self.all_encodings_cost(file.len),
+            );
             set.extend_from_slice(done);
             return Ok(set);
         }
@@ -871,7 +885,7 @@ impl Firing<'_> {
             .collect();
         let streaming = Streaming {
             input: self.input,
-            bar: self.bar,
+            counter: self.counter,
             memory: self.batch_bytes,
         };
         let mut made =
@@ -908,7 +922,10 @@ impl Firing<'_> {
                 }
             };
             if reused {
-                self.bar.dec_length(file.len);
+                self.counter.forget(
+                    file.len,
+                    cost::body(encoding, file.len, self.input.compress),
+                );
             }
             self.count(reused, damaged[i]);
             if let Some(b) = &body {
@@ -975,8 +992,8 @@ pub(super) fn plan_from(
 /// What compressing a streamed file needs besides the writer.
 struct Streaming<'a> {
     input: &'a AssembleInput<'a>,
-    /// Advanced by the bytes compressed.
-    bar: &'a ProgressBar,
+    /// Advanced by the bytes compressed, at their cost.
+    counter: &'a Counter,
     /// Bytes of made brotli pieces that may wait for the writer
     /// (`InParallel::waiting`): the writer's half of the buffer, which
     /// holds no batch meanwhile.
@@ -1032,7 +1049,8 @@ fn compress_streamed(
                 // progress lines too, not only at its end.
                 let mut source = CountedReader {
                     inner: BufReader::with_capacity(1 << 20, RangeReader::new(stored, off, len)),
-                    bar: streaming.bar,
+                    counter: streaming.counter,
+                    per_byte: cost::per_byte(encoding, len, input.compress),
                 };
                 let mut out = BufWriter::with_capacity(1 << 20, spill);
                 encode_to(&mut source, len, encoding, input.compress, &mut out)
@@ -1065,7 +1083,10 @@ fn compress_streamed(
                 waiting: streaming.memory,
                 beside: jobs,
             },
-            &|n| streaming.bar.inc(n),
+            &|piece, n| {
+                let per_byte = cost::brotli_piece_per_byte(piece, identity.len, input.compress);
+                streaming.counter.add(n, n * per_byte);
+            },
             &mut body,
         )
         .map_err(fail)?;

@@ -255,7 +255,7 @@ pub fn encode_to(
                 let at = buf.len();
                 buf.resize(at + (range.end - range.start) as usize, 0);
                 input.read_exact(&mut buf[at..])?;
-                join.push(&brotli_piece(&buf, &range, len, opts, &|_| ())?, out)?;
+                join.push(&brotli_piece(&buf, &range, len, opts, &|_, _| ())?, out)?;
             }
             join.finish(out)?;
         }
@@ -394,7 +394,7 @@ fn brotli_piece_window(len: u64, opts: &CompressOptions) -> u32 {
 /// (whose references would mean other bytes once joined) but with their
 /// history as a custom dictionary, and the last bytes of the history as
 /// the context of the first literals, as the decoder will see them.
-/// `done(n)` is told of the piece's bytes as the encoder takes them, a
+/// `done(piece, n)` is told of the piece's bytes as the encoder takes them, a
 /// `BROTLI_PROGRESS_STEP` at a time (the output does not depend on it: the
 /// encoder makes its blocks of what it has buffered, however it came).
 pub fn brotli_piece(
@@ -402,7 +402,7 @@ pub fn brotli_piece(
     piece: &BrotliPiece,
     len: u64,
     opts: &CompressOptions,
-    done: &dyn Fn(u64),
+    done: &dyn Fn(&BrotliPiece, u64),
 ) -> io::Result<Vec<u8>> {
     use brotli::enc::backward_references::UnionHasher;
     use brotli::enc::encode::{BrotliEncoderOperation, BrotliEncoderStateStruct};
@@ -461,7 +461,7 @@ pub fn brotli_piece(
                 return Err(stuck());
             }
         }
-        done(step as u64);
+        done(piece, step as u64);
     }
     let mut available_in = 0;
     while !state.is_finished() {
@@ -566,7 +566,7 @@ pub struct InParallel<'a> {
 /// Encodes a brotli body of `len` bytes in pieces on `run.threads`
 /// threads, after starting the jobs `run.beside` on the same threads, so
 /// that every thread is busy until the end; `read(at, n)` gives `n` bytes
-/// of the input from `at`, `done(n)` is told of the bytes of each piece as
+/// of the input from `at`, `done(piece, n)` is told of the bytes of each piece as
 /// they are compressed. The output is `encode_to`'s. The slow pieces (at
 /// the body's quality) start before the fast ones, so that the last to
 /// run are short and no thread is left waiting for one long piece; the
@@ -578,7 +578,7 @@ pub fn encode_br_in_parallel(
     len: u64,
     opts: &CompressOptions,
     run: InParallel<'_>,
-    done: &(dyn Fn(u64) + Sync),
+    done: &(dyn Fn(&BrotliPiece, u64) + Sync),
     out: &mut dyn Write,
 ) -> io::Result<()> {
     use std::collections::{BTreeMap, VecDeque};
@@ -962,7 +962,7 @@ mod tests {
                         waiting,
                         beside: vec![beside],
                     },
-                    &|n| {
+                    &|_, n| {
                         done.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                     },
                     &mut parallel,
@@ -1118,7 +1118,7 @@ mod tests {
             beside: Vec::new(),
         };
         let mut parallel = Vec::new();
-        encode_br_in_parallel(&read, len, &mixed, run, &|_| (), &mut parallel).unwrap();
+        encode_br_in_parallel(&read, len, &mixed, run, &|_, _| (), &mut parallel).unwrap();
         assert!(parallel == made, "other bytes on two threads");
         // `Level::Max` keeps the large quality (11) in every piece.
         assert!(brotli_layout(len, &max).iter().all(|p| !p.fast));
@@ -1140,7 +1140,7 @@ mod tests {
         let range = brotli_layout(len, &opts)[1];
         let input = &text[range.history as usize..range.end as usize];
         let steps = std::sync::Mutex::new(Vec::new());
-        let piece = brotli_piece(input, &range, len, &opts, &|n| {
+        let piece = brotli_piece(input, &range, len, &opts, &|_, n| {
             steps.lock().unwrap().push(n)
         })
         .unwrap();
@@ -1180,7 +1180,7 @@ mod tests {
                 waiting: 64 << 20,
                 beside,
             };
-            encode_br_in_parallel(read, len, &opts, run, &|_| (), &mut Vec::new())
+            encode_br_in_parallel(read, len, &opts, run, &|_, _| (), &mut Vec::new())
         };
         let err = run(&read, Vec::new()).unwrap_err();
         assert_eq!(err.to_string(), "br compression failed: gone");

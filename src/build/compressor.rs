@@ -18,12 +18,12 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use anyhow::{Context, anyhow, bail};
-use indicatif::ProgressBar;
-
 use super::compress::{CompressOptions, encode_if_worth};
+use super::cost;
+use super::progress::Counter;
 use super::source::SourceFile;
 use crate::pack::Encoding;
+use anyhow::{Context, anyhow, bail};
 
 /// One encoding of one content, to make.
 pub struct Job {
@@ -57,8 +57,8 @@ pub struct Compressor<'a> {
     files: &'a [SourceFile],
     /// Encodings and levels.
     opts: &'a CompressOptions,
-    /// Advanced by each job's input bytes.
-    bar: &'a ProgressBar,
+    /// Advanced by each job's input bytes, at its cost.
+    counter: &'a Counter,
     /// The jobs, in file order.
     jobs: Vec<Job>,
     /// Job index by (content, encoding), for the writer.
@@ -76,7 +76,7 @@ impl<'a> Compressor<'a> {
     pub fn new(
         files: &'a [SourceFile],
         opts: &'a CompressOptions,
-        bar: &'a ProgressBar,
+        counter: &'a Counter,
         jobs: Vec<Job>,
         budget: u64,
     ) -> Compressor<'a> {
@@ -88,7 +88,7 @@ impl<'a> Compressor<'a> {
         Compressor {
             files,
             opts,
-            bar,
+            counter,
             state: Mutex::new(State {
                 next: 0,
                 taken: vec![false; jobs.len()],
@@ -173,7 +173,8 @@ impl<'a> Compressor<'a> {
                 job.encoding.token()
             )
         })?;
-        self.bar.inc(file.len);
+        self.counter
+            .add(file.len, cost::body(job.encoding, file.len, self.opts));
         Ok(kept)
     }
 

@@ -17,6 +17,7 @@
 pub mod assemble;
 pub mod compress;
 pub mod compressor;
+pub mod cost;
 pub mod delta_maker;
 pub mod dictionaries;
 pub mod headers;
