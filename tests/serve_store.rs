@@ -3,7 +3,8 @@
 //! it): packs published then served over real sockets, a change served
 //! within two sync intervals, a deletion gone, corrupt and truncated
 //! objects refused while the previous pack serves on, the store stopped
-//! and started again, SIGHUP, and wrong credentials. Each test runs its
+//! and started again, SIGHUP, wrong credentials, and a killed worker
+//! restarted. Each test runs its
 //! own MinIO and server (on the connection layer and with the TLS mode
 //! of the run, as every serve test).
 
@@ -275,4 +276,40 @@ fn wrong_credentials_are_said_in_one_clear_line() {
     assert_eq!(ready(&server), 503);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(server.stderr_text().matches("wrong credentials").count(), 1);
+}
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_store_worker_that_dies_is_restarted() {
+    let Some(minio) = Minio::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    publish(&minio, &pack(dir.path(), "v1"), "prod/a.test.pack");
+    let server = serve(&minio, &dir.path().join("cache"), "0.5", minio.env());
+    assert_eq!(version(&server, "a.test"), (200, "v1".to_owned()));
+    // The server's child is the supervisor; its child, the worker.
+    let supervisor = children(server.child.id());
+    assert_eq!(supervisor.len(), 1, "{supervisor:?}");
+    let worker = children(supervisor[0]);
+    assert_eq!(worker.len(), 1, "{worker:?}");
+    // SAFETY: kill(2) on a process of this test's server.
+    unsafe { libc::kill(worker[0] as i32, libc::SIGKILL) };
+    server.wait_for_log(&["restarting in 1 s"]);
+    publish(&minio, &pack(dir.path(), "v2"), "prod/a.test.pack");
+    wait_for(&server, "a.test", Some("v2"), 200);
+    // The server going ends both.
+    let restarted = children(supervisor[0]);
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    assert_ne!(restarted, worker);
+    drop(server);
+    for pid in [supervisor[0], restarted[0]] {
+        wait_until(|| !Path::new(&format!("/proc/{pid}")).exists());
+    }
 }

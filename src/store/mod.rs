@@ -14,6 +14,7 @@ pub mod client;
 pub mod publish;
 mod sandbox;
 pub mod state;
+mod supervisor;
 pub mod sync;
 mod url;
 

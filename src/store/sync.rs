@@ -7,7 +7,9 @@
 //! fsyncs and renames it in (the server reloads it as any pack replaced
 //! in a folder of sites); removes from the cache what the bucket no
 //! longer holds; and writes the state file ([`super::state`]). It ends
-//! when its standard input closes: the server is gone.
+//! when its standard input closes: the server is gone. Run without
+//! `--worker`, it is the supervisor that restarts this worker
+//! ([`super::supervisor`]).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -40,6 +42,9 @@ pub struct SyncArgs {
     /// Enter no sandbox (as `kiln serve --no-sandbox`).
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Be the worker the supervisor restarts, not the supervisor.
+    #[arg(long, hide = true)]
+    pub worker: bool,
 }
 
 /// The files of a folder of sites the store may hold.
@@ -90,6 +95,12 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         );
     }
     let interval = Duration::from_secs_f64(args.sync_interval);
+    if !args.worker {
+        // What every worker would refuse is refused here, once, rather
+        // than by a worker restarted for ever.
+        client::connect(&url, &args.endpoint)?;
+        return super::supervisor::run(&args);
+    }
     let parent = rustix::process::getppid();
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
         .map_err(|e| anyhow!("cannot ask for the parent's death signal: {e}"))?;
