@@ -3,10 +3,10 @@
 //! it): packs published then served over real sockets, a change served
 //! within two sync intervals, a deletion gone, corrupt and truncated
 //! objects refused while the previous pack serves on, the store stopped
-//! and started again, SIGHUP, wrong credentials, and a killed worker
-//! restarted. Each test runs its
-//! own MinIO and server (on the connection layer and with the TLS mode
-//! of the run, as every serve test).
+//! and started again, SIGHUP, wrong credentials, a killed worker
+//! restarted, and a warm cache served at start with the store down. Each
+//! test runs its own MinIO and server (on the connection layer and with
+//! the TLS mode of the run, as every serve test).
 
 mod common;
 
@@ -312,4 +312,31 @@ fn a_store_worker_that_dies_is_restarted() {
     for pid in [supervisor[0], restarted[0]] {
         wait_until(|| !Path::new(&format!("/proc/{pid}")).exists());
     }
+}
+
+#[test]
+fn a_warm_cache_serves_at_start_with_the_store_down_and_follows_it_once_back() {
+    let Some(mut minio) = Minio::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    publish(&minio, &pack(dir.path(), "a-v1"), "prod/a.test.pack");
+    publish(&minio, &pack(dir.path(), "b-v1"), "prod/b.test.pack");
+    let first = serve(&minio, &cache, "0.5", minio.env());
+    assert_eq!(version(&first, "b.test"), (200, "b-v1".to_owned()));
+    drop(first);
+    // Deleted, and the store down, while no node ran.
+    minio.delete("prod/b.test.pack");
+    minio.stop();
+    let server = serve(&minio, &cache, "0.5", minio.env());
+    assert_eq!(version(&server, "a.test"), (200, "a-v1".to_owned()));
+    assert_eq!(version(&server, "b.test"), (200, "b-v1".to_owned()));
+    assert_eq!(ready(&server), 200, "the cache holds sites: ready");
+    minio.resume();
+    server.wait_for_log(&["store back"]);
+    wait_for(&server, "b.test", None, 421);
+    // What the cache held unchanged is not fetched again.
+    let log = server.stderr_text();
+    assert!(!log.contains("fetched a.test.pack"), "{log}");
 }

@@ -223,7 +223,7 @@ pub struct Metrics {
     acme: std::sync::OnceLock<(std::path::PathBuf, Vec<String>)>,
     /// Under `kiln serve s3://…`: the cache folder, whose state file each
     /// scrape and `/ready` read.
-    store: std::sync::OnceLock<std::path::PathBuf>,
+    store: std::sync::OnceLock<(std::path::PathBuf, u64)>,
 }
 
 impl Metrics {
@@ -246,15 +246,16 @@ impl Metrics {
 
     /// Under `kiln serve s3://…`: scrapes show the store's state, and
     /// `/ready` waits for its first listing.
-    pub fn set_store(&self, cache: &std::path::Path) {
-        let _ = self.store.set(cache.to_path_buf());
+    /// `started_ms`: when the store's client was started (Unix ms).
+    pub fn set_store(&self, cache: &std::path::Path, started_ms: u64) {
+        let _ = self.store.set((cache.to_path_buf(), started_ms));
     }
 
     /// Whether the store (when there is one) has been listed.
     fn store_ready(&self) -> bool {
         self.store
             .get()
-            .is_none_or(|cache| super::store::ready(cache))
+            .is_none_or(|(cache, started_ms)| super::store::ready(cache, *started_ms))
     }
 
     /// Under `--acme`: scrapes show the status of `names` from `dir`.
@@ -635,7 +636,7 @@ impl Metrics {
         if let Some((dir, names)) = self.acme.get() {
             render_acme(&mut out, dir, names);
         }
-        if let Some(cache) = self.store.get() {
+        if let Some((cache, _)) = self.store.get() {
             super::store::render_metrics(&mut out, cache, now);
         }
         out

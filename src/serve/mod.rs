@@ -556,7 +556,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // cache folder that is then opened as a folder of sites.
     let store_child = if store::is_store(&args) {
         let child = store::start(&args)?;
-        metrics.set_store(&child.cache);
+        metrics.set_store(&child.cache, child.started_ms);
         Some(child)
     } else {
         None

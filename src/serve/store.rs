@@ -34,6 +34,8 @@ pub struct StoreChild {
     pub wake: OwnedFd,
     /// The cache folder served.
     pub cache: PathBuf,
+    /// When it was started (Unix ms): listings before it do not count.
+    pub started_ms: u64,
 }
 
 impl StoreChild {
@@ -75,14 +77,9 @@ pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
     let cache = cache_dir(args, &url);
     std::fs::create_dir_all(cache.join(state::DIR))
         .with_context(|| format!("--cache-dir: cannot create {}", cache.display()))?;
-    // A state file left by an earlier run would say ready before this
-    // run's first listing.
-    match std::fs::remove_file(state::path(&cache)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(anyhow!("--cache-dir {}: {e}", cache.display()));
-        }
-        _ => {}
-    }
+    // A state file left by an earlier run is kept (the worker knows from
+    // it what the cache holds), but only a listing made since now counts.
+    let started_ms = crate::store::state::now_ms();
     let exe = std::env::current_exe().context("cannot find kiln's own executable")?;
     let (read, wake) = rustix::pipe::pipe_with(
         rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
@@ -120,26 +117,33 @@ pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
         cache.display()
     );
     let started = Instant::now();
-    while State::read(&cache).is_none() && started.elapsed() < FIRST_LISTING_WAIT {
+    let listed = |cache: &Path| State::read(cache).is_some_and(|s| s.listed_ms >= started_ms);
+    while !listed(&cache) && started.elapsed() < FIRST_LISTING_WAIT {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             anyhow::bail!("the store client (pid {pid}) ended at start; see its error above");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if State::read(&cache).is_none() {
+    if !listed(&cache) {
         tracing::warn!(
             "store: no listing of {url} within {} s: serving what {} holds, /ready 503 until one is done",
             FIRST_LISTING_WAIT.as_secs(),
             cache.display()
         );
     }
-    Ok(StoreChild { pid, wake, cache })
+    Ok(StoreChild {
+        pid,
+        wake,
+        cache,
+        started_ms,
+    })
 }
 
-/// Whether the node is ready as far as the store goes: a listing is done,
-/// and either it succeeded or the cache holds sites to serve.
-pub fn ready(cache: &Path) -> bool {
-    State::read(cache).is_some_and(|s| s.up || !s.objects.is_empty())
+/// Whether the node is ready as far as the store goes: a listing is done
+/// since `started_ms`, and either it succeeded or the cache holds sites
+/// to serve.
+pub fn ready(cache: &Path, started_ms: u64) -> bool {
+    State::read(cache).is_some_and(|s| s.listed_ms >= started_ms && (s.up || !s.objects.is_empty()))
 }
 
 /// The store's gauges, from the state file (read at scrape time, on the

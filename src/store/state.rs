@@ -41,6 +41,13 @@ pub struct State {
     pub objects: Vec<Object>,
 }
 
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The state file of `cache`.
 pub fn path(cache: &Path) -> PathBuf {
     cache.join(DIR).join(FILE)

@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
 use futures::StreamExt as _;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectMeta, ObjectStore as _};
 
-use super::state::{self, Object, State};
+use super::state::{self, Object, State, now_ms};
 use super::{EndpointArgs, StoreUrl, client};
 use crate::serve::load::site_name;
 
@@ -49,12 +49,6 @@ pub struct SyncArgs {
 
 /// The files of a folder of sites the store may hold.
 const EXTENSIONS: [&str; 3] = ["pack", "crt", "key"];
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// What `name` in the prefix is to the folder of sites: a site's file, or
 /// nothing (anything else, and anything in a deeper folder, is ignored).
@@ -83,6 +77,9 @@ struct Mirror {
     state: State,
     held: BTreeMap<String, Object>,
     refused: BTreeMap<String, (String, u64)>,
+    /// Whether the cache was cleared of what a previous run left that the
+    /// bucket no longer holds (at the first listing that succeeds).
+    swept: bool,
 }
 
 /// Runs `kiln store sync` until its standard input closes.
@@ -127,6 +124,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         state: State::default(),
         held,
         refused: BTreeMap::new(),
+        swept: false,
     };
     let mut first = true;
     loop {
@@ -215,6 +213,9 @@ impl Mirror {
                     self.state.since_ms = now;
                 }
                 self.state.up = true;
+                if !self.swept {
+                    self.sweep(&listing.objects);
+                }
                 self.apply(&listing.objects).await;
             }
         }
@@ -222,6 +223,33 @@ impl Mirror {
         self.state.objects = self.held.values().cloned().collect();
         if let Err(e) = self.state.write(&self.cache) {
             tracing::warn!("cannot write {}: {e}", state::path(&self.cache).display());
+        }
+    }
+
+    /// Removes the site files of the cache that neither the state file
+    /// accounts for nor the bucket holds: left by a run whose state was
+    /// lost, or deleted from the bucket while no worker ran. (Those the
+    /// state accounts for are handled by `apply`.)
+    fn sweep(&mut self, objects: &[ObjectMeta]) {
+        self.swept = true;
+        let listed: std::collections::BTreeSet<String> = objects
+            .iter()
+            .filter_map(|m| m.location.filename())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let Ok(entries) = std::fs::read_dir(&self.cache) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if site_file(&name) && !self.held.contains_key(&name) && !listed.contains(&name) {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => tracing::info!("store: {name} is not in {}: removed", self.url),
+                    Err(e) => tracing::warn!("store: cannot remove {name}: {e}"),
+                }
+            }
         }
     }
 
