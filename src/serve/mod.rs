@@ -77,7 +77,10 @@ pub struct ServeArgs {
     /// them for TLS): any folder holding a `NAME.pack` that is a pack,
     /// whose other files are warned about and never served; or any other
     /// folder, or a tar archive, fired into a preview pack in memory
-    /// (private keys and what the serving user cannot read left out).
+    /// (private keys and what the serving user cannot read left out);
+    /// or `s3://BUCKET/PREFIX/`, a bucket of an S3-compatible store served
+    /// as a folder of sites through a local cache (--cache-dir,
+    /// --sync-interval, --store-endpoint; docs/fleet.md).
     /// Default: a preview of the current folder.
     #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
