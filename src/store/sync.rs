@@ -77,6 +77,8 @@ struct Mirror {
     state: State,
     held: BTreeMap<String, Object>,
     refused: BTreeMap<String, (String, u64)>,
+    /// The objects (name, ETag) whose fetch failed, said once each.
+    failing: std::collections::BTreeSet<(String, String)>,
     /// Whether the cache was cleared of what a previous run left that the
     /// bucket no longer holds (at the first listing that succeeds).
     swept: bool,
@@ -125,6 +127,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         held,
         refused: BTreeMap::new(),
         swept: false,
+        failing: std::collections::BTreeSet::new(),
     };
     let mut first = true;
     loop {
@@ -303,19 +306,31 @@ impl Mirror {
         let etag = meta.e_tag.clone().unwrap_or_default();
         let started = Instant::now();
         let temp = self.cache.join(state::DIR).join(format!("{name}.part"));
-        let fetched = self.download(meta, &temp).await;
-        let checked = fetched.and_then(|bytes| {
-            check(name, &temp, meta.size, bytes)?;
-            std::fs::rename(&temp, self.cache.join(name))
-                .map_err(|e| format!("cannot rename it into {}: {e}", self.cache.display()))?;
-            Ok(bytes)
-        });
+        let checked = match self.download(meta, &temp).await {
+            Err(why) => Err(Failure::Fetch(why)),
+            Ok(bytes) => check(name, &temp, meta.size, bytes)
+                .map_err(Failure::Refused)
+                .and_then(|()| {
+                    std::fs::rename(&temp, self.cache.join(name)).map_err(|e| {
+                        Failure::Fetch(format!(
+                            "cannot rename it into {}: {e}",
+                            self.cache.display()
+                        ))
+                    })
+                })
+                .map(|()| bytes),
+        };
+        if checked.is_err() {
+            let _ = std::fs::remove_file(&temp);
+            self.state.fetch_errors += 1;
+        }
         match checked {
             Ok(bytes) => {
                 let fetch_ms = started.elapsed().as_millis() as u64;
                 tracing::info!(
                     "store: fetched {name} ({bytes} bytes, ETag {etag}) in {fetch_ms} ms"
                 );
+                self.failing.retain(|(failed, _)| failed != name);
                 self.held.insert(
                     name.to_string(),
                     Object {
@@ -327,9 +342,17 @@ impl Mirror {
                     },
                 );
             }
-            Err(why) => {
-                let _ = std::fs::remove_file(&temp);
-                self.state.fetch_errors += 1;
+            Err(Failure::Fetch(why)) => {
+                // Tried again at each listing, said once per version.
+                if self.failing.insert((name.to_string(), etag.clone())) {
+                    tracing::warn!(
+                        "store: cannot fetch {}{} (ETag {etag}): {why}; trying again at each listing",
+                        self.url,
+                        name
+                    );
+                }
+            }
+            Err(Failure::Refused(why)) => {
                 let kept = if self.held.contains_key(name) {
                     "the previous one keeps serving"
                 } else {
@@ -367,6 +390,14 @@ impl Mirror {
             .map_err(|e| format!("cannot sync {}: {e}", temp.display()))?;
         Ok(bytes)
     }
+}
+
+/// Why an object is not in the cache.
+enum Failure {
+    /// Not fetched (the store or the disk failed): tried again.
+    Fetch(String),
+    /// Fetched and found wrong: refused until the object changes.
+    Refused(String),
 }
 
 /// Checks a fetched file before it is renamed in: its length as listed,
