@@ -340,3 +340,32 @@ fn a_warm_cache_serves_at_start_with_the_store_down_and_follows_it_once_back() {
     let log = server.stderr_text();
     assert!(!log.contains("fetched a.test.pack"), "{log}");
 }
+
+#[test]
+fn kiln_build_to_an_s3_url_publishes_the_pack() {
+    let Some(minio) = Minio::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("version.txt"), "built-v1").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .arg("build")
+        .arg(&site)
+        .args(["-o", "s3://sites/prod/c.test.pack", "-q"])
+        .args(["--store-endpoint", &minio.endpoint()])
+        .envs(minio.env())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("to s3://sites/prod/c.test.pack"),
+        "{stdout}"
+    );
+    let server = serve(&minio, &dir.path().join("cache"), "0.5", minio.env());
+    assert_eq!(version(&server, "c.test"), (200, "built-v1".to_owned()));
+}

@@ -35,27 +35,32 @@ pub struct PublishArgs {
 /// Runs `kiln publish`, printing one line when the object is in place.
 pub fn run(args: PublishArgs) -> anyhow::Result<()> {
     crate::report::init_logging();
-    let (url, name) = StoreUrl::parse_object(&args.destination).map_err(|e| anyhow!(e))?;
+    let line = publish(&args.pack, &args.destination, &args.endpoint)?;
+    crate::report::to_stdout(&line)
+}
+
+/// Verifies `pack` and uploads it to `destination`; the line to print.
+pub fn publish(
+    pack: &std::path::Path,
+    destination: &str,
+    endpoint: &EndpointArgs,
+) -> anyhow::Result<String> {
+    let (url, name) = StoreUrl::parse_object(destination).map_err(|e| anyhow!(e))?;
     if site_name(name.as_ref(), "pack").is_none() {
-        bail!(
-            "{}: the object must be named HOST.pack (or _default.pack) to be served",
-            args.destination
-        );
+        bail!("{destination}: the object must be named HOST.pack (or _default.pack) to be served");
     }
-    let pack =
-        crate::pack::Pack::open(&args.pack).map_err(|e| anyhow!("{}: {e}", args.pack.display()))?;
-    crate::pack::verify::verify(&pack).map_err(|e| anyhow!("{}: {e}", args.pack.display()))?;
-    drop(pack);
-    let client = client::connect(&url, &args.endpoint)?;
+    let opened = crate::pack::Pack::open(pack).map_err(|e| anyhow!("{}: {e}", pack.display()))?;
+    crate::pack::verify::verify(&opened).map_err(|e| anyhow!("{}: {e}", pack.display()))?;
+    drop(opened);
+    let client = client::connect(&url, endpoint)?;
     let key = url.key(&name);
     let started = Instant::now();
     let (bytes, etag) = client::runtime()?
-        .block_on(upload(&client, &key, &args.pack))
-        .with_context(|| format!("cannot publish to {}", args.destination))?;
-    crate::report::to_stdout(&format!(
-        "published {} ({bytes} bytes) to {} in {} ms (ETag {etag})\n",
-        args.pack.display(),
-        args.destination,
+        .block_on(upload(&client, &key, pack))
+        .with_context(|| format!("cannot publish to {destination}"))?;
+    Ok(format!(
+        "published {} ({bytes} bytes) to {destination} in {} ms (ETag {etag})\n",
+        pack.display(),
         started.elapsed().as_millis()
     ))
 }
