@@ -30,4 +30,5 @@ pub mod pack;
 pub mod qpack;
 pub mod report;
 pub mod serve;
+pub mod store;
 pub mod sys;

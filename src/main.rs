@@ -42,6 +42,14 @@ enum Command {
     /// Obtain and renew certificates from an ACME CA (what `kiln serve
     /// --acme` runs beside the server), or list their state.
     Acme(kiln::acme::AcmeCommand),
+    /// Verify a pack and upload it to an S3-compatible store
+    /// (`s3://BUCKET/PREFIX/HOST.pack`) as one multipart upload, which the
+    /// store completes atomically: a node never reads half of it, and a
+    /// failed upload leaves the previous pack in place.
+    Publish(kiln::store::publish::PublishArgs),
+    /// What `kiln serve s3://…` runs beside the server (internal).
+    #[command(hide = true)]
+    Store(kiln::store::StoreCommand),
 }
 
 /// How the command ended, when it did not fail.
@@ -63,6 +71,8 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         }),
         Command::Serve(args) => done(kiln::serve::run(*args)),
         Command::Acme(command) => done(kiln::acme::run(command)),
+        Command::Publish(args) => done(kiln::store::publish::run(args)),
+        Command::Store(command) => done(kiln::store::run(command)),
         Command::Verify { pack, base } => {
             let open = |path: &std::path::Path| {
                 kiln::pack::Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))

@@ -125,6 +125,11 @@ impl CaRoot {
     }
 }
 
+/// The crypto provider of every TLS configuration kiln builds.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
 impl CaClient {
     /// A client trusting the certificates of `ca_root`, or the system's
     /// trust store.
@@ -138,15 +143,18 @@ impl CaClient {
                         .add(cert.clone())
                         .with_context(|| format!("--acme-ca-root {}", ca_root.path.display()))?;
                 }
-                let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-                let config = rustls::ClientConfig::builder_with_provider(provider)
+                let config = rustls::ClientConfig::builder_with_provider(provider())
                     .with_safe_default_protocol_versions()?
                     .with_root_certificates(roots)
                     .with_no_client_auth();
                 builder.with_tls_config(config)
             }
+            // The provider named: rustls is built with ring too (for
+            // object_store's reqwest, in `kiln store`), and with two
+            // providers and none installed, `with_native_roots`'s
+            // `ClientConfig::builder()` would panic.
             None => builder
-                .with_native_roots()
+                .with_provider_and_native_roots(provider())
                 .context("the system's trust store")?,
         };
         let mut http = HttpConnector::new();
@@ -203,5 +211,12 @@ mod tests {
             Some(UNIX_EPOCH + Duration::from_secs(784_111_777))
         );
         assert_eq!(retry_after_value(b"soon"), None);
+    }
+
+    #[test]
+    fn a_client_on_the_system_trust_store_names_its_provider() {
+        // Panicked once rustls had two providers built in (ring came with
+        // object_store): the implicit default cannot be chosen then.
+        CaClient::new(None, RetryAfter::default()).unwrap();
     }
 }

@@ -21,7 +21,7 @@ pub mod command;
 pub mod layout;
 mod lock;
 mod order;
-mod sandbox;
+pub(crate) mod sandbox;
 mod schedule;
 mod status;
 pub mod store;

@@ -25,7 +25,7 @@ use crate::confine::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 /// Where TLS clients find the system's trust store (the places
 /// rustls-native-certs, through openssl-probe, looks), and where those
 /// files' links lead on Debian and Fedora.
-const TRUST_STORE: &[&str] = &[
+pub(crate) const TRUST_STORE: &[&str] = &[
     "/etc/ssl",
     "/etc/pki",
     "/etc/ca-certificates",
@@ -37,7 +37,7 @@ const TRUST_STORE: &[&str] = &[
 ];
 
 /// What the C library's resolver reads at each lookup.
-const RESOLVER_FILES: &[&str] = &[
+pub(crate) const RESOLVER_FILES: &[&str] = &[
     "/etc/resolv.conf",
     "/etc/hosts",
     "/etc/nsswitch.conf",
@@ -55,7 +55,7 @@ pub struct WorkerPlan<'a> {
 
 /// A path and, when it is a symbolic link, the file it leads to now
 /// (Landlock checks the resolved file).
-fn with_target(path: &Path) -> Vec<PathBuf> {
+pub(crate) fn with_target(path: &Path) -> Vec<PathBuf> {
     let mut paths = vec![path.to_path_buf()];
     if let Ok(resolved) = std::fs::canonicalize(path)
         && resolved != path

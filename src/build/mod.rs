@@ -74,9 +74,14 @@ pub enum GzipTool {
 pub struct BuildArgs {
     /// The site: a directory, or a tar archive (plain, .tar.gz/.tgz, .tar.zst).
     pub source: PathBuf,
-    /// The pack to write (replaced atomically, never left half-written).
+    /// The pack to write (replaced atomically, never left half-written);
+    /// or `s3://BUCKET/PREFIX/HOST.pack`: built into a temporary file, then
+    /// published as `kiln publish` does (verified, one atomic multipart
+    /// upload; docs/fleet.md).
     #[arg(short, long, value_name = "SITE.pack")]
     pub output: PathBuf,
+    #[command(flatten)]
+    pub store: crate::store::EndpointArgs,
     /// Encodings to store besides identity, for compressible types only:
     /// a comma-separated subset of br, zstd, gzip, or "none". An encoded
     /// variant is kept only if it saves at least 10 % and 100 bytes. zstd
@@ -1009,7 +1014,25 @@ impl BuildArgs {
 /// `kiln build`.
 pub fn run(args: BuildArgs) -> anyhow::Result<()> {
     let opts = args.options()?;
-    let report = build_pack(&args.source, &args.output, &opts)?;
+    let destination = args
+        .output
+        .to_str()
+        .filter(|o| crate::store::StoreUrl::is_store(o));
+    // Built beside nothing: a store's pack is built whole in a temporary
+    // folder, then published.
+    let temp = match destination {
+        Some(_) => Some(tempfile::tempdir().context("cannot make a temporary folder")?),
+        None => None,
+    };
+    let output = match (&temp, destination) {
+        (Some(temp), Some(destination)) => {
+            let (_, name) =
+                crate::store::StoreUrl::parse_object(destination).map_err(anyhow::Error::msg)?;
+            temp.path().join(name)
+        }
+        _ => args.output.clone(),
+    };
+    let report = build_pack(&args.source, &output, &opts)?;
     for note in &report.notes {
         crate::report::to_stderr(&format!("kiln: note: {note}"));
     }
@@ -1028,6 +1051,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<()> {
             args.source.display()
         );
         crate::report::to_stdout(&summary)?;
+    }
+    if let Some(destination) = destination {
+        let line = crate::store::publish::publish(&output, destination, &args.store)?;
+        crate::report::to_stdout(&line)?;
     }
     Ok(())
 }

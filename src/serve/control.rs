@@ -279,6 +279,8 @@ pub struct Reloader {
     pub metrics: Arc<Metrics>,
     /// systemd's notification socket, when started by it.
     pub notifier: Option<Notifier>,
+    /// `kiln serve s3://…`: the store client, told to list on SIGHUP.
+    pub store: Option<super::store::StoreChild>,
 }
 
 /// Every certificate pair to serve: those given, then those beside the
@@ -303,6 +305,9 @@ impl Reloader {
     fn reload_all(&mut self) {
         if let Some(n) = &self.notifier {
             n.reloading();
+        }
+        if let Some(store) = &self.store {
+            store.list_now();
         }
         self.reload_sites(None);
         self.reload_tls();
@@ -819,6 +824,7 @@ mod tests {
             )),
             metrics: Metrics::new(1, 0),
             notifier: None,
+            store: None,
         };
         let control = spawn(
             not_signals,

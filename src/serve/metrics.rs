@@ -221,6 +221,9 @@ pub struct Metrics {
     /// Under `--acme`: the state folder and the managed names, whose
     /// status files each scrape reads.
     acme: std::sync::OnceLock<(std::path::PathBuf, Vec<String>)>,
+    /// Under `kiln serve s3://…`: the cache folder, whose state file each
+    /// scrape and `/ready` read.
+    store: std::sync::OnceLock<(std::path::PathBuf, u64)>,
 }
 
 impl Metrics {
@@ -237,7 +240,22 @@ impl Metrics {
             started,
             draining: AtomicBool::new(false),
             acme: std::sync::OnceLock::new(),
+            store: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Under `kiln serve s3://…`: scrapes show the store's state, and
+    /// `/ready` waits for its first listing.
+    /// `started_ms`: when the store's client was started (Unix ms).
+    pub fn set_store(&self, cache: &std::path::Path, started_ms: u64) {
+        let _ = self.store.set((cache.to_path_buf(), started_ms));
+    }
+
+    /// Whether the store (when there is one) has been listed.
+    fn store_ready(&self) -> bool {
+        self.store
+            .get()
+            .is_none_or(|(cache, started_ms)| super::store::ready(cache, *started_ms))
     }
 
     /// Under `--acme`: scrapes show the status of `names` from `dir`.
@@ -618,6 +636,9 @@ impl Metrics {
         if let Some((dir, names)) = self.acme.get() {
             render_acme(&mut out, dir, names);
         }
+        if let Some((cache, _)) = self.store.get() {
+            super::store::render_metrics(&mut out, cache, now);
+        }
         out
     }
 }
@@ -666,13 +687,13 @@ fn render_acme(out: &mut String, dir: &std::path::Path, names: &[String]) {
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// A label value escaped as the text format asks (backslash, quote,
 /// newline); host names never need it, but a pack's file name might.
-fn label(value: &str) -> std::borrow::Cow<'_, str> {
+pub(super) fn label(value: &str) -> std::borrow::Cow<'_, str> {
     if value.contains(['\\', '"', '\n']) {
         value
             .replace('\\', "\\\\")
@@ -780,6 +801,11 @@ fn answer_scrape(fd: BorrowedFd<'_>, metrics: &Metrics, packs: &dyn Fn() -> Vec<
             "503 Service Unavailable",
             "text/plain",
             "shutting down\n".to_string(),
+        ),
+        (b"GET" | b"HEAD", b"/ready") if !metrics.store_ready() => (
+            "503 Service Unavailable",
+            "text/plain",
+            "waiting for the store's first listing\n".to_string(),
         ),
         (b"GET" | b"HEAD", b"/ready") => ("200 OK", "text/plain", "ready\n".to_string()),
         (b"GET" | b"HEAD", _) => (

@@ -36,6 +36,7 @@ pub mod sandbox;
 pub mod secret;
 pub mod server_headers;
 pub mod stack;
+pub mod store;
 pub mod systemd;
 pub mod tls;
 mod tls_setup;
@@ -76,7 +77,10 @@ pub struct ServeArgs {
     /// them for TLS): any folder holding a `NAME.pack` that is a pack,
     /// whose other files are warned about and never served; or any other
     /// folder, or a tar archive, fired into a preview pack in memory
-    /// (private keys and what the serving user cannot read left out).
+    /// (private keys and what the serving user cannot read left out);
+    /// or `s3://BUCKET/PREFIX/`, a bucket of an S3-compatible store served
+    /// as a folder of sites through a local cache (--cache-dir,
+    /// --sync-interval, --store-endpoint; docs/fleet.md).
     /// Default: a preview of the current folder.
     #[arg(env = "KILN_SITE")]
     pub site: Option<PathBuf>,
@@ -376,6 +380,23 @@ pub struct ServeArgs {
     /// call filter (docs/security.md). Logged as a warning.
     #[arg(long, conflicts_with = "user", env = "KILN_NO_SANDBOX")]
     pub no_sandbox: bool,
+    /// With SITE `s3://BUCKET/PREFIX/`: the local folder the store's packs
+    /// are mirrored into and served from (docs/fleet.md). Default:
+    /// /var/lib/kiln/store/BUCKET/HASH-OF-PREFIX.
+    #[arg(long, value_name = "DIR", env = "KILN_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// With SITE `s3://BUCKET/PREFIX/`: seconds between listings of the
+    /// store (each jittered by ±20 %, so that a fleet does not list in
+    /// step); SIGHUP lists at once.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5.0,
+        env = "KILN_SYNC_INTERVAL"
+    )]
+    pub sync_interval: f64,
+    #[command(flatten)]
+    pub store: crate::store::EndpointArgs,
 }
 
 /// Raises the soft open-file limit to the hard one (a server's connections
@@ -533,7 +554,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // `sigaction`): a pack written in place must not end the server.
     in_place::install_fault_handler().context("cannot set up the bus-error handler")?;
     let metrics = Metrics::new(settings.threads, now_unix());
-    let opened = open::open_served(&args, &metrics)?;
+    // The store's client starts while the process has one thread, before
+    // the sandbox, as the ACME client does; its first listing fills the
+    // cache folder that is then opened as a folder of sites.
+    let store_child = if store::is_store(&args) {
+        let child = store::start(&args)?;
+        metrics.set_store(&child.cache, child.started_ms);
+        Some(child)
+    } else {
+        None
+    };
+    let store_cache = store_child.as_ref().map(|c| c.cache.clone());
+    let opened = open::open_served(&args, &metrics, store_cache.as_deref())?;
     // Once the packs are open: they take their descriptors first.
     let mut loop_config = settings.loop_config;
     if let Some(room) = settings.descriptor_room {
@@ -653,6 +685,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         current,
         metrics,
         notifier: settings.notifier,
+        store: store_child,
     };
     let control = control::spawn(
         signals,

@@ -46,7 +46,11 @@ pub(super) enum FirstBuild {
 /// Opens what SITE names: the dummy answer, a live preview, a folder of
 /// sites, or one pack (or a directory or archive fired into one, once the
 /// sandbox is up: `first_build`).
-pub(super) fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::Result<Opened> {
+pub(super) fn open_served(
+    args: &ServeArgs,
+    metrics: &Arc<Metrics>,
+    store_cache: Option<&Path>,
+) -> anyhow::Result<Opened> {
     let stand_in = || Sites::single(Site::dummy(metrics.site(load::DEFAULT_SITE)));
     if args.dummy {
         return Ok(Opened {
@@ -57,17 +61,34 @@ pub(super) fn open_served(args: &ServeArgs, metrics: &Arc<Metrics>) -> anyhow::R
             what: "dummy answers".to_string(),
         });
     }
+    let opts = load::LoadOptions {
+        preload: args.preload || args.mlock,
+        mlock: args.mlock,
+        preview_cache_control: args.preview_cache_control,
+    };
+    // A store's cache folder is a folder of sites even while it is empty.
+    if let Some(cache) = store_cache {
+        let folder = load::Folder::open(cache, opts, Arc::clone(metrics))?;
+        let what = format!(
+            "{} sites from {} (cached in {})",
+            folder.site_count(),
+            args.site.as_deref().unwrap_or(cache).display(),
+            cache.display()
+        );
+        return Ok(Opened {
+            sites: folder.sites(),
+            served: control::Served::Folder(folder),
+            first_build: None,
+            path: Some(cache.to_path_buf()),
+            what,
+        });
+    }
     let path = match &args.site {
         Some(path) => path.clone(),
         None => {
             tracing::info!("no SITE given: serving the current folder");
             PathBuf::from(".")
         }
-    };
-    let opts = load::LoadOptions {
-        preload: args.preload || args.mlock,
-        mlock: args.mlock,
-        preview_cache_control: args.preview_cache_control,
     };
     let taken = load::take(&path, args.preview)?;
     if let load::Taken::Folder { packs } = taken {

@@ -8,12 +8,14 @@
 //! suite both ways). `KILN_TEST_IO=uring|epoll` picks the connection layer
 //! of every server started (`--io`); `./test` runs the suite on both.
 //! `pebble.rs`: the test CA of the ACME tests; `browser.rs`: headless
-//! Chromium for the tests that load pages in a real browser;
+//! Chromium for the tests that load pages in a real browser; `minio.rs`:
+//! the S3-compatible store of the store tests;
 //! `h3client.rs`: the aioquic-based HTTP/3 client.
 #![allow(dead_code)]
 
 pub mod browser;
 pub mod h3client;
+pub mod minio;
 pub mod pebble;
 
 use std::io::{BufRead, BufReader, Read, Write};

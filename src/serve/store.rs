@@ -1,0 +1,219 @@
+//! `kiln serve s3://BUCKET/PREFIX/`: the server's half of a bucket as the
+//! folder of sites. The store's client is another process, `kiln store
+//! sync` ([`crate::store::sync`]), started here before the sandbox, as
+//! the ACME client is: it mirrors the bucket into the cache folder, which
+//! the server serves as any folder of sites (a pack renamed in is reloaded
+//! as one replaced by hand), and reads the state file it writes there for
+//! `/ready` and `/metrics`. No network client and no async runtime run in
+//! this process. The child's standard input is a pipe from the server:
+//! a byte on it (the server's SIGHUP) makes it list at once, and its end
+//! (the server gone) ends the child.
+
+use std::fmt::Write as _;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow};
+
+use super::ServeArgs;
+use super::metrics::{header, label};
+use crate::store::StoreUrl;
+use crate::store::state::{self, State};
+
+/// The longest the server waits at start for the child's first listing
+/// (after it, the server serves what the cache holds and `/ready` stays
+/// 503 until a listing is done).
+const FIRST_LISTING_WAIT: Duration = Duration::from_secs(15);
+
+/// The child as started.
+pub struct StoreChild {
+    pub pid: u32,
+    /// The write end of the child's standard input: a byte lists at once.
+    pub wake: OwnedFd,
+    /// The cache folder served.
+    pub cache: PathBuf,
+    /// When it was started (Unix ms): listings before it do not count.
+    pub started_ms: u64,
+}
+
+impl StoreChild {
+    /// Asks the child to list now (SIGHUP). A full pipe already holds a
+    /// request: the write is non-blocking and its failure harmless.
+    pub fn list_now(&self) {
+        let _ = rustix::io::write(&self.wake, b"L");
+    }
+}
+
+/// Whether SITE names a store.
+pub fn is_store(args: &ServeArgs) -> bool {
+    args.site
+        .as_deref()
+        .and_then(Path::to_str)
+        .is_some_and(StoreUrl::is_store)
+}
+
+/// The cache folder for `url`.
+fn cache_dir(args: &ServeArgs, url: &StoreUrl) -> PathBuf {
+    args.cache_dir
+        .clone()
+        .unwrap_or_else(|| crate::store::default_cache_dir(url))
+}
+
+/// Starts `kiln store sync` for SITE, an `s3://` URL, and waits (bounded)
+/// for its first listing. Called while the process has one thread,
+/// before the sandbox; the child is reaped by the kernel, as the ACME
+/// client is.
+pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
+    let text = args.site.as_deref().and_then(Path::to_str).unwrap_or("");
+    let url = StoreUrl::parse_folder(text).map_err(|e| anyhow!(e))?;
+    if !(args.sync_interval.is_finite() && args.sync_interval >= 0.1) {
+        anyhow::bail!(
+            "--sync-interval must be at least 0.1 s, not {}",
+            args.sync_interval
+        );
+    }
+    let cache = cache_dir(args, &url);
+    std::fs::create_dir_all(cache.join(state::DIR))
+        .with_context(|| format!("--cache-dir: cannot create {}", cache.display()))?;
+    // A state file left by an earlier run is kept (the worker knows from
+    // it what the cache holds), but only a listing made since now counts.
+    let started_ms = crate::store::state::now_ms();
+    let exe = std::env::current_exe().context("cannot find kiln's own executable")?;
+    let (read, wake) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )
+    .map_err(|e| anyhow!("cannot make the store client's pipe: {e}"))?;
+    // The child's end blocks: it waits in poll, and reads only when told.
+    rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::empty())
+        .map_err(|e| anyhow!("cannot make the store client's pipe: {e}"))?;
+    crate::sys::reap_children_automatically()
+        .map_err(|e| anyhow!("cannot have the store client reaped: {e}"))?;
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("cannot pass stderr to the store client")?;
+    let mut command = Command::new(&exe);
+    command
+        .args(["store", "sync", text, "--cache-dir"])
+        .arg(&cache)
+        .arg("--sync-interval")
+        .arg(args.sync_interval.to_string());
+    if let Some(endpoint) = &args.store.endpoint {
+        command.args(["--store-endpoint", endpoint]);
+    }
+    if args.no_sandbox {
+        command.arg("--no-sandbox");
+    }
+    let child = command
+        .stdin(Stdio::from(read))
+        .stdout(Stdio::from(stderr))
+        .spawn()
+        .with_context(|| format!("cannot start {} store sync", exe.display()))?;
+    let pid = child.id();
+    tracing::info!(
+        "store: started the client (pid {pid}) for {url} into {}",
+        cache.display()
+    );
+    let started = Instant::now();
+    let listed = |cache: &Path| State::read(cache).is_some_and(|s| s.listed_ms >= started_ms);
+    while !listed(&cache) && started.elapsed() < FIRST_LISTING_WAIT {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            anyhow::bail!("the store client (pid {pid}) ended at start; see its error above");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !listed(&cache) {
+        tracing::warn!(
+            "store: no listing of {url} within {} s: serving what {} holds, /ready 503 until one is done",
+            FIRST_LISTING_WAIT.as_secs(),
+            cache.display()
+        );
+    }
+    Ok(StoreChild {
+        pid,
+        wake,
+        cache,
+        started_ms,
+    })
+}
+
+/// Whether the node is ready as far as the store goes: a listing is done
+/// since `started_ms`, and either it succeeded or the cache holds sites
+/// to serve.
+pub fn ready(cache: &Path, started_ms: u64) -> bool {
+    State::read(cache).is_some_and(|s| s.listed_ms >= started_ms && (s.up || !s.objects.is_empty()))
+}
+
+/// The store's gauges, from the state file (read at scrape time, on the
+/// metrics thread).
+pub fn render_metrics(out: &mut String, cache: &Path, now: i64) {
+    let Some(state) = State::read(cache) else {
+        return;
+    };
+    header(
+        out,
+        "kiln_store_up",
+        "gauge",
+        "Whether the last listing of the store succeeded.",
+    );
+    let _ = writeln!(out, "kiln_store_up {}", u8::from(state.up));
+    header(
+        out,
+        "kiln_store_last_listing_age_seconds",
+        "gauge",
+        "Seconds since the last listing of the store ended.",
+    );
+    let age = (now * 1000 - state.listed_ms as i64).max(0) as f64 / 1000.0;
+    let _ = writeln!(out, "kiln_store_last_listing_age_seconds {age:.3}");
+    header(
+        out,
+        "kiln_store_fetch_errors_total",
+        "counter",
+        "Objects refused (corrupt, truncated) or not fetched, since the store client started.",
+    );
+    let _ = writeln!(out, "kiln_store_fetch_errors_total {}", state.fetch_errors);
+    header(
+        out,
+        "kiln_store_object_info",
+        "gauge",
+        "Each object mirrored, by file name and the ETag served.",
+    );
+    for o in &state.objects {
+        let _ = writeln!(
+            out,
+            "kiln_store_object_info{{name=\"{}\",etag=\"{}\"}} 1",
+            label(&o.name),
+            label(&o.etag)
+        );
+    }
+    header(
+        out,
+        "kiln_store_fetch_seconds",
+        "gauge",
+        "How long the last fetch of the object took.",
+    );
+    for o in &state.objects {
+        let _ = writeln!(
+            out,
+            "kiln_store_fetch_seconds{{name=\"{}\"}} {:.3}",
+            label(&o.name),
+            o.fetch_ms as f64 / 1000.0
+        );
+    }
+    header(
+        out,
+        "kiln_store_fetch_bytes",
+        "gauge",
+        "The bytes of the last fetch of the object.",
+    );
+    for o in &state.objects {
+        let _ = writeln!(
+            out,
+            "kiln_store_fetch_bytes{{name=\"{}\"}} {}",
+            label(&o.name),
+            o.fetched_bytes
+        );
+    }
+}

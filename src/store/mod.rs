@@ -1,0 +1,73 @@
+//! An S3-compatible object store as the source of a folder of sites
+//! (`docs/fleet.md`): `kiln publish` uploads a verified pack, and `kiln
+//! store sync`, the child `kiln serve s3://…` starts before its sandbox,
+//! mirrors the `HOST.pack` (and `HOST.crt`/`HOST.key`) objects under a
+//! prefix into a local cache folder that the server serves as any folder
+//! of sites.
+//!
+//! The network client (object_store over reqwest and rustls) and its tokio
+//! runtime live only in these commands' processes, never in the serving
+//! loops: the server only reads the cache folder and the state file the
+//! child writes there ([`state`]).
+
+pub mod client;
+pub mod publish;
+mod sandbox;
+pub mod state;
+mod supervisor;
+pub mod sync;
+mod url;
+
+pub use self::url::StoreUrl;
+
+use std::path::PathBuf;
+
+/// `kiln store`: the commands `kiln serve s3://…` runs beside the server.
+#[derive(clap::Args)]
+pub struct StoreCommand {
+    #[command(subcommand)]
+    pub command: StoreSubcommand,
+}
+
+#[derive(clap::Subcommand)]
+pub enum StoreSubcommand {
+    /// Mirror the packs under s3://BUCKET/PREFIX/ into --cache-dir, every
+    /// --sync-interval seconds and at once when a byte arrives on standard
+    /// input (the server's SIGHUP); ends when standard input closes (the
+    /// server is gone).
+    Sync(sync::SyncArgs),
+}
+
+/// Where to find the store: the flags `kiln publish`, `kiln store sync`
+/// and `kiln serve s3://…` share.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct EndpointArgs {
+    /// The store's endpoint, for an S3-compatible server other than AWS
+    /// (MinIO, Ceph RGW, Garage, R2): `https://HOST[:PORT]`, or
+    /// `http://HOST[:PORT]` (cleartext is allowed only when typed so).
+    /// Default: AWS, in the region of AWS_REGION (us-east-1 without it).
+    #[arg(
+        long = "store-endpoint",
+        value_name = "URL",
+        env = "KILN_STORE_ENDPOINT"
+    )]
+    pub endpoint: Option<String>,
+}
+
+/// Runs `kiln store …`.
+pub fn run(command: StoreCommand) -> anyhow::Result<()> {
+    crate::report::init_logging();
+    match command.command {
+        StoreSubcommand::Sync(args) => sync::run(args),
+    }
+}
+
+/// The cache folder of `url` when `--cache-dir` is not given: one folder
+/// per bucket and prefix under the state directory, so that two stores
+/// served on one machine never share one.
+pub fn default_cache_dir(url: &StoreUrl) -> PathBuf {
+    let hash = blake3::hash(url.prefix.as_bytes()).to_hex();
+    PathBuf::from("/var/lib/kiln/store")
+        .join(&url.bucket)
+        .join(&hash.as_str()[..16])
+}
