@@ -1,5 +1,5 @@
 //! MinIO, a real S3-compatible server, on loopback for the store tests
-//! (`serve_store.rs`): each test starts its own on a free port with a
+//! (`store.rs`): each test starts its own on a free port with a
 //! temporary data folder, and makes the bucket. A test skips, saying so,
 //! where MinIO is not installed (`./test` installs it with `go install`).
 //! Objects the tests write behind kiln's back (corrupt, truncated) and
@@ -17,8 +17,43 @@ pub const BUCKET: &str = "sites";
 /// How long MinIO may take to start on a busy machine.
 const START_PATIENCE: Duration = Duration::from_secs(60);
 
-/// The MinIO binary: on PATH, else in $GOPATH/bin or ~/go/bin.
+/// How long a test waits for the MinIO build `./test` started beside
+/// the suite (niced: on a busy 2-core machine it gets what is left).
+const BUILD_PATIENCE: Duration = Duration::from_secs(15 * 60);
+
+/// The MinIO binary `./test` is building in the background into
+/// `$KILN_TEST_MINIO_BUILD`, once the build has ended (its `.done` file
+/// holds go's exit status); `None` without such a build.
+fn built_by_test() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("KILN_TEST_MINIO_BUILD")?);
+    let started = Instant::now();
+    let status = loop {
+        if let Ok(status) = std::fs::read_to_string(dir.join(".done")) {
+            break status;
+        }
+        if started.elapsed() > BUILD_PATIENCE {
+            break "still running".to_string();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let binary = dir.join("minio");
+    if status.trim() == "0" && binary.is_file() {
+        return Some(binary);
+    }
+    eprintln!(
+        "skipped: the MinIO build ./test started did not give a binary (status {}; see {})",
+        status.trim(),
+        dir.join("log").display()
+    );
+    None
+}
+
+/// The MinIO binary: the one `./test` builds, else on PATH, else in
+/// $GOPATH/bin or ~/go/bin.
 pub fn binary() -> Option<PathBuf> {
+    if std::env::var_os("KILN_TEST_MINIO_BUILD").is_some() {
+        return built_by_test();
+    }
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
