@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -128,6 +129,10 @@ fn published_packs_are_served_and_changes_and_deletions_follow() {
     assert_eq!(version(&server, "a.test"), (200, "a-v1".to_owned()));
     assert_eq!(version(&server, "b.test"), (200, "b-v1".to_owned()));
     assert_eq!(ready(&server), 200);
+    // The cache folder the server made, into which the bucket's private
+    // keys are mirrored too, is closed to other users.
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o750, "the cache folder's mode: {mode:o}");
     let metrics = server.metrics();
     assert!(metrics.contains("kiln_store_up 1"), "{metrics}");
     assert!(

@@ -558,7 +558,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // the sandbox, as the ACME client does; its first listing fills the
     // cache folder that is then opened as a folder of sites.
     let store_child = if store::is_store(&args) {
-        let child = store::start(&args)?;
+        let child = store::start(&args, settings.identity.as_ref())?;
         metrics.set_store(&child.cache, child.started_ms);
         Some(child)
     } else {

@@ -19,6 +19,7 @@ use anyhow::{Context as _, anyhow};
 
 use super::ServeArgs;
 use super::metrics::{header, label};
+use crate::confine::Identity;
 use crate::store::StoreUrl;
 use crate::store::state::{self, State};
 
@@ -65,7 +66,7 @@ fn cache_dir(args: &ServeArgs, url: &StoreUrl) -> PathBuf {
 /// for its first listing. Called while the process has one thread,
 /// before the sandbox; the child is reaped by the kernel, as the ACME
 /// client is.
-pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
+pub fn start(args: &ServeArgs, serving: Option<&Identity>) -> anyhow::Result<StoreChild> {
     let text = args.site.as_deref().and_then(Path::to_str).unwrap_or("");
     let url = StoreUrl::parse_folder(text).map_err(|e| anyhow!(e))?;
     if !(args.sync_interval.is_finite() && args.sync_interval >= 0.1) {
@@ -75,6 +76,7 @@ pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
         );
     }
     let cache = cache_dir(args, &url);
+    protect(&cache, serving)?;
     std::fs::create_dir_all(cache.join(state::DIR))
         .with_context(|| format!("--cache-dir: cannot create {}", cache.display()))?;
     // A state file left by an earlier run is kept (the worker knows from
@@ -137,6 +139,41 @@ pub fn start(args: &ServeArgs) -> anyhow::Result<StoreChild> {
         cache,
         started_ms,
     })
+}
+
+/// Makes the cache folder one that only its owner and the serving user's
+/// group can enter (0750): the bucket's `HOST.key` files are mirrored into
+/// it, written by the client with the process's umask. A folder the user
+/// named that others may enter is not changed, but said once.
+fn protect(cache: &Path, serving: Option<&Identity>) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let fail = |e: std::io::Error| anyhow!("--cache-dir {}: {e}", cache.display());
+    if let Some(parent) = cache.parent() {
+        std::fs::create_dir_all(parent).map_err(fail)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(cache) {
+        Ok(()) => {
+            // The serving user reads the packs and keys (after the switch,
+            // reloads read them as it): its group may enter.
+            if let Some(user) = serving.filter(|u| u.uid != rustix::process::getuid().as_raw()) {
+                rustix::fs::chown(cache, None, Some(rustix::fs::Gid::from_raw(user.gid)))
+                    .map_err(|e| fail(e.into()))?;
+            }
+            std::fs::set_permissions(cache, std::fs::Permissions::from_mode(0o750)).map_err(fail)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(cache).map_err(fail)?.permissions().mode();
+            if mode & 0o001 != 0 {
+                tracing::warn!(
+                    "--cache-dir {}: any user may enter it (mode {:o}), and the bucket's private keys are mirrored into it: chmod o-rwx it",
+                    cache.display(),
+                    mode & 0o7777
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(fail(e)),
+    }
 }
 
 /// Whether the node is ready as far as the store goes: a listing is done
