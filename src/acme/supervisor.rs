@@ -7,62 +7,19 @@
 //! when its parent, the server, is gone.
 
 use std::fs::File;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use rustix::process::{self, Pid, Signal};
+use rustix::process::{self, Signal};
 
 use super::client::CaRoot;
 use super::command::RunArgs;
 use super::store;
 use crate::confine;
-use crate::sys::SignalSet;
 
-const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
+/// The longest wait before a restart.
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(5 * 60);
-/// A worker that lived this long resets the restart delay.
-const HEALTHY_LIFE: Duration = Duration::from_secs(10 * 60);
-/// How long a worker asked to stop gets before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// What woke the supervisor.
-enum Wake {
-    /// SIGTERM or SIGINT, or the parent is gone: stop.
-    Stop,
-    /// SIGCHLD or the periodic look.
-    Look,
-}
-
-/// The signals the supervisor takes synchronously, blocked.
-const SIGNALS: [Signal; 3] = [Signal::TERM, Signal::INT, Signal::CHILD];
-
-/// Waits up to `timeout` for a signal of `set`, or for the parent to go.
-fn wait(set: &SignalSet, timeout: Duration, parent: Option<Pid>) -> Wake {
-    let signal = set.wait(timeout);
-    let parent_gone = process::getppid() != parent;
-    if signal == Some(Signal::TERM) || signal == Some(Signal::INT) || parent_gone {
-        Wake::Stop
-    } else {
-        Wake::Look
-    }
-}
-
-/// Asks the worker to stop, kills it if it does not, and reaps it.
-fn stop(child: &mut Child) {
-    // Our own child, not yet reaped: the pid is still its. A worker that
-    // cannot be signalled is killed after the grace period.
-    let _ = process::kill_process(Pid::from_child(child), Signal::TERM);
-    let asked = Instant::now();
-    while asked.elapsed() < STOP_GRACE {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
 
 /// The variables that set the worker's flags: its command line says all
 /// of it, and `KILN_ACME_STAGING` beside the `--acme-ca` it is given
@@ -137,46 +94,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     rustix::thread::set_no_new_privs(true).map_err(|e| anyhow!("cannot set no_new_privs: {e}"))?;
     // After the user switch, which would clear it.
     super::die_with_parent_signal(Signal::TERM, parent)?;
-    // Blocked so that the wait takes them. The worker inherits the mask
-    // and clears it first thing.
-    let set = SignalSet::of(&SIGNALS);
-    set.block().context("cannot block signals")?;
-    let mut delay = FIRST_RESTART_DELAY;
-    loop {
-        let mut child = worker_command(&args, ca_root.as_ref())
+    let worker = confine::Worker {
+        name: "acme",
+        max_restart_delay: MAX_RESTART_DELAY,
+        meanwhile: "",
+    };
+    confine::supervise(&worker, parent, || {
+        worker_command(&args, ca_root.as_ref())
             .and_then(|mut command| command.spawn())
-            .context("cannot start the ACME worker")?;
-        let started = Instant::now();
-        tracing::info!("acme: worker {} started", child.id());
-        let status = loop {
-            if let Wake::Stop = wait(&set, Duration::from_secs(1), parent) {
-                stop(&mut child);
-                return Ok(());
-            }
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-        };
-        if started.elapsed() >= HEALTHY_LIFE {
-            delay = FIRST_RESTART_DELAY;
-        }
-        tracing::warn!(
-            "acme: worker {} ended ({status}) after {} s; restarting in {} s",
-            child.id(),
-            started.elapsed().as_secs(),
-            delay.as_secs()
-        );
-        let restart = Instant::now() + delay;
-        while let Some(left) = restart
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-        {
-            if let Wake::Stop = wait(&set, left.min(Duration::from_secs(1)), parent) {
-                return Ok(());
-            }
-        }
-        delay = (delay * 2).min(MAX_RESTART_DELAY);
-    }
+            .context("cannot start the ACME worker")
+    })
 }
 
 #[cfg(test)]

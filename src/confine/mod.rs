@@ -6,8 +6,10 @@
 
 mod capabilities;
 mod landlock;
+mod supervise;
 mod user;
 
 pub use self::capabilities::lease_if_held;
 pub use self::landlock::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
+pub use self::supervise::{Worker, supervise};
 pub use self::user::{Identity, resolve_user, switch_user};
