@@ -67,19 +67,7 @@ pub(crate) fn with_target(path: &Path) -> Vec<PathBuf> {
 
 /// Enters the worker's sandbox; see the module's text.
 pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
-    let (uid, gid) = (
-        rustix::process::geteuid().as_raw(),
-        rustix::process::getegid().as_raw(),
-    );
-    let identity = crate::confine::Identity {
-        name: uid.to_string(),
-        uid,
-        gid,
-        listed: false,
-    };
-    crate::confine::switch_user(&identity, rustix::thread::CapabilitySet::empty())?;
-    rustix::thread::set_no_new_privs(true)
-        .map_err(|e| anyhow!("sandbox: cannot set no_new_privs: {e}"))?;
+    let uid = crate::confine::drop_privileges()?;
     let fail = landlock_error;
     let abi = LANDLOCK_ABI;
     let mut ruleset = deny_all_ruleset()?;
