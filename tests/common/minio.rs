@@ -57,16 +57,7 @@ pub fn binary() -> Option<PathBuf> {
     if std::env::var_os("KILN_TEST_MINIO_BUILD").is_some() {
         return built_by_test();
     }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(gopath) = std::env::var_os("GOPATH") {
-        dirs.push(PathBuf::from(gopath).join("bin"));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join("go/bin"));
-    }
-    let found = dirs.iter().map(|d| d.join("minio")).find(|p| p.is_file());
+    let found = super::go_tool("minio");
     if found.is_none() {
         eprintln!(
             "skipped: minio is not installed (go install github.com/minio/minio@VERSION, \

@@ -18,6 +18,21 @@ pub mod h3client;
 pub mod minio;
 pub mod pebble;
 
+/// A tool `go install` put somewhere: on PATH, else in $GOPATH/bin or
+/// ~/go/bin (where `./test` installs Pebble and h2spec).
+pub fn go_tool(name: &str) -> Option<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(gopath) = std::env::var_os("GOPATH") {
+        dirs.push(std::path::PathBuf::from(gopath).join("bin"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(std::path::PathBuf::from(home).join("go/bin"));
+    }
+    dirs.iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{FromRawFd, OwnedFd};

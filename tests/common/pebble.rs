@@ -27,16 +27,7 @@ pub struct Tools {
 }
 
 pub fn tools() -> Option<Tools> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(gopath) = std::env::var_os("GOPATH") {
-        dirs.push(PathBuf::from(gopath).join("bin"));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(home).join("go/bin"));
-    }
-    let find = |name: &str| dirs.iter().map(|d| d.join(name)).find(|p| p.is_file());
+    let find = super::go_tool;
     match (find("pebble"), find("pebble-challtestsrv")) {
         (Some(pebble), Some(dns)) => Some(Tools { pebble, dns }),
         _ => {
