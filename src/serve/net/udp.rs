@@ -153,8 +153,17 @@ pub fn gso_segments(segment: usize) -> usize {
     (GSO_MAX_BYTES / segment.max(1)).clamp(1, GSO_MAX_SEGMENTS)
 }
 
+/// Buffers [`Transmits`] keeps for reuse at most: four `sendmmsg`
+/// batches, more than a busy loop turn queues. A burst of handshakes
+/// queues a flight per client in one turn; keeping every buffer it grew
+/// (about 5 KB each) made the burst's high-water mark part of what each
+/// idle HTTP/3 connection costs (heap profile in docs/security.md). Past
+/// this, a buffer is freed once sent.
+const SPARE_MAX: usize = 4 * DATAGRAM_BATCH;
+
 /// Datagrams to send, each in its own buffer (QUIC writes a train of
-/// same-sized datagrams into one for GSO); buffers are reused.
+/// same-sized datagrams into one for GSO); buffers are reused, up to
+/// `SPARE_MAX` of them.
 #[derive(Default)]
 pub struct Transmits {
     queued: Vec<Queued>,
@@ -182,7 +191,7 @@ impl Transmits {
         &mut self,
         to: Option<SocketAddr>,
         from: Option<IpAddr>,
-        mut bytes: Vec<u8>,
+        bytes: Vec<u8>,
         segment: Option<usize>,
     ) {
         match to {
@@ -192,10 +201,7 @@ impl Transmits {
                 bytes,
                 segment: segment.and_then(|s| u16::try_from(s).ok()),
             }),
-            _ => {
-                bytes.clear();
-                self.spare.push(bytes);
-            }
+            _ => self.keep(bytes),
         }
     }
 
@@ -229,9 +235,19 @@ impl Transmits {
                 Ok(n) => sent += n,
             }
         }
-        for mut q in self.queued.drain(..) {
-            q.bytes.clear();
-            self.spare.push(q.bytes);
+        let mut queued = std::mem::take(&mut self.queued);
+        for q in queued.drain(..) {
+            self.keep(q.bytes);
+        }
+        self.queued = queued;
+    }
+
+    /// Takes a sent (or unused) buffer back for reuse, or frees it when
+    /// `SPARE_MAX` are kept already.
+    fn keep(&mut self, mut bytes: Vec<u8>) {
+        if self.spare.len() < SPARE_MAX {
+            bytes.clear();
+            self.spare.push(bytes);
         }
     }
 }
