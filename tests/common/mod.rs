@@ -9,10 +9,11 @@
 //! of every server started (`--io`); `./test` runs the suite on both.
 //! `pebble.rs`: the test CA of the ACME tests; `browser.rs`: headless
 //! Chromium for the tests that load pages in a real browser; `minio.rs`:
-//! the S3-compatible store of the store tests;
-//! `h3client.rs`: the aioquic-based HTTP/3 client.
+//! the S3-compatible store of the store tests; `azurite.rs`: the Azure
+//! Blob Storage emulator of `store_azure.rs`; `h3client.rs`: the aioquic-based HTTP/3 client.
 #![allow(dead_code)]
 
+pub mod azurite;
 pub mod browser;
 pub mod h3client;
 pub mod minio;
