@@ -10,10 +10,12 @@
 //! loops: the server only reads the cache folder and the state file the
 //! child writes there ([`state`]).
 
+mod aws_files;
 pub mod client;
 pub mod publish;
 mod sandbox;
 pub mod state;
+pub mod status;
 mod supervisor;
 pub mod sync;
 mod url;
