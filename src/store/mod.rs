@@ -12,6 +12,7 @@
 
 mod aws_files;
 pub mod client;
+mod get;
 pub mod publish;
 mod sandbox;
 pub mod state;
@@ -38,6 +39,9 @@ pub enum StoreSubcommand {
     /// input (the server's SIGHUP); ends when standard input closes (the
     /// server is gone).
     Sync(sync::SyncArgs),
+    /// Write one small object (a secret the server is given as a store
+    /// URL) to standard output, at most --max-bytes of it.
+    Get(get::GetArgs),
 }
 
 /// Where to find the store: the flags `kiln publish`, `kiln store sync`
@@ -61,6 +65,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     crate::report::init_logging();
     match command.command {
         StoreSubcommand::Sync(args) => sync::run(args),
+        StoreSubcommand::Get(args) => get::run(args),
     }
 }
 
