@@ -3,8 +3,9 @@
 //! real MinIO on loopback (tests/common/minio.rs; skipped, saying so,
 //! without it): the store and its endpoint, up then down, the last
 //! listing, and one line per site with its pack's size and the ETag
-//! `kiln publish` reported; the same as JSON; a folder no node mirrors
-//! into said in one line.
+//! `kiln publish` reported; the same as JSON, and the same from the
+//! server's `--metrics` listener; a folder no node mirrors into and a
+//! listener that is not a metrics one, each said in one line.
 
 mod common;
 
@@ -77,6 +78,8 @@ fn status_says_what_a_node_serves_and_from_where() {
             cache.to_str().unwrap(),
             "--sync-interval",
             "0.3",
+            "--metrics",
+            "127.0.0.1:0",
         ],
         Launch {
             env: minio.env(),
@@ -125,6 +128,24 @@ fn status_says_what_a_node_serves_and_from_where() {
         )),
         "{json}"
     );
+    // A running server's /metrics says the same.
+    let metrics = format!("127.0.0.1:{}", server.metrics_port());
+    let (ok, scraped, stderr) = status(&["--metrics", &metrics]);
+    assert!(ok, "{stderr}");
+    let scraped: Vec<&str> = scraped.lines().collect();
+    assert_eq!(scraped[..2], lines[..2], "{scraped:?}");
+    assert!(scraped[2].starts_with("store   up since 20"), "{scraped:?}");
+    assert_eq!(
+        scraped[4..],
+        lines[4..],
+        "the sites as the cache's state says"
+    );
+    let (ok, scraped_json, _) = status(&["--metrics", &metrics, "--json"]);
+    assert!(ok);
+    let sites = |j: &str| j[j.find("\"sites\"").unwrap()..].to_owned();
+    assert_eq!(sites(&scraped_json), sites(&json));
+    let (ok, _, stderr) = status(&["--metrics", &format!("127.0.0.1:{}", server.port)]);
+    assert!(!ok && stderr.lines().count() == 1, "{stderr}");
     // The store stopped: the next listing fails, and status says so.
     minio.stop();
     let started = Instant::now();

@@ -37,6 +37,7 @@ pub mod secret;
 pub mod server_headers;
 pub mod stack;
 pub mod store;
+mod store_status;
 pub mod systemd;
 pub mod tls;
 mod tls_setup;

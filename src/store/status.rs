@@ -2,10 +2,16 @@
 //! for an operator (a header, one line per site) or a machine (`--json`).
 //! It reads the state file the store's client keeps in the cache folder
 //! ([`super::state`]), the same record `/ready` and `/metrics` read: no
-//! second state, and no request to the store or the server.
+//! second state, and no request to the store. Or it asks a running
+//! server's `--metrics` listener, whose gauges say the same (another
+//! machine's node, or a cache folder this user may not enter).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::anyhow;
 
@@ -23,6 +29,10 @@ pub struct StatusArgs {
     /// The cache folder `kiln serve s3://…` was given.
     #[arg(long, value_name = "DIR", env = "KILN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Ask a running server instead: the address of its --metrics
+    /// listener (`HOST:PORT`, or `:PORT` for this machine's).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -38,29 +48,167 @@ struct Site<'a> {
 
 /// Runs `kiln status`.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let cache = match (&args.cache_dir, &args.url) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(url)) => {
-            super::default_cache_dir(&StoreUrl::parse_folder(url).map_err(|e| anyhow!(e))?)
-        }
-        (None, None) => anyhow::bail!("give the store (s3://BUCKET/PREFIX/) or --cache-dir DIR"),
+    let (state, cache) = match &args.metrics {
+        Some(addr) => from_metrics(addr, &scrape(addr)?)?,
+        None => from_cache(&args)?,
     };
-    let file = state::path(&cache);
-    let state = match std::fs::metadata(&file) {
-        Err(e) => anyhow::bail!(
-            "{}: {e}: no listing recorded there (is `kiln serve s3://…` running with this cache folder?)",
-            file.display()
-        ),
-        Ok(_) => State::read(&cache)
-            .ok_or_else(|| anyhow!("{}: not a store state file", file.display()))?,
-    };
-    let cache = cache.display().to_string();
     let text = if args.json {
         json(&state, &cache, state::now_ms())
     } else {
         table(&state, &cache, state::now_ms())
     };
     crate::report::to_stdout(&text)
+}
+
+/// The state file of the cache folder the arguments name, and its path.
+fn from_cache(args: &StatusArgs) -> anyhow::Result<(State, String)> {
+    let cache = match (&args.cache_dir, &args.url) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(url)) => {
+            super::default_cache_dir(&StoreUrl::parse_folder(url).map_err(|e| anyhow!(e))?)
+        }
+        (None, None) => {
+            anyhow::bail!("give the store (s3://BUCKET/PREFIX/), --cache-dir DIR or --metrics ADDR")
+        }
+    };
+    let file = state::path(&cache);
+    if let Err(e) = std::fs::metadata(&file) {
+        anyhow::bail!(
+            "{}: {e}: no listing recorded there (is `kiln serve s3://…` running with this cache folder?)",
+            file.display()
+        );
+    }
+    let state =
+        State::read(&cache).ok_or_else(|| anyhow!("{}: not a store state file", file.display()))?;
+    Ok((state, cache.display().to_string()))
+}
+
+/// How long the server may take to answer.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The body of `GET /metrics` from the listener at `addr`.
+fn scrape(addr: &str) -> anyhow::Result<String> {
+    let host = match addr.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => addr.to_string(),
+    };
+    let fail = |e: &dyn std::fmt::Display| anyhow!("--metrics {addr}: {e}");
+    let target = host
+        .to_socket_addrs()
+        .map_err(|e| fail(&e))?
+        .next()
+        .ok_or_else(|| fail(&"no address"))?;
+    let mut stream = TcpStream::connect_timeout(&target, SCRAPE_TIMEOUT).map_err(|e| fail(&e))?;
+    let mut response = Vec::new();
+    stream
+        .set_read_timeout(Some(SCRAPE_TIMEOUT))
+        .and_then(|()| {
+            stream.write_all(
+                format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+        })
+        .and_then(|()| stream.read_to_end(&mut response))
+        .map_err(|e| fail(&e))?;
+    let text = String::from_utf8_lossy(&response);
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+        _ => Err(fail(&format!(
+            "not a metrics listener (it answered {:?})",
+            text.lines().next().unwrap_or_default()
+        ))),
+    }
+}
+
+/// A sample's labels: name and (unescaped) value.
+type Labels<'l> = Vec<(&'l str, String)>;
+
+/// One sample of the text format: its name, labels and value.
+fn sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let Some((name, rest)) = series.split_once('{') else {
+        return Some((series, Vec::new(), value));
+    };
+    let mut labels = Vec::new();
+    let mut rest = rest.strip_suffix('}')?;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut text = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => text.push('\n'),
+                    c => text.push(c),
+                },
+                (i, '"') => break i,
+                (_, c) => text.push(c),
+            }
+        };
+        labels.push((key.trim_start_matches(','), text));
+        rest = &after[end + 1..];
+    }
+    Some((name, labels, value))
+}
+
+/// The state a server's scrape says, and its cache folder.
+fn from_metrics(addr: &str, text: &str) -> anyhow::Result<(State, String)> {
+    let mut state = State::default();
+    let mut cache = None;
+    let mut objects: BTreeMap<String, state::Object> = BTreeMap::new();
+    let ms = |v: f64| (v * 1000.0).round() as u64;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, labels, value)) = sample(line) else {
+            continue;
+        };
+        let get = |key: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        match name {
+            "kiln_store_info" => {
+                state.url = get("url");
+                state.place = get("place");
+                cache = Some(get("cache"));
+            }
+            "kiln_store_up" => state.up = value == 1.0,
+            "kiln_store_up_since_timestamp_seconds" => state.since_ms = ms(value),
+            "kiln_store_last_listing_timestamp_seconds" => state.listed_ms = ms(value),
+            "kiln_store_last_listing_duration_seconds" => state.listing_ms = ms(value),
+            "kiln_store_fetch_errors_total" => state.fetch_errors = value as u64,
+            "kiln_store_object_info"
+            | "kiln_store_fetch_seconds"
+            | "kiln_store_fetch_bytes"
+            | "kiln_store_fetched_timestamp_seconds" => {
+                let o = objects
+                    .entry(get("name"))
+                    .or_insert_with_key(|name| state::Object {
+                        name: name.clone(),
+                        ..state::Object::default()
+                    });
+                match name {
+                    "kiln_store_object_info" => o.etag = get("etag"),
+                    "kiln_store_fetch_seconds" => o.fetch_ms = ms(value),
+                    "kiln_store_fetch_bytes" => {
+                        o.size = value as u64;
+                        o.fetched_bytes = value as u64;
+                    }
+                    _ => o.fetched_at_ms = ms(value),
+                }
+            }
+            _ => {}
+        }
+    }
+    let cache = cache.ok_or_else(|| {
+        anyhow!(
+            "--metrics {addr}: its /metrics says nothing of a store (a `kiln serve s3://…` that has listed it?)"
+        )
+    })?;
+    state.objects = objects.into_values().collect();
+    Ok((state, cache))
 }
 
 /// The sites of `state`, by host.
@@ -282,5 +430,17 @@ mod tests {
         let json = json(&state, "/cache", 1_700_000_062_000);
         assert!(json.contains("\"sites\":[{\"host\":\"a.test\",\"pack_bytes\":1234,\"etag\":\"\\\"a.test.pack-1\\\"\""), "{json}");
         assert!(json.contains("\"up\":true,"), "{json}");
+    }
+
+    #[test]
+    fn samples_parse_with_escaped_labels() {
+        let (name, labels, value) =
+            sample(r#"kiln_store_object_info{name="a.pack",etag="\"x\\y\"\n"} 1"#).unwrap();
+        assert_eq!((name, value), ("kiln_store_object_info", 1.0));
+        assert_eq!(
+            labels,
+            [("name", "a.pack".into()), ("etag", "\"x\\y\"\n".into())]
+        );
+        assert_eq!(sample("kiln_store_up 0").unwrap().2, 0.0);
     }
 }
