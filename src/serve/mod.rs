@@ -794,11 +794,11 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     let quic_keys = args
         .quic_host_key
         .as_deref()
-        .map(|path| quic::Keys::read(path, &args.store))
+        .map(|path| quic::Keys::read(path, args))
         .transpose()?;
     let ticket_keys = match &args.tls_ticket_keys {
         Some(path) => {
-            let secret = secret::read("--tls-ticket-keys", path, &args.store)?;
+            let secret = secret::read("--tls-ticket-keys", path, args)?;
             Some(
                 tls::ticket_keys::TicketKeys::new(&secret, args.tls_ticket_key_period).map_err(
                     |_| {

@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::Context as _;
 
-use crate::store::{EndpointArgs, StoreUrl};
+use super::ServeArgs;
+use crate::store::StoreUrl;
 
 /// Fewest bytes a secret file holds: 256 bits of secret.
 pub const SECRET_MIN: usize = 32;
@@ -21,12 +22,12 @@ pub const SECRET_MIN: usize = 32;
 pub const SECRET_MAX: usize = 4096;
 
 /// Every byte of the file at `path` (or of the object, for an `s3://`
-/// URL, from the store at `store`), from `SECRET_MIN` to `SECRET_MAX` of
+/// URL, from the store `args` name), from `SECRET_MIN` to `SECRET_MAX` of
 /// them; what is wrong with it, in one line naming `flag` and the file.
-pub fn read(flag: &str, path: &Path, store: &EndpointArgs) -> anyhow::Result<Vec<u8>> {
+pub fn read(flag: &str, path: &Path, args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
     let name = path.display();
     let secret = match path.to_str().filter(|p| StoreUrl::is_store(p)) {
-        Some(url) => fetch(flag, url, store)?,
+        Some(url) => fetch(flag, url, args)?,
         None => {
             let mut secret = Vec::with_capacity(SECRET_MAX + 1);
             std::fs::File::open(path)
@@ -50,14 +51,17 @@ pub fn read(flag: &str, path: &Path, store: &EndpointArgs) -> anyhow::Result<Vec
 
 /// The object at `url`, as `kiln store get` fetches it; its failure in
 /// one line naming `flag` and the URL.
-fn fetch(flag: &str, url: &str, store: &EndpointArgs) -> anyhow::Result<Vec<u8>> {
+fn fetch(flag: &str, url: &str, args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
     let exe = std::env::current_exe().context("cannot find kiln's own executable")?;
     let mut command = Command::new(&exe);
     command
         .args(["store", "get", url, "--max-bytes"])
         .arg((SECRET_MAX + 1).to_string());
-    if let Some(endpoint) = &store.endpoint {
+    if let Some(endpoint) = &args.store.endpoint {
         command.args(["--store-endpoint", endpoint]);
+    }
+    if args.no_sandbox {
+        command.arg("--no-sandbox");
     }
     let out = command
         .stdin(Stdio::null())

@@ -10,6 +10,10 @@ use object_store::path::Path as ObjectPath;
 
 use super::{EndpointArgs, StoreUrl, client};
 
+/// The longest the fetch may take, all retries included: the server
+/// waits for it at start.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// `kiln store get`.
 #[derive(clap::Args)]
 pub struct GetArgs {
@@ -35,7 +39,7 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
     }
     let client = client::connect(&folder, &args.endpoint)?;
     let location = ObjectPath::from(folder.key(&name));
-    let bytes = client::runtime()?.block_on(async {
+    let fetch = async {
         let failed = |e: object_store::Error| match e {
             object_store::Error::NotFound { .. } => anyhow!("no such object ({})", client.place),
             e => anyhow!("{}: {}", client.place, client::one_line(&e)),
@@ -49,7 +53,16 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
             );
         }
         got.bytes().await.map_err(failed)
-    })?;
+    };
+    let bytes = client::runtime()?
+        .block_on(async { tokio::time::timeout(FETCH_TIMEOUT, fetch).await })
+        .map_err(|_| {
+            anyhow!(
+                "no answer within {} s ({})",
+                FETCH_TIMEOUT.as_secs(),
+                client.place
+            )
+        })??;
     let mut out = std::io::stdout().lock();
     out.write_all(&bytes)
         .and_then(|()| out.flush())

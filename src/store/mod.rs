@@ -45,13 +45,16 @@ pub enum StoreSubcommand {
 }
 
 /// Where to find the store: the flags `kiln publish`, `kiln store sync`
-/// and `kiln serve s3://…` share.
+/// and `kiln serve s3://…` share (the last also for a secret given as
+/// `s3://BUCKET/KEY`).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct EndpointArgs {
     /// The store's endpoint, for an S3-compatible server other than AWS
     /// (MinIO, Ceph RGW, Garage, R2): `https://HOST[:PORT]`, or
     /// `http://HOST[:PORT]` (cleartext is allowed only when typed so).
-    /// Default: AWS, in the region of AWS_REGION (us-east-1 without it).
+    /// Default: AWS_ENDPOINT_URL, else the AWS profile's endpoint_url
+    /// (~/.aws/config), else AWS, in the region of AWS_REGION or the
+    /// profile's (us-east-1 without either).
     #[arg(
         long = "store-endpoint",
         value_name = "URL",

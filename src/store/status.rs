@@ -240,6 +240,15 @@ fn time(ms: u64) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// How long before `now` the moment `ms` was, for people; `-` for 0 (not
+/// known).
+fn before(now: u64, ms: u64) -> String {
+    match ms {
+        0 => "-".into(),
+        ms => span(now.saturating_sub(ms)),
+    }
+}
+
 /// A duration of `ms` for people: `850 ms`, `42 s`, `7 min`, `3 h`, `2 d`.
 fn span(ms: u64) -> String {
     match ms / 1000 {
@@ -269,13 +278,13 @@ fn table(state: &State, cache: &str, now: u64) -> String {
         "store   {} since {} ({})",
         if state.up { "up" } else { "DOWN" },
         time(state.since_ms),
-        span(now.saturating_sub(state.since_ms))
+        before(now, state.since_ms)
     );
     let _ = writeln!(
         out,
         "listed  {} ({} ago), took {}; {} fetch errors since the client started",
         time(state.listed_ms),
-        span(now.saturating_sub(state.listed_ms)),
+        before(now, state.listed_ms),
         span(state.listing_ms),
         state.fetch_errors
     );
