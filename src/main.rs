@@ -50,7 +50,7 @@ enum Command {
     /// What a node serving a bucket serves and from where: the store, up
     /// or down and since when, the last listing, and per site its pack's
     /// size and ETag and when it was fetched (read from the cache
-    /// folder's state file).
+    /// folder's state file, or asked of a running server's --metrics).
     Status(kiln::store::status::StatusArgs),
     /// What `kiln serve s3://…` runs beside the server (internal).
     #[command(hide = true)]
