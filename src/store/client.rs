@@ -2,10 +2,19 @@
 //! AWS chain as object_store reads it: `AWS_ACCESS_KEY_ID`,
 //! `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`; web
 //! identity through `AWS_WEB_IDENTITY_TOKEN_FILE` and `AWS_ROLE_ARN`; the
-//! ECS container endpoint; else the EC2 instance metadata service. Not
-//! the shared files under `~/.aws`) and the flags, with short retries: a
-//! store that does not answer is said within seconds, not minutes.
+//! ECS container endpoint; else the EC2 instance metadata service), the
+//! shared files under `~/.aws` ([`super::aws_files`]) and the flags, with
+//! short retries: a store that does not answer is said within seconds,
+//! not minutes.
+//!
+//! The precedence is the AWS CLI's: keys in the environment, then web
+//! identity, then the profile's keys (credentials file, then config
+//! file), then the container endpoint and the instance metadata; the
+//! region from `AWS_REGION`, `AWS_DEFAULT_REGION`, then the profile; the
+//! endpoint from `--store-endpoint`, `AWS_ENDPOINT_URL`, then the
+//! profile's `endpoint_url`.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,20 +35,59 @@ pub struct Client {
     pub store: Arc<dyn ObjectStore>,
     /// Where it goes, for messages: the endpoint and the bucket.
     pub place: String,
+    /// The endpoint it talks to, wherever it was given (the sandbox
+    /// opens its port).
+    pub endpoint: EndpointArgs,
 }
 
 /// Builds the client of `url`'s bucket.
 pub fn connect(url: &StoreUrl, endpoint: &EndpointArgs) -> anyhow::Result<Client> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let profile = super::aws_files::load(&var)?.unwrap_or_default();
     let mut options = ClientOptions::new()
         .with_connect_timeout(CONNECT_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT);
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
-    let place = match &endpoint.endpoint {
-        Some(endpoint) => {
+    let environment_keys =
+        var("AWS_ACCESS_KEY_ID").is_some() || var("AWS_WEB_IDENTITY_TOKEN_FILE").is_some();
+    if !environment_keys
+        && let (Some(id), Some(secret)) = (&profile.access_key_id, &profile.secret_access_key)
+    {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+        if let Some(token) = &profile.session_token {
+            builder = builder.with_token(token);
+        }
+    }
+    if var("AWS_REGION").is_none()
+        && var("AWS_DEFAULT_REGION").is_none()
+        && let Some(region) = &profile.region
+    {
+        builder = builder.with_region(region);
+    }
+    let given = match (
+        &endpoint.endpoint,
+        var("AWS_ENDPOINT_URL"),
+        var("AWS_ENDPOINT"),
+    ) {
+        (Some(flag), _, _) => Some((flag.clone(), "--store-endpoint".to_string())),
+        (None, Some(url), _) => Some((url, "AWS_ENDPOINT_URL".to_string())),
+        (None, None, Some(url)) => Some((url, "AWS_ENDPOINT".to_string())),
+        (None, None, None) => profile.endpoint_url.clone().map(|url| {
+            let file = profile
+                .endpoint_from
+                .as_deref()
+                .unwrap_or(Path::new("~/.aws"));
+            (url, format!("endpoint_url in {}", file.display()))
+        }),
+    };
+    let place = match &given {
+        Some((endpoint, source)) => {
             if endpoint.starts_with("http://") {
                 options = options.with_allow_http(true);
             } else if !endpoint.starts_with("https://") {
-                bail!("--store-endpoint {endpoint}: not an http:// or https:// URL");
+                bail!("{source} {endpoint}: not an http:// or https:// URL");
             }
             builder = builder.with_endpoint(endpoint.trim_end_matches('/'));
             format!("{} at {endpoint}", url.bucket)
@@ -59,6 +107,9 @@ pub fn connect(url: &StoreUrl, endpoint: &EndpointArgs) -> anyhow::Result<Client
     Ok(Client {
         store: Arc::new(store),
         place,
+        endpoint: EndpointArgs {
+            endpoint: given.map(|(endpoint, _)| endpoint),
+        },
     })
 }
 
