@@ -47,6 +47,11 @@ enum Command {
     /// store completes atomically: a node never reads half of it, and a
     /// failed upload leaves the previous pack in place.
     Publish(kiln::store::publish::PublishArgs),
+    /// What a node serving a bucket serves and from where: the store, up
+    /// or down and since when, the last listing, and per site its pack's
+    /// size and ETag and when it was fetched (read from the cache
+    /// folder's state file, or asked of a running server's --metrics).
+    Status(kiln::store::status::StatusArgs),
     /// What `kiln serve s3://…` runs beside the server (internal).
     #[command(hide = true)]
     Store(kiln::store::StoreCommand),
@@ -73,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Acme(command) => done(kiln::acme::run(command)),
         Command::Publish(args) => done(kiln::store::publish::run(args)),
         Command::Store(command) => done(kiln::store::run(command)),
+        Command::Status(args) => done(kiln::store::status::run(args)),
         Command::Verify { pack, base } => {
             let open = |path: &std::path::Path| {
                 kiln::pack::Pack::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))

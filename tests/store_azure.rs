@@ -179,8 +179,7 @@ fn a_container_is_served_as_a_folder_of_sites() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("credentials")
-            && stderr.contains(&format!("{CONTAINER} at {endpoint}")),
+        stderr.contains("credentials") && stderr.contains(&format!("{CONTAINER} at {endpoint}")),
         "{stderr}"
     );
 }

@@ -638,6 +638,7 @@ impl Metrics {
         }
         if let Some((cache, _)) = self.store.get() {
             super::store::render_metrics(&mut out, cache, now);
+            super::store_status::render_metrics(&mut out, cache);
         }
         out
     }

@@ -37,6 +37,7 @@ pub mod secret;
 pub mod server_headers;
 pub mod stack;
 pub mod store;
+mod store_status;
 pub mod systemd;
 pub mod tls;
 mod tls_setup;
@@ -181,9 +182,16 @@ pub struct ServeArgs {
     /// period of --tls-ticket-key-period seconds comes from the secret
     /// and the period's number, tickets are sealed with the current
     /// period's key and opened with the previous, current and next one's.
-    /// Read once at start. Keep it secret (mode 0600): it opens every
-    /// ticket of the fleet. Default: random keys per process.
-    #[arg(long, value_name = "FILE", env = "KILN_TLS_TICKET_KEYS")]
+    /// Read once at start; `s3://BUCKET/KEY` names an object of the
+    /// store (--store-endpoint, the AWS credentials), fetched at start by
+    /// a short child before the sandbox, and the server does not start
+    /// without it. Keep it secret (mode 0600, a private object): it opens
+    /// every ticket of the fleet. Default: random keys per process.
+    #[arg(
+        long,
+        value_name = "FILE|s3://BUCKET/KEY",
+        env = "KILN_TLS_TICKET_KEYS"
+    )]
     pub tls_ticket_keys: Option<PathBuf>,
     /// How long each ticket key seals tickets, in seconds (the same on
     /// every node; a ticket resumes for one to two periods).
@@ -303,11 +311,13 @@ pub struct ServeArgs {
     /// and stateless resets are derived, so that a restarted server
     /// resets the connections of the one before and takes the Retry
     /// tokens it sent (nginx's `quic_host_key`). Read once at start (a
-    /// reload keeps the keys). Keep it secret (mode 0600); make one with
-    /// `head -c 32 /dev/urandom > FILE`. Default: random keys per process.
+    /// reload keeps the keys; `s3://BUCKET/KEY`: an object of the store,
+    /// as for --tls-ticket-keys). Keep it secret (mode 0600); make one
+    /// with `head -c 32 /dev/urandom > FILE`. Default: random keys per
+    /// process.
     #[arg(
         long,
-        value_name = "FILE",
+        value_name = "FILE|s3://BUCKET/KEY",
         conflicts_with = "no_http3",
         env = "KILN_QUIC_HOST_KEY"
     )]
@@ -784,11 +794,11 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     let quic_keys = args
         .quic_host_key
         .as_deref()
-        .map(quic::Keys::read)
+        .map(|path| quic::Keys::read(path, args))
         .transpose()?;
     let ticket_keys = match &args.tls_ticket_keys {
         Some(path) => {
-            let secret = secret::read("--tls-ticket-keys", path)?;
+            let secret = secret::read("--tls-ticket-keys", path, args)?;
             Some(
                 tls::ticket_keys::TicketKeys::new(&secret, args.tls_ticket_key_period).map_err(
                     |_| {

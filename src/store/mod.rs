@@ -10,10 +10,13 @@
 //! loops: the server only reads the cache folder and the state file the
 //! child writes there ([`state`]).
 
+mod aws_files;
 pub mod client;
+mod get;
 pub mod publish;
 mod sandbox;
 pub mod state;
+pub mod status;
 mod supervisor;
 pub mod sync;
 mod url;
@@ -36,16 +39,22 @@ pub enum StoreSubcommand {
     /// input (the server's SIGHUP); ends when standard input closes (the
     /// server is gone).
     Sync(sync::SyncArgs),
+    /// Write one small object (a secret the server is given as a store
+    /// URL) to standard output, at most --max-bytes of it.
+    Get(get::GetArgs),
 }
 
 /// Where to find the store: the flags `kiln publish`, `kiln store sync`
-/// and `kiln serve s3://…` share.
+/// and `kiln serve s3://…` share (the last also for a secret given as
+/// `s3://BUCKET/KEY`).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct EndpointArgs {
     /// The store's endpoint, for an S3-compatible server other than AWS
     /// (MinIO, Ceph RGW, Garage, R2): `https://HOST[:PORT]`, or
     /// `http://HOST[:PORT]` (cleartext is allowed only when typed so).
-    /// Default: AWS, in the region of AWS_REGION (us-east-1 without it).
+    /// Default: AWS_ENDPOINT_URL, else the AWS profile's endpoint_url
+    /// (~/.aws/config), else AWS, in the region of AWS_REGION or the
+    /// profile's (us-east-1 without either).
     #[arg(
         long = "store-endpoint",
         value_name = "URL",
@@ -59,6 +68,7 @@ pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     crate::report::init_logging();
     match command.command {
         StoreSubcommand::Sync(args) => sync::run(args),
+        StoreSubcommand::Get(args) => get::run(args),
     }
 }
 

@@ -109,7 +109,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
     prepare(&args.cache_dir)?;
     let client = client::connect(&url, &args.endpoint)?;
     if !args.no_sandbox {
-        super::sandbox::enter(&args.cache_dir, &args.endpoint)?;
+        super::sandbox::enter(&args.cache_dir, &client.endpoint)?;
     }
     let runtime = client::runtime()?;
     let previous = State::read(&args.cache_dir).unwrap_or_default();
@@ -186,6 +186,7 @@ fn wait_for_wake(timeout: Duration) -> bool {
 impl Mirror {
     /// One listing and what follows it; the state file written at the end.
     async fn sync(&mut self, first: bool) {
+        let started = Instant::now();
         let prefix = ObjectPath::from(self.url.prefix.trim_end_matches('/'));
         let prefix = (!self.url.prefix.is_empty()).then_some(&prefix);
         let listed = self.client.store.list_with_delimiter(prefix).await;
@@ -223,6 +224,9 @@ impl Mirror {
             }
         }
         self.state.listed_ms = now_ms();
+        self.state.listing_ms = started.elapsed().as_millis() as u64;
+        self.state.url = self.url.to_string();
+        self.state.place.clone_from(&self.client.place);
         self.state.objects = self.held.values().cloned().collect();
         if let Err(e) = self.state.write(&self.cache) {
             tracing::warn!("cannot write {}: {e}", state::path(&self.cache).display());
@@ -339,6 +343,7 @@ impl Mirror {
                         size: meta.size,
                         fetch_ms,
                         fetched_bytes: bytes,
+                        fetched_at_ms: now_ms(),
                     },
                 );
             }

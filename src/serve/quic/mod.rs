@@ -141,9 +141,10 @@ impl Keys {
     }
 
     /// Keys from the secret in `path` (`--quic-host-key`, read by
-    /// `secret::read`); what is wrong with it, in one line naming it.
-    pub fn read(path: &Path) -> anyhow::Result<Keys> {
-        let secret = super::secret::read("--quic-host-key", path)?;
+    /// `secret::read`: a file, or an object of the store `args` name);
+    /// what is wrong with it, in one line naming it.
+    pub fn read(path: &Path, args: &super::ServeArgs) -> anyhow::Result<Keys> {
+        let secret = super::secret::read("--quic-host-key", path, args)?;
         Keys::derive(&secret).map_err(|_| {
             anyhow::anyhow!("--quic-host-key {}: cannot derive the keys", path.display())
         })
