@@ -42,10 +42,11 @@ enum Command {
     /// Obtain and renew certificates from an ACME CA (what `kiln serve
     /// --acme` runs beside the server), or list their state.
     Acme(kiln::acme::AcmeCommand),
-    /// Verify a pack and upload it to an S3-compatible store
-    /// (`s3://BUCKET/PREFIX/HOST.pack`) as one multipart upload, which the
-    /// store completes atomically: a node never reads half of it, and a
-    /// failed upload leaves the previous pack in place.
+    /// Verify a pack and upload it to an object store
+    /// (`s3://BUCKET/PREFIX/HOST.pack`, `gs://…`, `az://…`) in one PUT or
+    /// one multipart upload, which the store completes atomically: a node
+    /// never reads half of it, and a failed upload leaves the previous
+    /// pack in place.
     Publish(kiln::store::publish::PublishArgs),
     /// What a node serving a bucket serves and from where: the store, up
     /// or down and since when, the last listing, and per site its pack's

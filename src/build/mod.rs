@@ -75,9 +75,9 @@ pub struct BuildArgs {
     /// The site: a directory, or a tar archive (plain, .tar.gz/.tgz, .tar.zst).
     pub source: PathBuf,
     /// The pack to write (replaced atomically, never left half-written);
-    /// or `s3://BUCKET/PREFIX/HOST.pack`: built into a temporary file, then
-    /// published as `kiln publish` does (verified, one atomic multipart
-    /// upload; docs/fleet.md).
+    /// or `s3://BUCKET/PREFIX/HOST.pack` (`gs://…`, `az://…`): built into a
+    /// temporary file, then published as `kiln publish` does (verified,
+    /// uploaded atomically; docs/fleet.md).
     #[arg(short, long, value_name = "SITE.pack")]
     pub output: PathBuf,
     #[command(flatten)]

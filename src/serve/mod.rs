@@ -79,8 +79,9 @@ pub struct ServeArgs {
     /// whose other files are warned about and never served; or any other
     /// folder, or a tar archive, fired into a preview pack in memory
     /// (private keys and what the serving user cannot read left out);
-    /// or `s3://BUCKET/PREFIX/`, a bucket of an S3-compatible store served
-    /// as a folder of sites through a local cache (--cache-dir,
+    /// or `s3://BUCKET/PREFIX/` (`gs://`, `az://CONTAINER/PREFIX/`), a
+    /// bucket of an object store served as a folder of sites through a
+    /// local cache (--cache-dir,
     /// --sync-interval, --store-endpoint; docs/fleet.md).
     /// Default: a preview of the current folder.
     #[arg(env = "KILN_SITE")]

@@ -25,8 +25,9 @@ const PARTS_IN_FLIGHT: usize = 4;
 pub struct PublishArgs {
     /// The pack to upload; its checksums are verified first.
     pub pack: PathBuf,
-    /// Where: `s3://BUCKET/PREFIX/HOST.pack` (`_default.pack` for the
-    /// hosts no other pack serves).
+    /// Where: `s3://BUCKET/PREFIX/HOST.pack` (or `gs://…`,
+    /// `az://CONTAINER/…`; `_default.pack` for the hosts no other pack
+    /// serves).
     pub destination: String,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
