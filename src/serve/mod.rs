@@ -605,7 +605,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     if let Some(managed) = &managed {
         current.publish_http01(Arc::new(managed.http01()));
-        metrics.set_acme(&managed.dir, &managed.names);
+        metrics.set_acme(managed);
     }
     let Loops { loops, wakers } = build_loops(
         listeners,
@@ -751,6 +751,7 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         ("--acme-ca", args.acme.ca.is_some()),
         ("--acme-staging", args.acme.staging),
         ("--acme-ca-root", args.acme.ca_root.is_some()),
+        ("--acme-cache-dir", args.acme.cache_dir.is_some()),
     ];
     if let Some((flag, _)) = acme_flags
         .iter()

@@ -12,7 +12,7 @@
 
 pub mod client;
 pub mod publish;
-mod sandbox;
+pub(crate) mod sandbox;
 pub mod state;
 mod supervisor;
 pub mod sync;
