@@ -48,6 +48,7 @@ pub struct AcmeArgs {
     /// /var/lib/kiln/acme-cache/BUCKET/HASH-OF-PREFIX].
     #[arg(
         long = "acme-cache-dir",
+        id = "acme_cache_dir",
         value_name = "DIR",
         env = "KILN_ACME_CACHE_DIR"
     )]

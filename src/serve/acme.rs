@@ -35,6 +35,8 @@ pub struct Managed {
     pub sites: Option<PathBuf>,
     /// Names of the folder with their own certificate at start.
     pub not_managed: Vec<String>,
+    /// The names the last resolver was built with ([`Self::resolver_acme`]).
+    pub known: std::sync::Mutex<Vec<String>>,
 }
 
 impl Managed {
@@ -50,6 +52,12 @@ impl Managed {
             }
         }
         names
+    }
+
+    /// Whether a site appeared (or went) since the last resolver was
+    /// built: its pair, if the mirror holds it already, is to be loaded.
+    pub fn names_changed(&self) -> bool {
+        self.sites.is_some() && *self.known.lock().unwrap() != self.current_names()
     }
 
     /// The managed pairs whose certificate is there now (the client renames
@@ -81,6 +89,7 @@ impl Managed {
                 Err(e) => tracing::warn!("ACME TLS-ALPN-01: {e}"),
             }
         }
+        self.known.lock().unwrap().clone_from(&names);
         tls::certs::Acme {
             managed: names,
             challenges,
@@ -338,6 +347,7 @@ mod tests {
             names: vec!["a.example".to_string(), "b.example".to_string()],
             sites: None,
             not_managed: Vec::new(),
+            known: Default::default(),
         };
         let args = client_args(&acme, &managed, &[TLS_ALPN_01, HTTP_01], Some("www"), None);
         assert_eq!(

@@ -199,6 +199,7 @@ pub(super) fn managed_names(
         names,
         sites,
         not_managed: theirs,
+        known: Default::default(),
     })
 }
 
