@@ -306,3 +306,32 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
         Some(serial.as_slice())
     );
 }
+
+/// A lock left in the bucket by a node that died (its expiry passed) is
+/// taken over, by a conditional update on its ETag, and the name ordered;
+/// the lock is gone once the order is done.
+#[test]
+fn an_expired_lock_in_the_bucket_is_taken_over() {
+    let Some(tools) = pebble::tools() else { return };
+    let Some(minio) = Minio::start() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let ports = (port_free_everywhere(), port_free_everywhere());
+    let ca = pebble::start_ca(&tools, work.path(), ports.0, ports.1, 90 * 86_400);
+    publish(&minio, work.path(), NAMES[0]);
+    let stale = work.path().join("stale.lock");
+    let expired = serde_json::json!({ "owner": "gone 1 0123456789abcdef", "expires": pebble::unix_now() - 5 });
+    std::fs::write(&stale, expired.to_string()).unwrap();
+    let lock = format!("acme/locks/{}.lock", NAMES[0]);
+    minio.put_raw(&lock, &stale);
+    let nodes = vec![node(&minio, work.path(), &ca, 0, ports, "1")];
+    wait_for_one_certificate(&nodes, &[0], &ca, ports.1, NAMES[0]);
+    let log = nodes[0].stderr_text();
+    assert!(
+        log.contains(&format!(
+            "acme: {}: took over the lock of \"gone 1 0123456789abcdef\"",
+            NAMES[0]
+        )),
+        "{log}"
+    );
+    wait("the lock released", &nodes, &ca, || !minio.exists(&lock));
+}

@@ -38,6 +38,8 @@ use crate::store::{EndpointArgs, StoreUrl};
 pub const CHALLENGE_POLL: Duration = Duration::from_secs(1);
 /// How often the pairs are listed.
 const PAIR_POLL: Duration = Duration::from_secs(5);
+/// The longest wait between two uploads of a new pair.
+const PATIENT_UPLOAD: Duration = Duration::from_secs(32);
 
 /// The bucket and the local mirror.
 pub struct Bucket {
@@ -154,6 +156,24 @@ impl Bucket {
             self.known.lock().unwrap().insert(rel.to_owned(), etag);
         }
         Ok(())
+    }
+
+    /// Uploads `bytes` as `rel`, trying again for about a minute (1 s,
+    /// doubling): for a new pair, which the other nodes would otherwise
+    /// never get from this one.
+    pub async fn put_patiently(&self, rel: &str, bytes: &[u8]) -> anyhow::Result<()> {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.put(rel, bytes).await {
+                Ok(()) => return Ok(()),
+                Err(e) if wait <= PATIENT_UPLOAD => {
+                    tracing::warn!("acme: {e:#}; trying again in {} s", wait.as_secs());
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Uploads `bytes` as `rel` unless an object is there: whether it was.

@@ -702,10 +702,10 @@ impl Worker {
             .ok_or_else(|| anyhow!("the CA's certificate does not cover {name}"))?;
         if let Some(bucket) = &self.bucket {
             bucket
-                .put(&format!("certs/{name}.key"), issued.key.as_bytes())
+                .put_patiently(&format!("certs/{name}.key"), issued.key.as_bytes())
                 .await?;
             bucket
-                .put(&format!("certs/{name}.crt"), issued.chain.as_bytes())
+                .put_patiently(&format!("certs/{name}.crt"), issued.chain.as_bytes())
                 .await?;
         }
         tracing::info!(
