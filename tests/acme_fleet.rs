@@ -267,24 +267,17 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
     // another holds its lock.
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(issued(&ca), 2, "CA:\n{}", ca.log.text());
-    for name in NAMES {
-        assert_eq!(
-            orderers(&nodes, name).len(),
-            1,
-            "{name} ordered by more than one node"
-        );
-    }
 
     // A site published while running: node 0 alone lists the bucket
     // often, so it orders; Pebble validates at node 1.
+    let answering = "ACME HTTP-01: answering 1 tokens";
+    let answered_before = nodes[1].stderr_text().matches(answering).count();
     publish(&minio, work.path(), ADDED);
     wait_for_one_certificate(&nodes, &[0], &ca, ports.1, ADDED);
     assert_eq!(orderers(&nodes, ADDED), [0]);
     assert!(
-        nodes[1]
-            .stderr_text()
-            .contains("ACME HTTP-01: answering 1 tokens"),
-        "node 1 never answered node 0's challenge:\n{}",
+        nodes[1].stderr_text().matches(answering).count() > answered_before,
+        "node 1 never took node 0's challenge up:\n{}",
         nodes[1].stderr_text()
     );
     for node in &nodes[1..] {

@@ -280,6 +280,16 @@ impl Bucket {
     /// One look at the challenge folders: new or changed files downloaded
     /// into the mirror, those gone from the bucket removed from it.
     async fn sync_challenges(&self) -> anyhow::Result<()> {
+        // Only what the mirror held before the listing can be gone from
+        // it: a challenge this node uploads meanwhile is not listed yet.
+        let held: Vec<String> = self
+            .known
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|rel| rel.starts_with("challenges/"))
+            .cloned()
+            .collect();
         let listed = self.list("challenges/").await?;
         for (rel, etag) in &listed {
             if self.known.lock().unwrap().get(rel) == Some(etag) {
@@ -290,14 +300,9 @@ impl Bucket {
                 self.known.lock().unwrap().insert(rel.clone(), etag);
             }
         }
-        let gone: Vec<String> = self
-            .known
-            .lock()
-            .unwrap()
-            .keys()
-            .filter(|rel| rel.starts_with("challenges/") && !listed.iter().any(|(l, _)| l == *rel))
-            .cloned()
-            .collect();
+        let gone = held
+            .into_iter()
+            .filter(|rel| !listed.iter().any(|(l, _)| l == rel));
         for rel in gone {
             self.known.lock().unwrap().remove(&rel);
             store::remove(&self.local.join(&rel));
@@ -486,6 +491,108 @@ fn key_matches(chain: &[u8], key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bucket in memory (object_store's, with the same conditional
+    /// puts), mirrored into `local`.
+    fn in_memory(local: &Path) -> Arc<Bucket> {
+        Arc::new(Bucket {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            url: StoreUrl::parse_folder("s3://sites/acme/").unwrap(),
+            place: "sites in memory".to_owned(),
+            local: local.to_path_buf(),
+            known: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn a_lock_is_held_once_taken_over_when_expired_and_freed_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = in_memory(dir.path());
+        block_on(async {
+            let Taken::Held(first) = bucket.take_lock("a.test").await.unwrap() else {
+                panic!("a free lock was busy")
+            };
+            let Taken::Busy(owner) = bucket.take_lock("a.test").await.unwrap() else {
+                panic!("a held lock was taken again")
+            };
+            assert!(owner.contains(&std::process::id().to_string()), "{owner}");
+            drop(first);
+            // The release runs in the background.
+            for _ in 0..100 {
+                if bucket.get("locks/a.test.lock").await.unwrap().is_none() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert!(bucket.get("locks/a.test.lock").await.unwrap().is_none());
+
+            // A dead node's lock, expired: taken over once.
+            let expired = serde_json::json!({ "owner": "gone 1 0", "expires": unix_now() - 1 });
+            bucket
+                .put("locks/b.test.lock", expired.to_string().as_bytes())
+                .await
+                .unwrap();
+            let Taken::Held(_taken) = bucket.take_lock("b.test").await.unwrap() else {
+                panic!("an expired lock was not taken over")
+            };
+            assert!(matches!(
+                bucket.take_lock("b.test").await.unwrap(),
+                Taken::Busy(_)
+            ));
+        });
+    }
+
+    #[test]
+    fn of_two_nodes_taking_over_an_expired_lock_one_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = in_memory(dir.path());
+        block_on(async {
+            let expired = serde_json::json!({ "owner": "gone 1 0", "expires": unix_now() - 1 });
+            bucket
+                .put("locks/a.test.lock", expired.to_string().as_bytes())
+                .await
+                .unwrap();
+            let (one, two) = tokio::join!(bucket.take_lock("a.test"), bucket.take_lock("a.test"));
+            let held = [one.unwrap(), two.unwrap()]
+                .iter()
+                .filter(|t| matches!(t, Taken::Held(_)))
+                .count();
+            assert_eq!(held, 1);
+        });
+    }
+
+    #[test]
+    fn the_mirror_follows_the_challenges_and_keeps_its_own_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path();
+        crate::acme::store::prepare(local, None).unwrap();
+        let node = in_memory(local);
+        block_on(async {
+            // Another node's challenge: fetched, then removed with it.
+            let theirs = "challenges/http-01/theirs";
+            node.store
+                .put(&node.key(theirs), PutPayload::from_static(b"theirs.key"))
+                .await
+                .unwrap();
+            node.sync_challenges().await.unwrap();
+            assert_eq!(std::fs::read(local.join(theirs)).unwrap(), b"theirs.key");
+            node.store.delete(&node.key(theirs)).await.unwrap();
+            // This node's own, written since: kept.
+            let ours = "challenges/http-01/ours";
+            node.write(ours, b"ours.key").await.unwrap();
+            node.sync_challenges().await.unwrap();
+            assert!(!local.join(theirs).exists());
+            assert_eq!(std::fs::read(local.join(ours)).unwrap(), b"ours.key");
+        });
+    }
 
     #[test]
     fn only_the_layouts_files_are_mirrored() {
