@@ -207,12 +207,6 @@ pub fn client_args(
     for name in &managed.names {
         args.extend(["--domain".to_string(), name.clone()]);
     }
-    if let Some(sites) = &managed.sites {
-        args.extend(["--sites".to_string(), sites.display().to_string()]);
-        for name in &managed.not_managed {
-            args.extend(["--not-managed".to_string(), name.clone()]);
-        }
-    }
     for challenge in challenges {
         args.extend(["--challenge".to_string(), challenge.to_string()]);
     }
@@ -236,6 +230,12 @@ pub fn client_args(
         ]);
         if let Some(endpoint) = store_endpoint {
             args.extend(["--store-endpoint".to_string(), endpoint.to_string()]);
+        }
+    }
+    if let Some(sites) = &managed.sites {
+        args.extend(["--sites".to_string(), sites.display().to_string()]);
+        for name in &managed.not_managed {
+            args.extend(["--not-managed".to_string(), name.clone()]);
         }
     }
     if let Some(user) = user {
