@@ -243,6 +243,7 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
     for name in NAMES {
         publish(&minio, work.path(), name);
     }
+    let started = Instant::now();
     let nodes: Vec<Server> = (0..3)
         .map(|i| {
             let interval = if i == 0 { "1" } else { "3600" };
@@ -262,6 +263,10 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
             );
         }
     }
+    eprintln!(
+        "acme_fleet: both sites served with their certificates by all 3 nodes {:.1} s after the nodes were started",
+        started.elapsed().as_secs_f64()
+    );
     // Long enough for a second order, had another node made one: every
     // client looks at each name at start, and again each 10 s while
     // another holds its lock.
@@ -273,7 +278,12 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
     let answering = "ACME HTTP-01: answering 1 tokens";
     let answered_before = nodes[1].stderr_text().matches(answering).count();
     publish(&minio, work.path(), ADDED);
+    let published = Instant::now();
     wait_for_one_certificate(&nodes, &[0], &ca, ports.1, ADDED);
+    eprintln!(
+        "acme_fleet: a site published while running served with its certificate by node 0 {:.1} s after its upload",
+        published.elapsed().as_secs_f64()
+    );
     assert_eq!(orderers(&nodes, ADDED), [0]);
     assert!(
         nodes[1].stderr_text().matches(answering).count() > answered_before,
@@ -283,7 +293,12 @@ fn three_nodes_share_the_certificates_of_one_bucket() {
     for node in &nodes[1..] {
         node.signal(libc::SIGHUP);
     }
+    let signalled = Instant::now();
     let serial = wait_for_one_certificate(&nodes, &[0, 1, 2], &ca, ports.1, ADDED);
+    eprintln!(
+        "acme_fleet: nodes 1 and 2 serve it {:.1} s after SIGHUP",
+        signalled.elapsed().as_secs_f64()
+    );
     for ip in IPS {
         assert_eq!(
             curl(&root, ip, ports.1, ADDED),
