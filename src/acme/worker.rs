@@ -386,40 +386,26 @@ impl Worker {
         }
     }
 
-    /// The account with the CA: loaded from `accounts/`, or created there.
+    /// The account with the CA: loaded from `accounts/` (in the bucket,
+    /// with one), or created and stored there. Stored only if none is
+    /// there yet (a new file hard-linked into place, or an object created
+    /// with `If-None-Match: *`): of two clients creating one at once,
+    /// every client uses the one stored.
     async fn account(&mut self) -> anyhow::Result<Account> {
         if let Some(account) = &self.account {
             return Ok(account.clone());
         }
-        let path = store::account_path(&self.dir, &self.url);
-        let client = || -> anyhow::Result<Box<CaClient>> {
-            Ok(Box::new(CaClient::new(
-                self.ca_root.as_ref(),
-                self.retry_after.clone(),
-            )?))
-        };
-        let stored = |bytes: &[u8]| -> anyhow::Result<AccountCredentials> {
-            serde_json::from_slice(bytes)
-                .with_context(|| format!("{}: not an account", path.display()))
-        };
-        if let Some(bucket) = &self.bucket {
-            let account = self.account_in_bucket(bucket).await?;
-            self.account = Some(account.clone());
-            return Ok(account);
-        }
-        let account = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let account = Account::builder_with_http(client()?)
-                    .from_credentials(stored(&bytes)?)
-                    .await
-                    .context("account")?;
-                tracing::info!("acme: account {} (from {})", account.id(), path.display());
+        let place = self.account_place();
+        let account = match self.stored_account().await? {
+            Some(bytes) => {
+                let account = self.account_from(&place, &bytes).await?;
+                tracing::info!("acme: account {} (from {place})", account.id());
                 account
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            None => {
                 let contact = self.email.as_ref().map(|e| format!("mailto:{e}"));
                 let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-                let (account, credentials) = Account::builder_with_http(client()?)
+                let (account, credentials) = Account::builder_with_http(self.ca_client()?)
                     .create(
                         &NewAccount {
                             contact: &contacts,
@@ -432,16 +418,19 @@ impl Worker {
                     .await
                     .context("new account")?;
                 let json = serde_json::to_vec(&credentials)?;
-                if store::write_new(&path, &json, 0o600)? {
-                    tracing::info!("acme: created account {} at {}", account.id(), self.url);
+                if self.store_new_account(&json).await? {
+                    tracing::info!(
+                        "acme: created account {} at {}, kept in {place}",
+                        account.id(),
+                        self.url
+                    );
                     account
                 } else {
-                    // Another client sharing the folder created one at the
-                    // same time: every client uses the one stored.
-                    let account = Account::builder_with_http(client()?)
-                        .from_credentials(stored(&std::fs::read(&path)?)?)
-                        .await
-                        .context("account")?;
+                    let bytes = self
+                        .stored_account()
+                        .await?
+                        .ok_or_else(|| anyhow!("{place}: gone just after it was made"))?;
+                    let account = self.account_from(&place, &bytes).await?;
                     tracing::info!(
                         "acme: account {} (created by another client at the same time)",
                         account.id()
@@ -449,75 +438,68 @@ impl Worker {
                     account
                 }
             }
-            Err(e) => bail!("{}: {e}", path.display()),
         };
         self.account = Some(account.clone());
         Ok(account)
     }
 
-    /// The account with the CA, shared by the fleet: `accounts/CA.json`
-    /// in the bucket, or created there (by a conditional create: of two
-    /// nodes creating one at once, every node uses the one stored).
-    async fn account_in_bucket(&self, bucket: &Bucket) -> anyhow::Result<Account> {
+    /// A client for the CA.
+    fn ca_client(&self) -> anyhow::Result<Box<CaClient>> {
+        Ok(Box::new(CaClient::new(
+            self.ca_root.as_ref(),
+            self.retry_after.clone(),
+        )?))
+    }
+
+    /// Where the account is stored, relative to the state: `accounts/CA.json`.
+    fn account_rel(&self) -> String {
         let path = store::account_path(&self.dir, &self.url);
-        let rel = format!(
-            "accounts/{}",
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-        );
-        let client = || -> anyhow::Result<Box<CaClient>> {
-            Ok(Box::new(CaClient::new(
-                self.ca_root.as_ref(),
-                self.retry_after.clone(),
-            )?))
-        };
-        let from_stored = async |bytes: &[u8]| -> anyhow::Result<Account> {
-            let credentials: AccountCredentials = serde_json::from_slice(bytes)
-                .with_context(|| format!("{rel} in the bucket: not an account"))?;
-            Account::builder_with_http(client()?)
-                .from_credentials(credentials)
-                .await
-                .context("account")
-        };
-        if let Some(bytes) = bucket.get(&rel).await? {
-            let account = from_stored(&bytes).await?;
-            tracing::info!("acme: account {} (from the bucket's {rel})", account.id());
-            return Ok(account);
+        let file = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        format!("accounts/{file}")
+    }
+
+    /// Where the account is stored, for messages.
+    fn account_place(&self) -> String {
+        match &self.bucket {
+            Some(_) => format!("the bucket's {}", self.account_rel()),
+            None => store::account_path(&self.dir, &self.url)
+                .display()
+                .to_string(),
         }
-        let contact = self.email.as_ref().map(|e| format!("mailto:{e}"));
-        let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-        let (account, credentials) = Account::builder_with_http(client()?)
-            .create(
-                &NewAccount {
-                    contact: &contacts,
-                    terms_of_service_agreed: true,
-                    only_return_existing: false,
-                },
-                self.url.clone(),
-                None,
-            )
+    }
+
+    /// The stored account's credentials, if there are.
+    async fn stored_account(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        if let Some(bucket) = &self.bucket {
+            return bucket.get(&self.account_rel()).await;
+        }
+        let path = store::account_path(&self.dir, &self.url);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => bail!("{}: {e}", path.display()),
+        }
+    }
+
+    /// Stores new credentials unless some are there: whether they were.
+    async fn store_new_account(&self, json: &[u8]) -> anyhow::Result<bool> {
+        match &self.bucket {
+            Some(bucket) => bucket.create(&self.account_rel(), json).await,
+            None => store::write_new(&store::account_path(&self.dir, &self.url), json, 0o600),
+        }
+    }
+
+    /// The account whose stored credentials are `bytes`.
+    async fn account_from(&self, place: &str, bytes: &[u8]) -> anyhow::Result<Account> {
+        let credentials: AccountCredentials =
+            serde_json::from_slice(bytes).with_context(|| format!("{place}: not an account"))?;
+        Account::builder_with_http(self.ca_client()?)
+            .from_credentials(credentials)
             .await
-            .context("new account")?;
-        let json = serde_json::to_vec(&credentials)?;
-        if bucket.create(&rel, &json).await? {
-            tracing::info!(
-                "acme: created account {} at {}, kept in the bucket",
-                account.id(),
-                self.url
-            );
-            return Ok(account);
-        }
-        let stored = bucket
-            .get(&rel)
-            .await?
-            .ok_or_else(|| anyhow!("{rel}: gone from the bucket just after it was made"))?;
-        let account = from_stored(&stored).await?;
-        tracing::info!(
-            "acme: account {} (created by another node at the same time)",
-            account.id()
-        );
-        Ok(account)
+            .context("account")
     }
 
     /// When name `i`'s certificate `current` is to be renewed.
