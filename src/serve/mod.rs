@@ -203,13 +203,14 @@ pub struct ServeArgs {
     pub redirect_https: bool,
     /// Obtain and renew certificates from an ACME CA (Let's Encrypt by
     /// default) for every HOST.pack of a folder of sites (not _default, IP
-    /// addresses or names without a dot), or for each --acme-domain of
-    /// one pack. A separate process, `kiln acme run`, started before the
-    /// sandbox, talks to the CA and writes --acme-dir; the server only
-    /// reads it: HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the
-    /// TLS ones (the CA validates on ports 80 and 443). A name's own
-    /// certificate (HOST.crt beside the packs, --tls-cert) wins and is
-    /// never managed. Until its first certificate arrives, TLS
+    /// addresses or names without a dot; a site that appears later too),
+    /// or for each --acme-domain of one pack. A separate process, `kiln
+    /// acme run`, started before the sandbox, talks to the CA and writes
+    /// --acme-dir (with `s3://…`, a bucket a fleet shares, through a local
+    /// mirror); the server only reads it: HTTP-01 on the cleartext
+    /// listeners, TLS-ALPN-01 on the TLS ones (the CA validates on ports
+    /// 80 and 443). A name's own certificate (HOST.crt beside the packs,
+    /// --tls-cert) wins and is never managed. Until its first certificate arrives, TLS
     /// handshakes for a managed name are refused. If the client process
     /// dies, the server goes on serving the certificates it has.
     #[arg(long = "acme", id = "acme_enabled", env = "KILN_ACME")]
