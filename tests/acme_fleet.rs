@@ -46,12 +46,13 @@ fn page(name: &str) -> String {
 
 /// A port free on every node's address.
 fn port_free_everywhere() -> u16 {
-    loop {
+    for _ in 0..100 {
         let port = pebble::free_port();
         if IPS.iter().all(|ip| TcpListener::bind((*ip, port)).is_ok()) {
             return port;
         }
     }
+    panic!("no port free on all of {IPS:?} (loopback addresses beyond 127.0.0.1 missing?)");
 }
 
 /// Publishes the site `name` into the bucket (the pack as it is).
