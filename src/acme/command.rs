@@ -56,8 +56,25 @@ impl Challenge {
 pub struct RunArgs {
     /// A name to obtain a certificate for (repeatable; one certificate
     /// per name).
-    #[arg(long = "domain", value_name = "NAME", required = true)]
+    #[arg(
+        long = "domain",
+        value_name = "NAME",
+        required_unless_present = "sites"
+    )]
     pub domains: Vec<String>,
+    /// Also obtain one for each HOST.pack of this folder of sites (not
+    /// _default, IP addresses, names without a dot, or a HOST.pack with a
+    /// HOST.crt beside it), looked at every few seconds: a site that
+    /// appears gets its certificate without a restart.
+    #[arg(long = "sites", value_name = "DIR")]
+    pub sites: Option<PathBuf>,
+    /// A name of --sites not to manage (it has its own certificate;
+    /// repeatable).
+    #[arg(long = "not-managed", value_name = "NAME", requires = "sites")]
+    pub not_managed: Vec<String>,
+    /// The store's endpoint, with --acme-dir s3://…
+    #[command(flatten)]
+    pub store: crate::store::EndpointArgs,
     /// A challenge the server can answer, in order of preference
     /// (repeatable); the next is tried when one fails [default: http-01,
     /// then tls-alpn-01].
@@ -117,6 +134,17 @@ impl RunArgs {
         Ok(names)
     }
 
+    /// The names `--sites` asks certificates for now: each `HOST.pack`
+    /// whose HOST is a name a CA issues for (not `_default`, an IP
+    /// address or a name without a dot), has no `HOST.crt` beside it and
+    /// is not `--not-managed`; sorted.
+    pub fn site_names(&self) -> Vec<String> {
+        match &self.sites {
+            Some(dir) => site_names(dir, &self.not_managed),
+            None => Vec::new(),
+        }
+    }
+
     /// The worker's command line (after the program name): the same
     /// request, with the CA spelled out and without `--user` (the
     /// supervisor has switched already).
@@ -124,6 +152,15 @@ impl RunArgs {
         let mut argv: Vec<OsString> = vec!["acme".into(), "worker".into()];
         for d in &self.domains {
             argv.extend(["--domain".into(), d.into()]);
+        }
+        if let Some(sites) = &self.sites {
+            argv.extend(["--sites".into(), sites.clone().into()]);
+        }
+        for n in &self.not_managed {
+            argv.extend(["--not-managed".into(), n.into()]);
+        }
+        if let Some(endpoint) = &self.store.endpoint {
+            argv.extend(["--store-endpoint".into(), endpoint.into()]);
         }
         for c in self.challenge_order() {
             argv.extend(["--challenge".into(), c.name().into()]);
@@ -136,8 +173,33 @@ impl RunArgs {
             argv.extend(["--acme-ca-root".into(), root.into()]);
         }
         argv.extend(["--acme-dir".into(), self.acme.dir.clone().into()]);
+        if let Some(cache) = &self.acme.cache_dir {
+            argv.extend(["--acme-cache-dir".into(), cache.clone().into()]);
+        }
         argv
     }
+}
+
+/// The names a folder of sites asks certificates for now: each
+/// `HOST.pack` whose HOST is a name a CA issues for (not `_default`, an
+/// IP address or a name without a dot), without a `HOST.crt` beside it,
+/// and not one of `not_managed`; sorted. Both the ACME client (`--sites`)
+/// and the server (which names it manages) read the folder so.
+pub fn site_names(dir: &std::path::Path, not_managed: &[String]) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| {
+            let file = entry.file_name();
+            let host = file.to_str()?.strip_suffix(".pack")?;
+            let name = domain_name(host).ok()?;
+            let own = dir.join(format!("{host}.crt")).exists();
+            let excluded = not_managed.iter().any(|n| n.eq_ignore_ascii_case(&name));
+            (!own && !excluded).then_some(name)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// `value` as a managed name: an ASCII DNS name (A-labels) with at least

@@ -36,14 +36,19 @@ pub fn certs_dir(dir: &Path) -> PathBuf {
     dir.join("certs")
 }
 
+/// The folder of HTTP-01 key authorizations, in the state folder.
+pub const HTTP01: &str = "challenges/http-01";
+/// The folder of TLS-ALPN-01 certificates, in the state folder.
+pub const TLS_ALPN01: &str = "challenges/tls-alpn-01";
+
 /// The folder of HTTP-01 key authorizations, one file per token.
 pub fn http01_dir(dir: &Path) -> PathBuf {
-    dir.join("challenges").join("http-01")
+    dir.join(HTTP01)
 }
 
 /// The folder of TLS-ALPN-01 certificates, one PEM file per name.
 pub fn tls_alpn01_dir(dir: &Path) -> PathBuf {
-    dir.join("challenges").join("tls-alpn-01")
+    dir.join(TLS_ALPN01)
 }
 
 /// The TLS-ALPN-01 certificate and key for `name`.

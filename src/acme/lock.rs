@@ -60,7 +60,7 @@ fn try_flock(file: &File) -> std::io::Result<bool> {
 
 /// The owner line this process writes: host, pid, and a random number
 /// (two processes of one pid on two machines, or over time, differ).
-fn owner_line() -> String {
+pub(super) fn owner_line() -> String {
     format!(
         "{} {} {:016x}\n",
         hostname(),

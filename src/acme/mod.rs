@@ -16,6 +16,7 @@
 //! ([`sandbox`]), with a tokio runtime of one thread.
 
 pub mod args;
+mod bucket;
 mod client;
 pub mod command;
 pub mod layout;

@@ -1,6 +1,7 @@
 //! One order: a certificate for one name, proved by one challenge.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -12,6 +13,7 @@ use rcgen::{
     CertificateParams, CustomExtension, DistinguishedName, KeyPair, PKCS_ECDSA_P256_SHA256,
 };
 
+use super::bucket::{self, Bucket};
 use super::command::Challenge;
 use super::{layout, store};
 
@@ -38,23 +40,54 @@ pub struct Issued {
     pub key: String,
 }
 
-/// The challenge files an order wrote, removed when it ends however it
-/// ends.
-struct ChallengeFiles(Vec<PathBuf>);
+/// With the state in a bucket, how long the other nodes are given to
+/// fetch a challenge file too: whichever node the CA reaches answers it.
+/// Each lists the challenges every [`bucket::CHALLENGE_POLL`]; two of
+/// those, then the server's pickup.
+fn pickup(bucket: bool) -> Duration {
+    match bucket {
+        true => 2 * bucket::CHALLENGE_POLL + SERVER_PICKUP,
+        false => SERVER_PICKUP,
+    }
+}
 
-impl Drop for ChallengeFiles {
+/// The challenge files an order wrote (by their path in the state
+/// folder), removed when it ends however it ends, from the bucket too.
+struct ChallengeFiles<'a> {
+    dir: &'a Path,
+    bucket: Option<&'a Arc<Bucket>>,
+    written: Vec<String>,
+}
+
+impl ChallengeFiles<'_> {
+    /// Writes `bytes` as `rel` (and uploads it).
+    async fn write(&mut self, rel: String, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+        self.written.push(rel.clone());
+        match self.bucket {
+            Some(bucket) => bucket.write(&rel, bytes).await,
+            None => store::write_atomically(&self.dir.join(&rel), bytes, mode),
+        }
+    }
+}
+
+impl Drop for ChallengeFiles<'_> {
     fn drop(&mut self) {
-        for path in &self.0 {
-            store::remove(path);
+        for rel in self.written.drain(..) {
+            store::remove(&self.dir.join(&rel));
+            if let Some(bucket) = self.bucket {
+                bucket.delete_later(rel);
+            }
         }
     }
 }
 
 /// Orders a certificate for `name`, answering `challenge` through the
-/// state folder `dir`; `replaces` names the certificate it renews (ARI).
+/// state folder `dir` (and the bucket it mirrors, if any); `replaces`
+/// names the certificate it renews (ARI).
 pub async fn obtain(
     account: &Account,
     dir: &Path,
+    bucket: Option<&Arc<Bucket>>,
     name: &str,
     challenge: Challenge,
     replaces: Option<CertificateIdentifier<'static>>,
@@ -65,7 +98,11 @@ pub async fn obtain(
         new = new.replaces(id);
     }
     let mut order = account.new_order(&new).await.context("new order")?;
-    let mut files = ChallengeFiles(Vec::new());
+    let mut files = ChallengeFiles {
+        dir,
+        bucket,
+        written: Vec::new(),
+    };
     let kind = match challenge {
         Challenge::Http01 => ChallengeType::Http01,
         Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
@@ -82,7 +119,7 @@ pub async fn obtain(
             .challenge(kind.clone())
             .ok_or_else(|| anyhow!("the CA offers no {} challenge", challenge.name()))?;
         let key_authorization = handle.key_authorization();
-        let path = match challenge {
+        match challenge {
             Challenge::Http01 => {
                 // The token names a file: the CA's base64url alphabet only.
                 let token = &handle.token;
@@ -93,19 +130,18 @@ pub async fn obtain(
                 {
                     bail!("the CA sent a token that is not base64url: {token:?}");
                 }
-                let path = layout::http01_dir(dir).join(token);
-                store::write_atomically(&path, key_authorization.as_str().as_bytes(), 0o644)?;
-                path
+                let rel = format!("{}/{token}", layout::HTTP01);
+                files
+                    .write(rel, key_authorization.as_str().as_bytes(), 0o644)
+                    .await?;
             }
             Challenge::TlsAlpn01 => {
                 let pem = tls_alpn01_certificate(name, key_authorization.digest().as_ref())?;
-                let path = layout::tls_alpn01_path(dir, name);
-                store::write_atomically(&path, pem.as_bytes(), 0o600)?;
-                path
+                let rel = format!("{}/{name}.pem", layout::TLS_ALPN01);
+                files.write(rel, pem.as_bytes(), 0o600).await?;
             }
-        };
-        files.0.push(path);
-        tokio::time::sleep(SERVER_PICKUP).await;
+        }
+        tokio::time::sleep(pickup(bucket.is_some())).await;
         handle.set_ready().await.context("challenge ready")?;
     }
     match order.poll_ready(&POLL).await.context("validation")? {

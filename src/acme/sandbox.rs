@@ -8,7 +8,11 @@
 //!   before, from a descriptor the supervisor opened); nothing else, so
 //!   nothing of the packs; TCP connections only to the CA's port
 //!   (and 53, DNS over TCP), no TCP bind; no signal or abstract socket
-//!   outside the domain.
+//!   outside the domain;
+//! - with the state in a bucket: also TCP to the store's port and to 80
+//!   (the instance metadata service, for credentials), and a web
+//!   identity token file read; with `--sites`, that folder read (the
+//!   names of its packs).
 //!
 //! The worker is single-threaded when it enters (its tokio runtime and
 //! the resolver threads start afterwards, inside).
@@ -51,6 +55,10 @@ pub struct WorkerPlan<'a> {
     pub dir: &'a Path,
     /// The TCP port of the CA's directory URL.
     pub ca_port: u16,
+    /// `--acme-dir s3://…`: where the store is.
+    pub store: Option<&'a crate::store::EndpointArgs>,
+    /// `--sites`: the folder of sites whose names are managed.
+    pub sites: Option<&'a Path>,
 }
 
 /// A path and, when it is a symbolic link, the file it leads to now
@@ -81,7 +89,11 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
     for path in TRUST_STORE.iter().chain(RESOLVER_FILES) {
         read.extend(with_target(Path::new(path)));
     }
-    for var in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
+    if let Some(sites) = plan.sites {
+        read.extend(with_target(sites));
+    }
+    let token = plan.store.map(|_| "AWS_WEB_IDENTITY_TOKEN_FILE");
+    for var in ["SSL_CERT_FILE", "SSL_CERT_DIR"].into_iter().chain(token) {
         if let Some(value) = std::env::var_os(var) {
             read.extend(std::env::split_paths(&value).flat_map(|p| with_target(&p)));
         }
@@ -89,7 +101,13 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
     ruleset = ruleset
         .add_rules(landlock::path_beneath_rules(read, AccessFs::from_read(abi)))
         .map_err(fail)?;
-    for port in [plan.ca_port, 53] {
+    let store_ports = plan
+        .store
+        .map(|endpoint| [crate::store::sandbox::store_port(endpoint), 80]);
+    for port in [plan.ca_port, 53]
+        .into_iter()
+        .chain(store_ports.into_iter().flatten())
+    {
         ruleset = ruleset
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(fail)?;
@@ -101,9 +119,12 @@ pub fn enter(plan: &WorkerPlan<'_>) -> anyhow::Result<()> {
         RulesetStatus::NotEnforced => "not enforced by this kernel",
     };
     tracing::info!(
-        "acme: sandbox: uid {uid} without capabilities; Landlock {enforced}: {} read-write, TCP to port {} only",
+        "acme: sandbox: uid {uid} without capabilities; Landlock {enforced}: {} read-write, TCP to port {}{} only",
         plan.dir.display(),
-        plan.ca_port
+        plan.ca_port,
+        store_ports.map_or(String::new(), |[store, imds]| format!(
+            ", {store} (the store) and {imds}"
+        ))
     );
     Ok(())
 }

@@ -24,12 +24,14 @@ const MAX_RESTART_DELAY: Duration = Duration::from_secs(5 * 60);
 /// The variables that set the worker's flags: its command line says all
 /// of it, and `KILN_ACME_STAGING` beside the `--acme-ca` it is given
 /// would be refused as a conflict.
-const FLAG_VARIABLES: [&str; 6] = [
+const FLAG_VARIABLES: [&str; 8] = [
     "KILN_ACME_EMAIL",
     "KILN_ACME_CA",
     "KILN_ACME_STAGING",
     "KILN_ACME_CA_ROOT",
     "KILN_ACME_DIR",
+    "KILN_ACME_CACHE_DIR",
+    "KILN_STORE_ENDPOINT",
     "KILN_USER",
 ];
 
@@ -89,7 +91,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let owner =
         (identity.uid != euid || identity.gid != egid).then_some((identity.uid, identity.gid));
-    store::prepare(&args.acme.dir, owner)?;
+    store::prepare(&args.acme.local_dir()?, owner)?;
     confine::switch_user(&identity, rustix::thread::CapabilitySet::empty())?;
     rustix::thread::set_no_new_privs(true).map_err(|e| anyhow!("cannot set no_new_privs: {e}"))?;
     // After the user switch, which would clear it.

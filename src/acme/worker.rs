@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use instant_acme::{Account, AccountCredentials, CertificateIdentifier, NewAccount};
 
+use super::bucket::{self, Bucket};
 use super::client::{CaClient, CaRoot, RetryAfter};
 use super::command::{Challenge, RunArgs};
 use super::lock::{self, NameLock, Taken};
@@ -38,6 +39,8 @@ const ATTEMPT_LIMIT: Duration = Duration::from_secs(10 * 60);
 /// The longest single sleep: the loop wakes at least this often to look
 /// again (a clock that jumped, a certificate another server renewed).
 const MAX_SLEEP: i64 = 3600;
+/// How often `--sites` is looked at for new names.
+const SITES_EVERY: i64 = 2;
 
 /// The renewal moment chosen in a CA's suggested window, for one
 /// certificate, until `refetch_at`.
@@ -82,6 +85,10 @@ enum Outcome {
 
 struct Worker {
     dir: PathBuf,
+    /// `--acme-dir s3://…`: the bucket `dir` mirrors.
+    bucket: Option<Arc<Bucket>>,
+    /// The flags (`--sites` is looked at again and again).
+    args: RunArgs,
     url: String,
     ca_root: Option<CaRoot>,
     email: Option<String>,
@@ -116,11 +123,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .set_as_mask()
         .context("cannot unblock signals")?;
     super::die_with_parent()?;
-    let names = args.names()?;
+    let mut names = args.names()?;
+    for name in args.site_names() {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
     let url = args.acme.directory_url().to_owned();
     let (host, port) = ca_endpoint(&url)?;
-    let dir = args.acme.dir.clone();
+    let dir = args.acme.local_dir()?;
     store::prepare(&dir, None)?;
+    // Connected before the sandbox (no request is made yet): the client
+    // reads its credentials' settings from the environment.
+    let bucket = match args.acme.bucket()? {
+        Some(url) => Some(Arc::new(Bucket::connect(url, &args.store, &dir)?)),
+        None => None,
+    };
     // One lookup before the sandbox: the C library loads its resolver
     // modules now, from folders the sandbox will not show. Failing is for
     // the loop to report.
@@ -138,26 +156,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     sandbox::enter(&sandbox::WorkerPlan {
         dir: &dir,
         ca_port: port,
+        store: bucket.as_ref().map(|_| &args.store),
+        sites: args.sites.as_deref(),
     })?;
     let names = names
         .into_iter()
-        .map(|name| {
-            let mut status = store::read_status(&dir, &name).unwrap_or_default();
-            status.name.clone_from(&name);
-            status.ca.clone_from(&url);
-            Name {
-                name,
-                next: 0,
-                failures: 0,
-                ari: None,
-                busy_owner: None,
-                bad_nonces: 0,
-                status,
-            }
-        })
+        .map(|name| Name::new(&dir, &url, name))
         .collect();
     let worker = Worker {
         dir,
+        bucket,
+        args: args.clone(),
         url,
         ca_root,
         email: args.acme.email.clone(),
@@ -171,6 +180,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("tokio runtime")?
         .block_on(worker.run())
+}
+
+impl Name {
+    /// A name to manage, its status as the folder has it.
+    fn new(dir: &std::path::Path, url: &str, name: String) -> Name {
+        let mut status = store::read_status(dir, &name).unwrap_or_default();
+        status.name.clone_from(&name);
+        status.ca = url.to_owned();
+        Name {
+            name,
+            next: 0,
+            failures: 0,
+            ari: None,
+            busy_owner: None,
+            bad_nonces: 0,
+            status,
+        }
+    }
+}
+
+/// A name's lock held: in the folder (with its heartbeat), or in the
+/// bucket (which beats itself).
+enum Held {
+    File {
+        _lock: NameLock,
+        _beating: AbortOnDrop,
+    },
+    Bucket {
+        _lock: bucket::Lock,
+    },
 }
 
 /// A task stopped when its handle goes, also when the future holding it
@@ -225,16 +264,33 @@ impl Worker {
                 .collect::<Vec<_>>()
                 .join(", then ")
         );
+        let _in_step = self
+            .bucket
+            .as_ref()
+            .map(|b| AbortOnDrop(tokio::spawn(Arc::clone(b).keep_in_step())));
+        let longest = match self.args.sites {
+            Some(_) => SITES_EVERY,
+            None => MAX_SLEEP,
+        };
         loop {
-            let i = (0..self.names.len())
-                .min_by_key(|&i| self.names[i].next)
-                .ok_or_else(|| anyhow!("no name to manage"))?;
-            let wait = self.names[i].next - unix_now();
-            if wait > 0 {
-                tokio::time::sleep(Duration::from_secs(wait.min(MAX_SLEEP) as u64)).await;
+            self.learn_names();
+            let next = (0..self.names.len()).min_by_key(|&i| self.names[i].next);
+            let wait = next.map_or(longest, |i| self.names[i].next - unix_now());
+            match next {
+                Some(i) if wait <= 0 => self.step(i).await,
+                _ => tokio::time::sleep(Duration::from_secs(wait.clamp(1, longest) as u64)).await,
+            }
+        }
+    }
+
+    /// Adds the names `--sites` holds now that are not managed yet.
+    fn learn_names(&mut self) {
+        for name in self.args.site_names() {
+            if self.names.iter().any(|n| n.name == name) {
                 continue;
             }
-            self.step(i).await;
+            tracing::info!("acme: {name}: a new site; managing it");
+            self.names.push(Name::new(&self.dir, &self.url, name));
         }
     }
 
@@ -322,37 +378,34 @@ impl Worker {
             }
         }
         store::write_status(&self.dir, &n.status);
+        if let Some(bucket) = &self.bucket {
+            let rel = format!("status/{}.json", n.name);
+            if let Err(e) = bucket.put(&rel, n.status.to_json().as_bytes()).await {
+                tracing::warn!("acme: {e:#}");
+            }
+        }
     }
 
-    /// The account with the CA: loaded from `accounts/`, or created there.
+    /// The account with the CA: loaded from `accounts/` (in the bucket,
+    /// with one), or created and stored there. Stored only if none is
+    /// there yet (a new file hard-linked into place, or an object created
+    /// with `If-None-Match: *`): of two clients creating one at once,
+    /// every client uses the one stored.
     async fn account(&mut self) -> anyhow::Result<Account> {
         if let Some(account) = &self.account {
             return Ok(account.clone());
         }
-        let path = store::account_path(&self.dir, &self.url);
-        let client = || -> anyhow::Result<Box<CaClient>> {
-            Ok(Box::new(CaClient::new(
-                self.ca_root.as_ref(),
-                self.retry_after.clone(),
-            )?))
-        };
-        let stored = |bytes: &[u8]| -> anyhow::Result<AccountCredentials> {
-            serde_json::from_slice(bytes)
-                .with_context(|| format!("{}: not an account", path.display()))
-        };
-        let account = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let account = Account::builder_with_http(client()?)
-                    .from_credentials(stored(&bytes)?)
-                    .await
-                    .context("account")?;
-                tracing::info!("acme: account {} (from {})", account.id(), path.display());
+        let place = self.account_place();
+        let account = match self.stored_account().await? {
+            Some(bytes) => {
+                let account = self.account_from(&place, &bytes).await?;
+                tracing::info!("acme: account {} (from {place})", account.id());
                 account
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            None => {
                 let contact = self.email.as_ref().map(|e| format!("mailto:{e}"));
                 let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-                let (account, credentials) = Account::builder_with_http(client()?)
+                let (account, credentials) = Account::builder_with_http(self.ca_client()?)
                     .create(
                         &NewAccount {
                             contact: &contacts,
@@ -365,16 +418,19 @@ impl Worker {
                     .await
                     .context("new account")?;
                 let json = serde_json::to_vec(&credentials)?;
-                if store::write_new(&path, &json, 0o600)? {
-                    tracing::info!("acme: created account {} at {}", account.id(), self.url);
+                if self.store_new_account(&json).await? {
+                    tracing::info!(
+                        "acme: created account {} at {}, kept in {place}",
+                        account.id(),
+                        self.url
+                    );
                     account
                 } else {
-                    // Another client sharing the folder created one at the
-                    // same time: every client uses the one stored.
-                    let account = Account::builder_with_http(client()?)
-                        .from_credentials(stored(&std::fs::read(&path)?)?)
-                        .await
-                        .context("account")?;
+                    let bytes = self
+                        .stored_account()
+                        .await?
+                        .ok_or_else(|| anyhow!("{place}: gone just after it was made"))?;
+                    let account = self.account_from(&place, &bytes).await?;
                     tracing::info!(
                         "acme: account {} (created by another client at the same time)",
                         account.id()
@@ -382,10 +438,68 @@ impl Worker {
                     account
                 }
             }
-            Err(e) => bail!("{}: {e}", path.display()),
         };
         self.account = Some(account.clone());
         Ok(account)
+    }
+
+    /// A client for the CA.
+    fn ca_client(&self) -> anyhow::Result<Box<CaClient>> {
+        Ok(Box::new(CaClient::new(
+            self.ca_root.as_ref(),
+            self.retry_after.clone(),
+        )?))
+    }
+
+    /// Where the account is stored, relative to the state: `accounts/CA.json`.
+    fn account_rel(&self) -> String {
+        let path = store::account_path(&self.dir, &self.url);
+        let file = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        format!("accounts/{file}")
+    }
+
+    /// Where the account is stored, for messages.
+    fn account_place(&self) -> String {
+        match &self.bucket {
+            Some(_) => format!("the bucket's {}", self.account_rel()),
+            None => store::account_path(&self.dir, &self.url)
+                .display()
+                .to_string(),
+        }
+    }
+
+    /// The stored account's credentials, if there are.
+    async fn stored_account(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        if let Some(bucket) = &self.bucket {
+            return bucket.get(&self.account_rel()).await;
+        }
+        let path = store::account_path(&self.dir, &self.url);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => bail!("{}: {e}", path.display()),
+        }
+    }
+
+    /// Stores new credentials unless some are there: whether they were.
+    async fn store_new_account(&self, json: &[u8]) -> anyhow::Result<bool> {
+        match &self.bucket {
+            Some(bucket) => bucket.create(&self.account_rel(), json).await,
+            None => store::write_new(&store::account_path(&self.dir, &self.url), json, 0o600),
+        }
+    }
+
+    /// The account whose stored credentials are `bytes`.
+    async fn account_from(&self, place: &str, bytes: &[u8]) -> anyhow::Result<Account> {
+        let credentials: AccountCredentials =
+            serde_json::from_slice(bytes).with_context(|| format!("{place}: not an account"))?;
+        Account::builder_with_http(self.ca_client()?)
+            .from_credentials(credentials)
+            .await
+            .context("account")
     }
 
     /// When name `i`'s certificate `current` is to be renewed.
@@ -479,13 +593,24 @@ impl Worker {
         {
             return Ok(Outcome::Wait { wake, renew_at });
         }
-        let lock = match lock::take(&self.dir, &name)? {
-            Taken::Held(lock) => lock,
-            Taken::Busy(owner) => return Ok(Outcome::Busy(owner)),
+        let held = match &self.bucket {
+            Some(bucket) => match bucket.take_lock(&name).await? {
+                bucket::Taken::Held(lock) => Held::Bucket { _lock: lock },
+                bucket::Taken::Busy(owner) => return Ok(Outcome::Busy(owner)),
+            },
+            None => match lock::take(&self.dir, &name)? {
+                Taken::Held(lock) => {
+                    let beating = AbortOnDrop(tokio::spawn(heartbeat(lock.heartbeat_handle())));
+                    Held::File {
+                        _lock: lock,
+                        _beating: beating,
+                    }
+                }
+                Taken::Busy(owner) => return Ok(Outcome::Busy(owner)),
+            },
         };
-        let _beating = AbortOnDrop(tokio::spawn(heartbeat(lock.heartbeat_handle())));
         let result = self.order_locked(i, &account).await;
-        drop(lock);
+        drop(held);
         result
     }
 
@@ -493,6 +618,11 @@ impl Worker {
     /// renewed it meanwhile), then orders with each challenge in turn.
     async fn order_locked(&mut self, i: usize, account: &Account) -> anyhow::Result<Outcome> {
         let name = self.names[i].name.clone();
+        // The bucket's pair, which another node may have obtained since
+        // the mirror was last brought in step.
+        if let Some(bucket) = &self.bucket {
+            bucket.fetch_pair(&name).await?;
+        }
         let current = store::current(&self.dir, &name);
         let replaces = match self.renewal(i, account, current.as_ref()).await {
             Renewal::Wait { wake, renew_at } => return Ok(Outcome::Wait { wake, renew_at }),
@@ -508,8 +638,18 @@ impl Worker {
                     .map(|id| format!(", replacing {id}"))
                     .unwrap_or_default()
             );
-            match order::obtain(account, &self.dir, &name, challenge, replaces.clone()).await {
-                Ok(issued) => return self.install(&name, &issued),
+            let bucket = self.bucket.as_ref();
+            match order::obtain(
+                account,
+                &self.dir,
+                bucket,
+                &name,
+                challenge,
+                replaces.clone(),
+            )
+            .await
+            {
+                Ok(issued) => return self.install(&name, &issued).await,
                 Err(e) => {
                     if let Some(next) = self.challenges.get(k + 1) {
                         tracing::warn!(
@@ -528,7 +668,8 @@ impl Worker {
 
     /// Writes a new pair: key first, then the chain (a reader that finds
     /// the chain finds its key).
-    fn install(&self, name: &str, issued: &order::Issued) -> anyhow::Result<Outcome> {
+    /// With a bucket, both are uploaded after, in the same order.
+    async fn install(&self, name: &str, issued: &order::Issued) -> anyhow::Result<Outcome> {
         store::write_atomically(
             &layout::key_path(&self.dir, name),
             issued.key.as_bytes(),
@@ -541,6 +682,14 @@ impl Worker {
         )?;
         let current = store::current(&self.dir, name)
             .ok_or_else(|| anyhow!("the CA's certificate does not cover {name}"))?;
+        if let Some(bucket) = &self.bucket {
+            bucket
+                .put_patiently(&format!("certs/{name}.key"), issued.key.as_bytes())
+                .await?;
+            bucket
+                .put_patiently(&format!("certs/{name}.crt"), issued.chain.as_bytes())
+                .await?;
+        }
         tracing::info!(
             "acme: {name}: certificate obtained, valid until {} (in {}s), written to {}",
             current.not_after,

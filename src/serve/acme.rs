@@ -26,17 +26,44 @@ pub const TLS_ALPN_01: &str = "tls-alpn-01";
 /// The names kiln manages, and where their state is.
 #[derive(Debug)]
 pub struct Managed {
-    /// `--acme-dir`.
+    /// The local state folder: `--acme-dir`, or the mirror of its bucket.
     pub dir: PathBuf,
-    /// Lower case, sorted, without duplicates.
+    /// At start: lower case, sorted, without duplicates.
     pub names: Vec<String>,
+    /// A folder of sites served: a site that appears in it is managed
+    /// too (the client orders it, told by the same folder).
+    pub sites: Option<PathBuf>,
+    /// Names of the folder with their own certificate at start.
+    pub not_managed: Vec<String>,
+    /// The names the last resolver was built with ([`Self::resolver_acme`]).
+    pub known: std::sync::Mutex<Vec<String>>,
 }
 
 impl Managed {
+    /// The names managed now: those of the start, and the folder's sites
+    /// that appeared since (read at reloads and scrapes, cold paths).
+    pub fn current_names(&self) -> Vec<String> {
+        let mut names = self.names.clone();
+        if let Some(sites) = &self.sites {
+            for name in crate::acme::command::site_names(sites, &self.not_managed) {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// Whether a site appeared (or went) since the last resolver was
+    /// built: its pair, if the mirror holds it already, is to be loaded.
+    pub fn names_changed(&self) -> bool {
+        self.sites.is_some() && *self.known.lock().unwrap() != self.current_names()
+    }
+
     /// The managed pairs whose certificate is there now (the client renames
     /// the key into place first: a certificate found has its key).
     pub fn pairs(&self) -> Vec<PairPaths> {
-        self.names
+        self.current_names()
             .iter()
             .map(|name| PairPaths {
                 cert: layout::cert_path(&self.dir, name),
@@ -51,7 +78,8 @@ impl Managed {
     /// left out (the CA's validation then fails, and the client retries).
     pub fn resolver_acme(&self) -> tls::certs::Acme {
         let mut challenges = Vec::new();
-        for name in &self.names {
+        let names = self.current_names();
+        for name in &names {
             let path = layout::tls_alpn01_path(&self.dir, name);
             if !path.exists() {
                 continue;
@@ -61,8 +89,9 @@ impl Managed {
                 Err(e) => tracing::warn!("ACME TLS-ALPN-01: {e}"),
             }
         }
+        self.known.lock().unwrap().clone_from(&names);
         tls::certs::Acme {
-            managed: self.names.clone(),
+            managed: names,
             challenges,
         }
     }
@@ -163,17 +192,19 @@ pub fn challenges(cleartext_ports: &[u16], tls_ports: &[u16]) -> Vec<&'static st
     order
 }
 
-/// The arguments of the ACME client: `acme run`, each name, each
-/// challenge in order of preference, the shared flags, and the user it
-/// runs as.
+/// The arguments of the ACME client: `acme run`, each name (and the
+/// folder of sites new names come from), each challenge in order of
+/// preference, the shared flags (with a bucket, the mirror and the
+/// store's endpoint), and the user it runs as.
 pub fn client_args(
     acme: &AcmeArgs,
-    names: &[String],
+    managed: &Managed,
     challenges: &[&str],
     user: Option<&str>,
+    store_endpoint: Option<&str>,
 ) -> Vec<String> {
     let mut args = vec!["acme".to_string(), "run".to_string()];
-    for name in names {
+    for name in &managed.names {
         args.extend(["--domain".to_string(), name.clone()]);
     }
     for challenge in challenges {
@@ -192,6 +223,21 @@ pub fn client_args(
         args.extend(["--acme-ca-root".to_string(), root.display().to_string()]);
     }
     args.extend(["--acme-dir".to_string(), acme.dir.display().to_string()]);
+    if acme.dir != managed.dir {
+        args.extend([
+            "--acme-cache-dir".to_string(),
+            managed.dir.display().to_string(),
+        ]);
+        if let Some(endpoint) = store_endpoint {
+            args.extend(["--store-endpoint".to_string(), endpoint.to_string()]);
+        }
+    }
+    if let Some(sites) = &managed.sites {
+        args.extend(["--sites".to_string(), sites.display().to_string()]);
+        for name in &managed.not_managed {
+            args.extend(["--not-managed".to_string(), name.clone()]);
+        }
+    }
     if let Some(user) = user {
         args.extend(["--user".to_string(), user.to_string()]);
     }
@@ -294,9 +340,16 @@ mod tests {
             staging: false,
             ca_root: Some("/etc/ca.pem".into()),
             dir: "/var/lib/kiln/acme".into(),
+            cache_dir: None,
         };
-        let names = ["a.example".to_string(), "b.example".to_string()];
-        let args = client_args(&acme, &names, &[TLS_ALPN_01, HTTP_01], Some("www"));
+        let managed = Managed {
+            dir: acme.dir.clone(),
+            names: vec!["a.example".to_string(), "b.example".to_string()],
+            sites: None,
+            not_managed: Vec::new(),
+            known: Default::default(),
+        };
+        let args = client_args(&acme, &managed, &[TLS_ALPN_01, HTTP_01], Some("www"), None);
         assert_eq!(
             args.join(" "),
             "acme run --domain a.example --domain b.example --challenge tls-alpn-01 \

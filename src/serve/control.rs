@@ -453,7 +453,15 @@ impl Reloader {
             let name = name.as_bytes();
             name.ends_with(b".crt") || name.ends_with(b".key")
         });
-        changes.certificate || folder_certificate
+        // Under --acme, a site that appeared is a managed name: its pair,
+        // which the ACME client may have written before the pack came,
+        // is loaded.
+        let new_site = changes
+            .in_folder
+            .iter()
+            .any(|name| name.as_bytes().ends_with(b".pack"))
+            && self.acme.as_ref().is_some_and(|m| m.names_changed());
+        changes.certificate || folder_certificate || new_site
     }
 }
 

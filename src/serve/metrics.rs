@@ -220,7 +220,7 @@ pub struct Metrics {
     pub draining: AtomicBool,
     /// Under `--acme`: the state folder and the managed names, whose
     /// status files each scrape reads.
-    acme: std::sync::OnceLock<(std::path::PathBuf, Vec<String>)>,
+    acme: std::sync::OnceLock<Arc<super::acme::Managed>>,
     /// Under `kiln serve s3://…`: the cache folder, whose state file each
     /// scrape and `/ready` read.
     store: std::sync::OnceLock<(std::path::PathBuf, u64)>,
@@ -258,9 +258,9 @@ impl Metrics {
             .is_none_or(|(cache, started_ms)| super::store::ready(cache, *started_ms))
     }
 
-    /// Under `--acme`: scrapes show the status of `names` from `dir`.
-    pub fn set_acme(&self, dir: &std::path::Path, names: &[String]) {
-        let _ = self.acme.set((dir.to_path_buf(), names.to_vec()));
+    /// Under `--acme`: scrapes show the status of the managed names.
+    pub fn set_acme(&self, managed: &Arc<super::acme::Managed>) {
+        let _ = self.acme.set(Arc::clone(managed));
     }
 
     /// Names the connection layer chosen at start (`uring`, `epoll`).
@@ -633,8 +633,8 @@ impl Metrics {
                 p.loaded
             );
         }
-        if let Some((dir, names)) = self.acme.get() {
-            render_acme(&mut out, dir, names);
+        if let Some(managed) = self.acme.get() {
+            render_acme(&mut out, &managed.dir, &managed.current_names());
         }
         if let Some((cache, _)) = self.store.get() {
             super::store::render_metrics(&mut out, cache, now);

@@ -212,13 +212,14 @@ pub struct ServeArgs {
     pub redirect_https: bool,
     /// Obtain and renew certificates from an ACME CA (Let's Encrypt by
     /// default) for every HOST.pack of a folder of sites (not _default, IP
-    /// addresses or names without a dot), or for each --acme-domain of
-    /// one pack. A separate process, `kiln acme run`, started before the
-    /// sandbox, talks to the CA and writes --acme-dir; the server only
-    /// reads it: HTTP-01 on the cleartext listeners, TLS-ALPN-01 on the
-    /// TLS ones (the CA validates on ports 80 and 443). A name's own
-    /// certificate (HOST.crt beside the packs, --tls-cert) wins and is
-    /// never managed. Until its first certificate arrives, TLS
+    /// addresses or names without a dot; a site that appears later too),
+    /// or for each --acme-domain of one pack. A separate process, `kiln
+    /// acme run`, started before the sandbox, talks to the CA and writes
+    /// --acme-dir (with `s3://…`, a bucket a fleet shares, through a local
+    /// mirror); the server only reads it: HTTP-01 on the cleartext
+    /// listeners, TLS-ALPN-01 on the TLS ones (the CA validates on ports
+    /// 80 and 443). A name's own certificate (HOST.crt beside the packs,
+    /// --tls-cert) wins and is never managed. Until its first certificate arrives, TLS
     /// handshakes for a managed name are refused. If the client process
     /// dies, the server goes on serving the certificates it has.
     #[arg(long = "acme", id = "acme_enabled", env = "KILN_ACME")]
@@ -616,7 +617,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let current = Arc::new(CurrentSites::new(opened.sites, tls_config));
     if let Some(managed) = &managed {
         current.publish_http01(Arc::new(managed.http01()));
-        metrics.set_acme(&managed.dir, &managed.names);
+        metrics.set_acme(managed);
     }
     let Loops { loops, wakers } = build_loops(
         listeners,
@@ -762,6 +763,7 @@ fn read_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
         ("--acme-ca", args.acme.ca.is_some()),
         ("--acme-staging", args.acme.staging),
         ("--acme-ca-root", args.acme.ca_root.is_some()),
+        ("--acme-cache-dir", args.acme.cache_dir.is_some()),
     ];
     if let Some((flag, _)) = acme_flags
         .iter()

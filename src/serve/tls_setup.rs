@@ -135,6 +135,10 @@ pub(super) fn managed_names(
     opened: &Opened,
     own: Option<&tls::Source>,
 ) -> anyhow::Result<acme::Managed> {
+    let sites = match &opened.served {
+        control::Served::Folder(folder) => Some(folder.dir().to_path_buf()),
+        _ => None,
+    };
     let (candidates, folder_pairs) = match &opened.served {
         control::Served::Folder(folder) => {
             if !args.acme_domain.is_empty() {
@@ -182,15 +186,20 @@ pub(super) fn managed_names(
     }
     names.sort();
     names.dedup();
-    if names.is_empty() {
+    // A folder of sites may get its first site at run time (a bucket
+    // with nothing published yet); one pack needs its names now.
+    if names.is_empty() && sites.is_none() {
         bail!(
             "--acme: no name to obtain a certificate for (a folder's HOST.pack, not _default, \
              an IP address or a name without a dot, and without its own certificate)"
         );
     }
     Ok(acme::Managed {
-        dir: args.acme.dir.clone(),
+        dir: args.acme.local_dir()?,
         names,
+        sites,
+        not_managed: theirs,
+        known: Default::default(),
     })
 }
 
@@ -213,7 +222,13 @@ pub(super) fn start_acme_client(
         .user
         .clone()
         .or_else(|| switched_user(identity).map(|i| i.name.clone()));
-    let client_args = acme::client_args(&args.acme, &managed.names, challenges, user.as_deref());
+    let client_args = acme::client_args(
+        &args.acme,
+        managed,
+        challenges,
+        user.as_deref(),
+        args.store.endpoint.as_deref(),
+    );
     let client = acme::spawn_client(&client_args)?;
     tracing::info!(
         "ACME: started the client (pid {}): kiln {}",

@@ -14,7 +14,7 @@ mod aws_files;
 pub mod client;
 mod get;
 pub mod publish;
-mod sandbox;
+pub(crate) mod sandbox;
 pub mod state;
 pub mod status;
 mod supervisor;

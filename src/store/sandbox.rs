@@ -16,7 +16,7 @@ use crate::acme::sandbox::{RESOLVER_FILES, TRUST_STORE, with_target};
 use crate::confine::{LANDLOCK_ABI, deny_all_ruleset, landlock_error};
 
 /// The TCP port of `--store-endpoint` (443 for AWS).
-fn store_port(endpoint: &EndpointArgs) -> u16 {
+pub(crate) fn store_port(endpoint: &EndpointArgs) -> u16 {
     let Some(url) = &endpoint.endpoint else {
         return 443;
     };

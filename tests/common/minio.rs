@@ -189,6 +189,12 @@ impl Minio {
         assert!(status.starts_with("200"), "PUT {key}: {status}");
     }
 
+    /// Whether the object `key` is there.
+    pub fn exists(&self, key: &str) -> bool {
+        self.curl(&["--head"], &format!("{BUCKET}/{key}"))
+            .starts_with("200")
+    }
+
     /// Deletes the object `key`.
     pub fn delete(&self, key: &str) {
         let status = self.curl(&["-X", "DELETE"], &format!("{BUCKET}/{key}"));

@@ -159,6 +159,8 @@ pub struct Ca {
     /// certificates it issues), over the same TLS.
     pub management: String,
     pub log: Log,
+    /// The DNS stub's management interface (`/add-a`), plain HTTP.
+    pub dns_management: String,
     /// Killed to take the CA away.
     pub pebble: Process,
     _dns: Process,
@@ -170,9 +172,10 @@ pub struct Ca {
 pub fn start_ca(tools: &Tools, work: &Path, http_port: u16, tls_port: u16, validity: u64) -> Ca {
     let pki = pki(work);
     let dns_port = free_port();
+    let dns_management = format!("127.0.0.1:{}", free_port());
     let dns = Command::new(&tools.dns)
         .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-        .args(["-management", &format!("127.0.0.1:{}", free_port())])
+        .args(["-management", &dns_management])
         .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
         .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
         .stdout(Stdio::null())
@@ -219,6 +222,7 @@ pub fn start_ca(tools: &Tools, work: &Path, http_port: u16, tls_port: u16, valid
         root: pki.root,
         management: format!("https://{management}"),
         log,
+        dns_management: format!("http://{dns_management}"),
         pebble: Process(pebble),
         _dns: dns,
     };
@@ -231,6 +235,25 @@ pub fn start_ca(tools: &Tools, work: &Path, http_port: u16, tls_port: u16, valid
         TcpStream::connect(("127.0.0.1", dns_port)).is_ok()
     });
     ca
+}
+
+impl Ca {
+    /// Has the DNS stub resolve `name` to `ip` (instead of 127.0.0.1):
+    /// the CA validates `name` there.
+    pub fn resolve(&self, name: &str, ip: &str) {
+        let body = serde_json::json!({ "host": format!("{name}."), "addresses": [ip] });
+        let out = Command::new("curl")
+            .args(["--silent", "--show-error", "--fail", "-X", "POST", "-d"])
+            .arg(body.to_string())
+            .arg(format!("{}/add-a", self.dns_management))
+            .output()
+            .expect("curl");
+        assert!(
+            out.status.success(),
+            "add-a {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// The managed pair of `name`: its leaf's serial and notAfter, after
