@@ -66,8 +66,8 @@ fn small_site(root: &Path) {
     std::fs::write(root.join("index.html"), "home").unwrap();
 }
 
-/// The file `pid` writes in `dir` once it holds more than `min` bytes: the
-/// target of its descriptor (`/dir/#INODE (deleted)` for an unnamed file).
+/// The file `pid` writes in `dir` once it holds more than `min` bytes (a
+/// regular file, not `dir` itself): the target of its descriptor (`/dir/#INODE (deleted)` for an unnamed file).
 fn writing(child: &mut Child, dir: &Path, min: u64) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
@@ -80,7 +80,11 @@ fn writing(child: &mut Child, dir: &Path, min: u64) -> String {
             let Ok(target) = std::fs::read_link(fd.path()) else {
                 continue;
             };
-            if target.starts_with(dir) && std::fs::metadata(fd.path()).is_ok_and(|m| m.len() > min)
+            // A file: the build also holds the folder itself open at
+            // times (to clear strays, to fsync a rename), and a folder's
+            // size is never 0.
+            if target.starts_with(dir)
+                && std::fs::metadata(fd.path()).is_ok_and(|m| m.is_file() && m.len() > min)
             {
                 return target.display().to_string();
             }
