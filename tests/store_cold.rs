@@ -221,22 +221,29 @@ fn cold_sites_are_fetched_at_their_first_request_once_and_evicted_least_recently
         eprintln!("curl without HTTP/2; the HTTP/2 part skipped");
         return;
     }
-    let cold = a_cold_host(&cache);
-    let output = Command::new("curl")
-        .args(["-s", "--http2-prior-knowledge", "-H"])
-        .arg(format!("Host: {cold}"))
-        .arg(format!("http://127.0.0.1:{}/version.txt", server.port))
-        .args(["-w", "\n%{http_version} %{http_code}"])
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        text,
-        format!("{cold}-v1\n2 200"),
-        "{}",
-        server.stderr_text()
-    );
-    within_size(&cache, 3);
+    let mut urls = vec![("--http2-prior-knowledge", server.port, "http")];
+    // In TLS mode, h2 over TLS too.
+    if let Some(port) = server.tls_port {
+        urls.push(("--http2", port, "https"));
+    }
+    for (flag, port, scheme) in urls {
+        let cold = a_cold_host(&cache);
+        let output = Command::new("curl")
+            .args(["-sk", flag, "-H"])
+            .arg(format!("Host: {cold}"))
+            .arg(format!("{scheme}://127.0.0.1:{port}/version.txt"))
+            .args(["-w", "\n%{http_version} %{http_code}"])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            text,
+            format!("{cold}-v1\n2 200"),
+            "{scheme}: {}",
+            server.stderr_text()
+        );
+        within_size(&cache, 3);
+    }
 }
 
 #[test]

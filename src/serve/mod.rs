@@ -574,7 +574,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The store's client starts while the process has one thread, before
     // the sandbox, as the ACME client does; its first listing fills the
     // cache folder that is then opened as a folder of sites.
-    let store_child = if store::is_store(&args) {
+    let mut store_child = if store::is_store(&args) {
         let child = store::start(&args, settings.identity.as_ref())?;
         metrics.set_store(&child.cache, child.started_ms);
         Some(child)
@@ -583,7 +583,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let store_cache = store_child.as_ref().map(|c| c.cache.clone());
     let mut opened = open::open_served(&args, &metrics, store_cache.as_deref())?;
-    if let Some(child) = &store_child
+    if let Some(child) = &mut store_child
         && let Some(cold) = &child.cold
         && let control::Served::Folder(folder) = &mut opened.served
     {

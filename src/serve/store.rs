@@ -75,6 +75,7 @@ impl StoreChild {
     /// said to the child; and, when the bucket's host list changed, the
     /// new cold hosts (to publish with a new generation of the sites).
     pub fn tick(&mut self, sites: &Sites) -> Option<Arc<ColdHosts>> {
+        let previous = sites.cold();
         let cold = self.cold.as_mut()?;
         if let Some(state) = State::read(&self.cache) {
             cold.store.up.store(state.up, Ordering::Relaxed);
@@ -87,27 +88,33 @@ impl StoreChild {
                 cold.store.say(&[b"used", name.as_bytes()]);
             }
         }
-        let modified = std::fs::metadata(state::hosts_path(&self.cache))
-            .and_then(|m| m.modified())
-            .ok();
-        if modified.is_none() || modified == cold.hosts_seen {
-            return None;
-        }
-        cold.hosts_seen = modified;
-        Some(cold.hosts())
+        cold.hosts(previous)
     }
 
     /// The cold hosts as the host list says now (none before the first
     /// listing).
-    pub fn cold_hosts(&self) -> Option<Arc<ColdHosts>> {
-        self.cold.as_ref().map(Cold::hosts)
+    pub fn cold_hosts(&mut self) -> Option<Arc<ColdHosts>> {
+        let cold = self.cold.as_mut()?;
+        Some(
+            cold.hosts(None)
+                .unwrap_or_else(|| ColdHosts::new(Arc::clone(&cold.store), [], None)),
+        )
     }
 }
 
 impl Cold {
-    fn hosts(&self) -> Arc<ColdHosts> {
+    /// The cold hosts, when the host list changed since last read (the
+    /// fetches asked of `previous` kept).
+    fn hosts(&mut self, previous: Option<&ColdHosts>) -> Option<Arc<ColdHosts>> {
+        let modified = std::fs::metadata(state::hosts_path(&self.cache))
+            .and_then(|m| m.modified())
+            .ok();
+        if modified.is_none() || modified == self.hosts_seen {
+            return None;
+        }
+        self.hosts_seen = modified;
         let hosts = state::read_hosts(&self.cache).unwrap_or_default();
-        ColdHosts::new(Arc::clone(&self.store), hosts)
+        Some(ColdHosts::new(Arc::clone(&self.store), hosts, previous))
     }
 }
 

@@ -271,6 +271,8 @@ impl Mirror {
         let mut listing: Option<Pin<Box<dyn Future<Output = object_store::Result<ListResult>>>>> =
             None;
         let mut next_listing = tokio::time::Instant::now();
+        // `list` said while a listing was under way: another one after it.
+        let mut list_again = false;
         let mut first = true;
         loop {
             if listing.is_none() && tokio::time::Instant::now() >= next_listing {
@@ -289,7 +291,10 @@ impl Mirror {
                 biased;
                 message = said.recv() => match message {
                     None | Some(Said::Gone) => return,
-                    Some(Said::List) => next_listing = tokio::time::Instant::now(),
+                    Some(Said::List) => {
+                        next_listing = tokio::time::Instant::now();
+                        list_again = listing.is_some();
+                    }
                     Some(Said::Fetch(host)) => self.ask(host),
                     Some(Said::Used(host)) => {
                         self.used.insert(format!("{host}.pack"), now_ms());
@@ -306,7 +311,10 @@ impl Mirror {
                     listing = None;
                     self.listed(listed, first);
                     first = false;
-                    next_listing = tokio::time::Instant::now() + jittered(interval);
+                    next_listing = tokio::time::Instant::now();
+                    if !std::mem::take(&mut list_again) {
+                        next_listing += jittered(interval);
+                    }
                 }
                 () = tokio::time::sleep_until(next_listing), if listing.is_none() => {}
             }

@@ -87,12 +87,26 @@ pub fn now_ms() -> u64 {
 }
 
 impl ColdHosts {
-    pub fn new(store: Arc<Store>, hosts: impl IntoIterator<Item = String>) -> Arc<ColdHosts> {
+    /// The hosts of a host list; a fetch asked of `previous` (the
+    /// generation before) stays asked.
+    pub fn new(
+        store: Arc<Store>,
+        hosts: impl IntoIterator<Item = String>,
+        previous: Option<&ColdHosts>,
+    ) -> Arc<ColdHosts> {
+        let asked = |host: &[u8]| {
+            previous
+                .and_then(|p| p.hosts.get(host))
+                .map_or(0, |a| a.load(Ordering::Relaxed))
+        };
         Arc::new(ColdHosts {
             store,
             hosts: hosts
                 .into_iter()
-                .map(|h| (h.into_bytes().into_boxed_slice(), AtomicU64::new(0)))
+                .map(|h| {
+                    let at = asked(h.as_bytes());
+                    (h.into_bytes().into_boxed_slice(), AtomicU64::new(at))
+                })
                 .collect(),
         })
     }
