@@ -508,6 +508,9 @@ impl Mirror {
     /// Starts what is queued, asked fetches first, while fewer than
     /// `PARALLEL_FETCHES` are in flight and the cache has room.
     fn start_fetches(&mut self, fetching: &mut FuturesUnordered<Fetching>) {
+        // What the cache holds and will hold, counted once: a listing may
+        // queue many packs that do not fit.
+        let mut used = self.held_bytes() + self.in_flight.values().sum::<u64>();
         while self.in_flight.len() < PARALLEL_FETCHES {
             let (name, asked) = match self.asked.pop_front() {
                 Some(name) => (name, true),
@@ -523,9 +526,15 @@ impl Mirror {
                 continue;
             };
             // A new version of a cached pack replaces it, as one asked for.
-            if !self.room_for(&name, meta.size, asked || self.held.contains_key(&name)) {
+            if !self.room_for(
+                &name,
+                meta.size,
+                asked || self.held.contains_key(&name),
+                &mut used,
+            ) {
                 continue;
             }
+            used += meta.size;
             self.in_flight.insert(name.clone(), meta.size);
             let store = Arc::clone(&self.client.store);
             let cache = self.cache.clone();
@@ -543,9 +552,10 @@ impl Mirror {
         }
     }
 
-    /// Whether `size` more bytes for `name` fit the cache; with `evict`,
-    /// the least recently used packs are removed until they do.
-    fn room_for(&mut self, name: &str, size: u64, evict: bool) -> bool {
+    /// Whether `size` more bytes for `name` fit the cache, which holds
+    /// or will hold `used`; with `evict`, the least recently used packs
+    /// are removed until they do (`used` counts them off).
+    fn room_for(&mut self, name: &str, size: u64, evict: bool, used: &mut u64) -> bool {
         let Some(limit) = self.limit.filter(|_| evictable(name)) else {
             return true;
         };
@@ -557,15 +567,10 @@ impl Mirror {
             }
             return false;
         }
-        let used = |m: &Mirror| {
-            m.held
-                .iter()
-                .filter(|(held, _)| held.as_str() != name)
-                .map(|(_, o)| o.size)
-                .sum::<u64>()
-                + m.in_flight.values().sum::<u64>()
-        };
-        if used(self) + size <= limit {
+        // A new version replaces the pack it is of.
+        let replaced = self.held.get(name).map_or(0, |o| o.size);
+        let fits = |used: u64| used.saturating_sub(replaced) + size <= limit;
+        if fits(*used) {
             return true;
         }
         if !evict {
@@ -581,19 +586,21 @@ impl Mirror {
             .collect();
         victims.sort();
         for (_, victim) in victims {
-            if used(self) + size <= limit {
+            if fits(*used) {
                 break;
             }
             match std::fs::remove_file(self.cache.join(&victim)) {
                 Ok(()) => {
                     tracing::info!("store: evicted {victim} (least recently used) for {name}");
-                    self.held.remove(&victim);
+                    if let Some(o) = self.held.remove(&victim) {
+                        *used = used.saturating_sub(o.size);
+                    }
                     self.state.evictions += 1;
                 }
                 Err(e) => tracing::warn!("store: cannot remove {victim}: {e}"),
             }
         }
-        used(self) + size <= limit
+        fits(*used)
     }
 
     /// A fetch ended: the object is in the cache, or said in one line.
