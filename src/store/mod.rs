@@ -32,9 +32,10 @@ pub struct StoreCommand {
 #[derive(clap::Subcommand)]
 pub enum StoreSubcommand {
     /// Mirror the packs under s3://BUCKET/PREFIX/ into --cache-dir, every
-    /// --sync-interval seconds and at once when a byte arrives on standard
-    /// input (the server's SIGHUP); ends when standard input closes (the
-    /// server is gone).
+    /// --sync-interval seconds and at once when standard input says
+    /// `list` (the server's SIGHUP); with --cache-size, only what fits,
+    /// and `fetch HOST` on standard input fetches a cold site first; ends
+    /// when standard input closes (the server is gone).
     Sync(sync::SyncArgs),
 }
 

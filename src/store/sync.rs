@@ -680,14 +680,15 @@ async fn fetch(
     let temp = cache.join(state::DIR).join(format!("{name}.part"));
     let checked = match download(store, meta, &temp).await {
         Err(why) => Err(Failure::Fetch(why)),
-        Ok(bytes) => check(name, &temp, meta.size, bytes)
-            .map_err(Failure::Refused)
-            .and_then(|()| {
-                std::fs::rename(&temp, cache.join(name)).map_err(|e| {
-                    Failure::Fetch(format!("cannot rename it into {}: {e}", cache.display()))
-                })
-            })
-            .map(|()| bytes),
+        Ok((file, bytes)) => {
+            // The disk's part on a blocking thread: the fsyncs and checks
+            // of the fetches in flight overlap, as their downloads do.
+            let (name, cache, part) = (name.to_string(), cache.to_path_buf(), temp.clone());
+            let listed = meta.size;
+            tokio::task::spawn_blocking(move || settle(file, &name, &cache, &part, listed, bytes))
+                .await
+                .unwrap_or_else(|e| Err(Failure::Fetch(format!("its check stopped: {e}"))))
+        }
     };
     if checked.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -695,8 +696,13 @@ async fn fetch(
     checked
 }
 
-/// Streams an object into `temp`, fsynced; its length.
-async fn download(store: &dyn ObjectStore, meta: &ObjectMeta, temp: &Path) -> Result<u64, String> {
+/// Streams an object into `temp` (not yet synced); the file and its
+/// length.
+async fn download(
+    store: &dyn ObjectStore,
+    meta: &ObjectMeta,
+    temp: &Path,
+) -> Result<(std::fs::File, u64), String> {
     let got = store
         .get(&meta.location)
         .await
@@ -711,8 +717,25 @@ async fn download(store: &dyn ObjectStore, meta: &ObjectMeta, temp: &Path) -> Re
             .map_err(|e| format!("cannot write {}: {e}", temp.display()))?;
         bytes += chunk.len() as u64;
     }
+    Ok((file, bytes))
+}
+
+/// A downloaded file fsynced, checked and renamed into the cache; its
+/// length.
+fn settle(
+    file: std::fs::File,
+    name: &str,
+    cache: &Path,
+    temp: &Path,
+    listed: u64,
+    bytes: u64,
+) -> Result<u64, Failure> {
     file.sync_all()
-        .map_err(|e| format!("cannot sync {}: {e}", temp.display()))?;
+        .map_err(|e| Failure::Fetch(format!("cannot sync {}: {e}", temp.display())))?;
+    drop(file);
+    check(name, temp, listed, bytes).map_err(Failure::Refused)?;
+    std::fs::rename(temp, cache.join(name))
+        .map_err(|e| Failure::Fetch(format!("cannot rename it into {}: {e}", cache.display())))?;
     Ok(bytes)
 }
 
