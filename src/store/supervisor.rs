@@ -36,6 +36,10 @@ fn worker_argv(args: &SyncArgs) -> Vec<String> {
     if let Some(size) = args.cache_size {
         argv.extend(["--cache-size".to_string(), size.to_string()]);
     }
+    argv.extend([
+        "--parallel-fetches".to_string(),
+        args.parallel_fetches.to_string(),
+    ]);
     if args.no_sandbox {
         argv.push("--no-sandbox".to_string());
     }

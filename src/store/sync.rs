@@ -55,6 +55,10 @@ pub struct SyncArgs {
     /// removed to make room. Default: every pack is fetched.
     #[arg(long, value_name = "BYTES", value_parser = super::parse_size)]
     pub cache_size: Option<u64>,
+    /// Fetches in flight at most (for measurements: 1 is one at a time).
+    #[arg(long, value_name = "N", default_value_t = PARALLEL_FETCHES as u16,
+          value_parser = clap::value_parser!(u16).range(1..=64), hide = true)]
+    pub parallel_fetches: u16,
     /// Enter no sandbox (as `kiln serve --no-sandbox`).
     #[arg(long)]
     pub no_sandbox: bool,
@@ -165,6 +169,8 @@ struct Mirror {
     background: VecDeque<String>,
     /// Fetches in flight: the bytes each will add.
     in_flight: BTreeMap<String, u64>,
+    /// Fetches in flight at most.
+    parallel: usize,
     /// The packs too large for the cache, said once each.
     too_large: BTreeSet<String>,
     /// The end of the last listing, written to the state file once its
@@ -244,6 +250,7 @@ pub fn run(args: SyncArgs) -> anyhow::Result<()> {
         background: VecDeque::new(),
         in_flight: BTreeMap::new(),
         too_large: BTreeSet::new(),
+        parallel: usize::from(args.parallel_fetches),
         listing_done: None,
     };
     runtime.block_on(mirror.run(&mut said, interval));
@@ -511,7 +518,7 @@ impl Mirror {
         // What the cache holds and will hold, counted once: a listing may
         // queue many packs that do not fit.
         let mut used = self.held_bytes() + self.in_flight.values().sum::<u64>();
-        while self.in_flight.len() < PARALLEL_FETCHES {
+        while self.in_flight.len() < self.parallel {
             let (name, asked) = match self.asked.pop_front() {
                 Some(name) => (name, true),
                 None => match self.background.pop_front() {
