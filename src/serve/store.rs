@@ -404,7 +404,7 @@ fn render_cache(out: &mut String, state: &State, cold: Option<&cold::Store>) {
     let counters = [
         (
             "kiln_store_cold_requests_total",
-            "Requests for a site the bucket holds and the cache did not (cache misses; hits are the sites' own responses).",
+            "Answers that found the site cold (the cache misses; a parked request answered again counts again; the hits are the sites' own responses).",
             &cold.cold_requests,
         ),
         (

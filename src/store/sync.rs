@@ -539,6 +539,12 @@ impl Mirror {
                 asked || self.held.contains_key(&name),
                 &mut used,
             ) {
+                // Room taken by fetches in flight: an asked fetch waits
+                // for them (it starts as one ends), first in line.
+                if asked && !self.in_flight.is_empty() && !self.too_large.contains(&name) {
+                    self.asked.push_front(name);
+                    return;
+                }
                 continue;
             }
             used += meta.size;
