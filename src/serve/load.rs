@@ -576,17 +576,16 @@ impl Folder {
             return false;
         };
         self.free_slots.insert(removed.site.slot());
+        // Cold again (evicted): its next request asks for it again.
+        if let Some(cold) = &self.cold {
+            cold.unloaded(name.as_bytes());
+        }
         true
     }
 
     /// The sites as a generation to serve.
     pub fn sites(&self) -> Arc<Sites> {
         let fallback = self.loaded.get(DEFAULT_SITE).map(|l| Arc::clone(&l.site));
-        if let Some(cold) = &self.cold {
-            for name in self.loaded.keys() {
-                cold.landed(name.as_bytes());
-            }
-        }
         Sites::by_host_cold(
             self.loaded
                 .iter()

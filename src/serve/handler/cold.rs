@@ -121,8 +121,10 @@ impl ColdHosts {
         })
     }
 
-    /// `key`'s site is loaded: a request after it is evicted asks again.
-    pub fn landed(&self, key: &[u8]) {
+    /// `key`'s site was unloaded (its pack evicted): its next request
+    /// asks for it again. (Not reset as it lands: a thread still on the
+    /// generation before would ask a second time.)
+    pub fn unloaded(&self, key: &[u8]) {
         if let Some(asked) = self.hosts.get(key) {
             asked.store(0, Ordering::Relaxed);
         }
