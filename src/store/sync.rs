@@ -809,6 +809,127 @@ mod tests {
         assert_eq!(Said::parse("what"), None);
     }
 
+    /// A mirror of a bucket of packs `listed` (name, size) holding `held`
+    /// (name, size, last used), in a cache of `limit` bytes.
+    fn mirror(
+        cache: &Path,
+        limit: u64,
+        listed: &[(&str, u64)],
+        held: &[(&str, u64, u64)],
+    ) -> Mirror {
+        let meta = |name: &str, size: u64| ObjectMeta {
+            location: ObjectPath::from(format!("prod/{name}")),
+            last_modified: Default::default(),
+            size,
+            e_tag: Some(format!("\"{name}\"")),
+            version: None,
+        };
+        for (name, _, _) in held {
+            std::fs::write(cache.join(name), b"pack").unwrap();
+        }
+        Mirror {
+            url: StoreUrl::parse_folder("s3://sites/prod/").unwrap(),
+            cache: cache.to_path_buf(),
+            client: client::Client {
+                store: Arc::new(object_store::memory::InMemory::new()),
+                place: "memory".into(),
+            },
+            state: State::default(),
+            held: held
+                .iter()
+                .map(|(name, size, _)| {
+                    let object = Object {
+                        name: name.to_string(),
+                        etag: format!("\"{name}\""),
+                        size: *size,
+                        ..Object::default()
+                    };
+                    (name.to_string(), object)
+                })
+                .collect(),
+            refused: BTreeMap::new(),
+            failing: BTreeSet::new(),
+            swept: true,
+            limit: Some(limit),
+            listed: listed
+                .iter()
+                .map(|(name, size)| (name.to_string(), meta(name, *size)))
+                .collect(),
+            hosts_written: None,
+            used: held
+                .iter()
+                .map(|(name, _, used)| (name.to_string(), *used))
+                .collect(),
+            asked: VecDeque::new(),
+            background: VecDeque::new(),
+            in_flight: BTreeMap::new(),
+            too_large: BTreeSet::new(),
+            parallel: PARALLEL_FETCHES,
+            listing_done: None,
+        }
+    }
+
+    #[test]
+    fn an_asked_fetch_evicts_the_least_recently_used_packs_and_waits_for_those_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let listed = [
+            ("a.test.pack", 10),
+            ("b.test.pack", 10),
+            ("c.test.pack", 10),
+            ("d.test.pack", 10),
+        ];
+        // a used last, b before it: b goes first.
+        let mut m = mirror(
+            dir.path(),
+            25,
+            &listed,
+            &[("a.test.pack", 10, 200), ("b.test.pack", 10, 100)],
+        );
+        let mut fetching = FuturesUnordered::new();
+        m.ask("c.test".into());
+        m.start_fetches(&mut fetching);
+        assert_eq!(fetching.len(), 1);
+        assert!(m.in_flight.contains_key("c.test.pack"));
+        assert!(!dir.path().join("b.test.pack").exists(), "b evicted");
+        assert!(dir.path().join("a.test.pack").exists(), "a kept");
+        assert_eq!(m.state.evictions, 1);
+        // d needs room that only c's end (in flight) can make after a
+        // is evicted: it waits, first in line, not dropped.
+        m.limit = Some(15);
+        m.ask("d.test".into());
+        m.start_fetches(&mut fetching);
+        assert_eq!(fetching.len(), 1);
+        assert_eq!(m.asked, ["d.test.pack"]);
+        assert!(!dir.path().join("a.test.pack").exists(), "a evicted");
+        // A host the bucket does not hold is not asked for.
+        m.ask("nowhere.test".into());
+        assert_eq!(m.asked, ["d.test.pack"]);
+    }
+
+    #[test]
+    fn background_fetches_fill_the_cache_without_evicting() {
+        let dir = tempfile::tempdir().unwrap();
+        let listed = [
+            ("a.test.pack", 10),
+            ("b.test.pack", 10),
+            ("c.test.pack", 10),
+            ("_default.pack", 10),
+        ];
+        let mut m = mirror(dir.path(), 35, &listed, &[("a.test.pack", 10, 1)]);
+        m.background = ["_default.pack", "b.test.pack", "c.test.pack"]
+            .map(String::from)
+            .into();
+        let mut fetching = FuturesUnordered::new();
+        m.start_fetches(&mut fetching);
+        // `_default` always (its bytes count), b while it fits (30 of
+        // 35), not c.
+        assert!(m.in_flight.contains_key("_default.pack"));
+        assert!(m.in_flight.contains_key("b.test.pack"));
+        assert!(!m.in_flight.contains_key("c.test.pack"), "c would not fit");
+        assert!(dir.path().join("a.test.pack").exists(), "nothing evicted");
+        assert!(m.background.is_empty());
+    }
+
     #[test]
     fn only_packs_of_named_sites_may_be_cold() {
         assert!(evictable("example.com.pack"));
