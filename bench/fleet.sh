@@ -21,7 +21,8 @@
 # (b) the listing cost: PACKS small packs uploaded with one `curl
 #     --parallel --aws-sigv4` (64 at a time), then `kiln store sync` on
 #     them: its first sync (list, fetch, verify, fsync and rename every
-#     pack, write the state file), then three listing passes when nothing
+#     pack, write the state file), one fetch at a time then 8 at a time
+#     (the default; two empty caches), then three listing passes when nothing
 #     changed (a byte on its standard input lists at once, as the server's
 #     SIGHUP; done when the state file's `listed` time moves), its RSS;
 #     then `kiln serve s3://…` on the warm cache, under a descriptor limit
@@ -32,7 +33,14 @@
 # (c) one pack of 100 KB and one of 10 MB (incompressible): five deploys
 #     each on one node, SIGHUP sent as `kiln publish` returns; the time to
 #     the new version served, and the fetch time the node records.
-# FLEET_PARTS=abc (the default) picks the parts to run.
+# (d) cold sites (`--cache-size`): 20 sites of a 100 KB pack and 20 of a
+#     10 MB one (incompressible), each set on a node whose cache holds
+#     one and a half packs; the time from a request for a site not cached
+#     to its response (the fetch asked, the pack fetched, verified,
+#     renamed in, loaded; the least recently used pack evicted), over a
+#     keep-alive connection: p50, p99 (of 20: the max), and the fetch
+#     alone as the store client counts it.
+# FLEET_PARTS=abcd (the default) picks the parts to run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kiln=$(realpath "${1:-target/release/kiln}")
@@ -124,12 +132,12 @@ def raise_nofile():
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
 
 class Node:
-    def __init__(self, prefix, cache, interval):
+    def __init__(self, prefix, cache, interval, extra=()):
         self.port = free_port()
         self.log = f"{cache}.log"
         args = [kiln, "serve", f"s3://sites/{prefix}/", "--store-endpoint", endpoint,
                 "--cache-dir", cache, "--sync-interval", str(interval),
-                "--listen", f"127.0.0.1:{self.port}", "--threads", "1"]
+                "--listen", f"127.0.0.1:{self.port}", "--threads", "1", *extra]
         if os.geteuid() == 0:
             args += ["--user", "root"]
         self.started = time.monotonic()
@@ -212,31 +220,40 @@ def part_b():
     print(f"(b) {npacks} packs of {os.path.getsize(tiny)} bytes uploaded by one curl --parallel "
           f"(64 at a time) in {time.monotonic() - started:.1f} s")
 
+    def first_sync(cache, parallel):
+        state = f"{cache}/.kiln-store/state"
+        def listed():
+            try:
+                with open(state) as f:
+                    return int(f.readline().split()[1])
+            except (OSError, IndexError, ValueError):
+                return 0
+        args = [kiln, "store", "sync", "s3://sites/many/", "--store-endpoint", endpoint, "--cache-dir", cache,
+                "--sync-interval", "3600", "--parallel-fetches", str(parallel)]
+        sync_log = open(f"{cache}-sync.log", "w")
+        started = time.monotonic()
+        sync = subprocess.Popen(args, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=sync_log, preexec_fn=raise_nofile)
+        children.append(sync)
+        wait("the first sync", lambda: listed() > 0, limit=900, step=0.05)
+        first = time.monotonic() - started
+        cached = sum(1 for name in os.listdir(cache) if name.endswith(".pack"))
+        print(f"(b) kiln store sync, first sync of {npacks} packs (fetch, verify, fsync, rename each; "
+              f"{parallel} at a time): "
+              f"{first:.1f} s, {cached} packs in the cache ({first / max(cached, 1) * 1000:.2f} ms a pack)")
+        return sync, listed
+
+    # One at a time (as before fetches were parallel), then 8 (the default).
+    sync, _ = first_sync(f"{W}/many-cache-1", 1)
+    sync.terminate()
+    sync.wait(timeout=30)
     cache = f"{W}/many-cache"
-    state = f"{cache}/.kiln-store/state"
-    def listed():
-        try:
-            with open(state) as f:
-                return int(f.readline().split()[1])
-        except (OSError, IndexError, ValueError):
-            return 0
-    args = [kiln, "store", "sync", "s3://sites/many/", "--store-endpoint", endpoint, "--cache-dir", cache,
-            "--sync-interval", "3600"]
-    sync_log = open(f"{W}/sync.log", "w")
-    started = time.monotonic()
-    sync = subprocess.Popen(args, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=sync_log,
-                            preexec_fn=raise_nofile)
-    children.append(sync)
-    wait("the first sync", lambda: listed() > 0, limit=900, step=0.05)
-    first = time.monotonic() - started
-    cached = sum(1 for name in os.listdir(cache) if name.endswith(".pack"))
-    print(f"(b) kiln store sync, first sync of {npacks} packs (fetch, verify, fsync, rename each): "
-          f"{first:.1f} s, {cached} packs in the cache ({first / max(cached, 1) * 1000:.2f} ms a pack)")
+    sync, listed = first_sync(cache, 8)
     passes = []
     for _ in range(3):
         before = listed()
         asked = time.monotonic()
-        sync.stdin.write(b"L")
+        sync.stdin.write(b"list\n")
         sync.stdin.flush()
         wait("a listing pass", lambda: listed() != before, limit=120, step=0.002)
         passes.append(time.monotonic() - asked)
@@ -295,8 +312,40 @@ def part_c():
               f"rename) p50 {statistics.median(fetch):.0f} ms, max {max(fetch)} ms (5 deploys)")
     node.stop()
 
-parts = os.environ.get("FLEET_PARTS", "abc")
-for name, part in (("a", part_a), ("b", part_b), ("c", part_c)):
+def part_d():
+    # Cold sites: a request for a site the cache does not hold waits for it.
+    for label, size in (("100 KB", 100 * 1000), ("10 MB", 10 * 1000 * 1000)):
+        prefix = f"cold{size}"
+        hosts = [f"c{i:02d}.test" for i in range(21)]
+        blob = os.urandom(size)
+        for h in hosts:
+            publish(build(f"{prefix}-{h}", {"blob.bin": blob, "version.txt": h.encode()}),
+                    f"{prefix}/{h}.pack")
+        pack_size = os.path.getsize(f"{W}/{prefix}-{hosts[0]}.pack")
+        cache = f"{W}/{prefix}-cache"
+        node = Node(prefix, cache, 60,
+                    ["--cache-size", str(pack_size * 3 // 2), "--fetch-timeout", "60"])
+        took = []
+        for h in hosts:
+            if os.path.exists(f"{cache}/{h}.pack"):
+                continue
+            started = time.monotonic()
+            status = node.get(h)
+            took.append(time.monotonic() - started)
+            if status != (200, h.encode()):
+                sys.exit(f"fleet.sh: {h} answered {status}; the node's log ends:\n"
+                         + "".join(open(node.log).readlines()[-40:]))
+        with open(f"{cache}/.kiln-store/state") as f:
+            cold = next(l.split() for l in f if l.startswith("cold "))
+        fetches, fetch_ms = int(cold[1]), int(cold[2])
+        print(f"(d) a cold site's first response, {label} pack ({pack_size} bytes; {len(took)} sites, "
+              f"a cache of 1.5 packs: each request evicts one): p50 {ms(pct(took, 50))}, "
+              f"p99 {ms(pct(took, 99))}; the fetch alone (GET, verify, fsync, rename) mean "
+              f"{fetch_ms / max(fetches, 1):.0f} ms over {fetches}")
+        node.stop()
+
+parts = os.environ.get("FLEET_PARTS", "abcd")
+for name, part in (("a", part_a), ("b", part_b), ("c", part_c), ("d", part_d)):
     if name in parts:
         part()
 PY

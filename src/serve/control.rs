@@ -429,6 +429,29 @@ impl Reloader {
         tracing::info!("ACME HTTP-01: answering {tokens} tokens");
     }
 
+    /// With `--cache-size`, once a `store::TICK`: the store's state and
+    /// host list read, the sites used said to the store client; a new
+    /// host list publishes a new generation of the sites.
+    fn store_tick(&mut self) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let sites = self.current.sites();
+        if let Some(hosts) = store.tick(&sites)
+            && let Served::Folder(folder) = &mut self.served
+        {
+            folder.set_cold(Some(hosts));
+            self.current.publish(folder.sites());
+        }
+    }
+
+    /// Whether requests may be parked for cold sites: the loops are then
+    /// woken when a new generation is published, so that a parked request
+    /// is answered as its site lands.
+    fn parks(&self) -> bool {
+        self.store.as_ref().is_some_and(|s| s.cold.is_some())
+    }
+
     /// inotify said these changed: sites, HTTP-01 tokens and TLS-ALPN-01
     /// certificates reload at once (each arrives whole, by rename);
     /// returns whether a certificate or key changed, which reloads after
@@ -601,13 +624,16 @@ struct Timers {
     drain: Option<Instant>,
     /// When the next `--poll` scan is due.
     poll: Option<Instant>,
+    /// With `--cache-size`: when the store's state and host list are
+    /// read again, and the sites used said (`store::TICK`).
+    store: Option<Instant>,
 }
 
 impl Timers {
     /// The poll timeout until the next one (`None`: none), at most a
     /// minute.
     fn timeout(&self) -> Option<Timespec> {
-        let next = [self.certificates, self.drain, self.poll]
+        let next = [self.certificates, self.drain, self.poll, self.store]
             .into_iter()
             .flatten()
             .min()?;
@@ -668,6 +694,10 @@ fn run(
             PollFd::from_borrowed_fd(client_fd, PollFlags::IN),
         ];
         timers.poll = poll.as_ref().map(|p| p.next);
+        if reloader.parks() && timers.store.is_none() {
+            timers.store = Some(Instant::now() + super::store::TICK);
+        }
+        let generation = reloader.current.generation();
         if let Err(errno) = rustix::event::poll(&mut fds, timers.timeout().as_ref()) {
             let e = io::Error::from(errno);
             if is_transient(&e) {
@@ -688,6 +718,10 @@ fn run(
         if timers.certificates.is_some_and(|at| at <= now) {
             timers.certificates = None;
             reloader.reload_tls();
+        }
+        if timers.store.is_some_and(|at| at <= now) {
+            timers.store = None;
+            reloader.store_tick();
         }
         if let Some(poll) = poll.as_mut().filter(|p| p.next <= now) {
             let changes = poll.scan(now);
@@ -773,6 +807,11 @@ fn run(
                         timers.certificates = Some(now + CERTIFICATE_QUIET);
                     }
                 }
+            }
+        }
+        if reloader.parks() && reloader.current.generation() != generation {
+            for w in wakers {
+                w.wake();
             }
         }
     }

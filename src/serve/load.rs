@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 use anyhow::bail;
 use rustix::mm::Advice;
 
+use super::handler::cold::ColdHosts;
 use super::handler::{Site, Sites};
 use super::metrics::Metrics;
 use super::pack_limits;
@@ -374,6 +375,8 @@ pub struct Folder {
     strays_said: BTreeSet<OsString>,
     /// Slots below `next_slot` no loaded site holds (a removed site's).
     free_slots: BTreeSet<u32>,
+    /// `kiln serve s3://… --cache-size`: the hosts the bucket holds.
+    cold: Option<Arc<ColdHosts>>,
     /// The lowest slot above every one held.
     next_slot: u32,
 }
@@ -391,6 +394,7 @@ impl Folder {
             metrics,
             strays_said: BTreeSet::new(),
             free_slots: BTreeSet::new(),
+            cold: None,
             next_slot: 0,
         };
         folder.warn_strays(None);
@@ -572,19 +576,29 @@ impl Folder {
             return false;
         };
         self.free_slots.insert(removed.site.slot());
+        // Cold again (evicted): its next request asks for it again.
+        if let Some(cold) = &self.cold {
+            cold.unloaded(name.as_bytes());
+        }
         true
     }
 
     /// The sites as a generation to serve.
     pub fn sites(&self) -> Arc<Sites> {
         let fallback = self.loaded.get(DEFAULT_SITE).map(|l| Arc::clone(&l.site));
-        Sites::by_host(
+        Sites::by_host_cold(
             self.loaded
                 .iter()
                 .filter(|(name, _)| *name != DEFAULT_SITE)
                 .map(|(name, l)| (name.as_bytes().to_vec(), Arc::clone(&l.site))),
             fallback,
+            self.cold.clone(),
         )
+    }
+
+    /// The hosts the bucket holds (`--cache-size`), for the next `sites`.
+    pub fn set_cold(&mut self, cold: Option<Arc<ColdHosts>>) {
+        self.cold = cold;
     }
 
     /// How many sites are loaded (the fallback included).

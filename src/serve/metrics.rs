@@ -150,6 +150,16 @@ impl SiteStats {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Every response counted, on every thread (the store client hears
+    /// of a site used when this changes).
+    pub fn responses(&self) -> u64 {
+        self.threads
+            .iter()
+            .flat_map(|t| t.responses.iter().flatten().flatten())
+            .map(Counter::get)
+            .sum()
+    }
 }
 
 /// Why a connection was closed by a deadline.
@@ -224,6 +234,8 @@ pub struct Metrics {
     /// Under `kiln serve s3://…`: the cache folder, whose state file each
     /// scrape and `/ready` read.
     store: std::sync::OnceLock<(std::path::PathBuf, u64)>,
+    /// With `--cache-size`: the cold sites' counts.
+    store_cold: std::sync::OnceLock<Arc<super::handler::cold::Store>>,
 }
 
 impl Metrics {
@@ -241,7 +253,13 @@ impl Metrics {
             draining: AtomicBool::new(false),
             acme: std::sync::OnceLock::new(),
             store: std::sync::OnceLock::new(),
+            store_cold: std::sync::OnceLock::new(),
         })
+    }
+
+    /// With `--cache-size`: scrapes show the cold sites' counts.
+    pub fn set_store_cold(&self, cold: &Arc<super::handler::cold::Store>) {
+        let _ = self.store_cold.set(Arc::clone(cold));
     }
 
     /// Under `kiln serve s3://…`: scrapes show the store's state, and
@@ -637,7 +655,7 @@ impl Metrics {
             render_acme(&mut out, &managed.dir, &managed.current_names());
         }
         if let Some((cache, _)) = self.store.get() {
-            super::store::render_metrics(&mut out, cache, now);
+            super::store::render_metrics(&mut out, cache, now, self.store_cold.get());
             super::store_status::render_metrics(&mut out, cache);
         }
         out

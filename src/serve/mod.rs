@@ -407,6 +407,23 @@ pub struct ServeArgs {
         env = "KILN_SYNC_INTERVAL"
     )]
     pub sync_interval: f64,
+    /// With SITE `s3://BUCKET/PREFIX/`: the most bytes the cache folder
+    /// holds (`10G`, `500M`). Packs beyond are cold: fetched at a site's
+    /// first request (which waits for it, up to --fetch-timeout), the
+    /// least recently used removed to make room. Default: every pack of
+    /// the bucket is fetched.
+    #[arg(long, value_name = "BYTES", value_parser = crate::store::parse_size, env = "KILN_CACHE_SIZE")]
+    pub cache_size: Option<u64>,
+    /// With --cache-size: how long a request for a cold site waits for its
+    /// pack before it gets 503 with Retry-After (HTTP/1.1 and HTTP/2;
+    /// HTTP/3 gets the 503 at once while the pack is fetched).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        env = "KILN_FETCH_TIMEOUT"
+    )]
+    pub fetch_timeout: f64,
     #[command(flatten)]
     pub store: crate::store::EndpointArgs,
 }
@@ -569,7 +586,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The store's client starts while the process has one thread, before
     // the sandbox, as the ACME client does; its first listing fills the
     // cache folder that is then opened as a folder of sites.
-    let store_child = if store::is_store(&args) {
+    let mut store_child = if store::is_store(&args) {
         let child = store::start(&args, settings.identity.as_ref())?;
         metrics.set_store(&child.cache, child.started_ms);
         Some(child)
@@ -577,7 +594,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None
     };
     let store_cache = store_child.as_ref().map(|c| c.cache.clone());
-    let opened = open::open_served(&args, &metrics, store_cache.as_deref())?;
+    let mut opened = open::open_served(&args, &metrics, store_cache.as_deref())?;
+    if let Some(child) = &mut store_child
+        && let Some(cold) = &child.cold
+        && let control::Served::Folder(folder) = &mut opened.served
+    {
+        metrics.set_store_cold(&cold.store);
+        folder.set_cold(child.cold_hosts());
+        opened.sites = folder.sites();
+    }
     // Once the packs are open: they take their descriptors first.
     let mut loop_config = settings.loop_config;
     if let Some(room) = settings.descriptor_room {

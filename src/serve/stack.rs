@@ -78,6 +78,11 @@ impl CurrentSites {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// Counts the generations published.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// The sites being served now.
     pub fn sites(&self) -> Arc<Sites> {
         Arc::clone(&self.state.lock().unwrap_or_else(|e| e.into_inner()).sites)
@@ -237,6 +242,9 @@ pub struct Protocols {
     wake: Option<bool>,
     /// When held event streams next hear a comment (Unix seconds).
     next_heartbeat: i64,
+    /// The second of the last turn, which parked requests are woken
+    /// once in.
+    parked_second: i64,
 }
 
 /// One connection's protocol state.
@@ -398,6 +406,7 @@ impl Protocols {
             events: EventStreams::default(),
             wake: None,
             next_heartbeat: 0,
+            parked_second: 0,
         }
     }
 
@@ -571,10 +580,19 @@ impl net::Stack for Protocols {
         // Held event streams (a watched preview's) hear of a new
         // generation, and a comment now and then; a thread that holds
         // none does nothing more here.
+        // Requests parked for a cold site are answered again when the
+        // sites change (theirs may have landed), and once a second (their
+        // deadlines).
         self.wake = None;
+        let parked = self.events.parked() > 0;
+        let tick = parked && unix_seconds != self.parked_second;
+        self.parked_second = unix_seconds;
         if self.events.held() == 0 {
             self.next_heartbeat = 0;
-            return false;
+            if parked && (changed || tick) {
+                self.wake = Some(false);
+            }
+            return self.wake.is_some();
         }
         let period = HEARTBEAT.as_secs() as i64;
         if self.next_heartbeat == 0 {
@@ -584,7 +602,7 @@ impl net::Stack for Protocols {
         if heartbeat {
             self.next_heartbeat = unix_seconds + period;
         }
-        if changed || heartbeat {
+        if changed || heartbeat || tick {
             self.wake = Some(heartbeat);
         }
         self.wake.is_some()

@@ -6,18 +6,25 @@
 //! as one replaced by hand), and reads the state file it writes there for
 //! `/ready` and `/metrics`. No network client and no async runtime run in
 //! this process. The child's standard input is a pipe from the server:
-//! a byte on it (the server's SIGHUP) makes it list at once, and its end
-//! (the server gone) ends the child.
+//! `list` on it (the server's SIGHUP) makes it list at once, `fetch HOST`
+//! fetches a cold site a request waits for, `used HOST` (every few
+//! seconds, for the sites that answered requests) tells it which packs to
+//! keep when it must make room; its end (the server gone) ends the child.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, anyhow};
 
 use super::ServeArgs;
+use super::handler::Sites;
+use super::handler::cold::{self, ColdHosts};
 use super::metrics::{header, label};
 use crate::confine::Identity;
 use crate::store::StoreUrl;
@@ -28,22 +35,86 @@ use crate::store::state::{self, State};
 /// 503 until a listing is done).
 const FIRST_LISTING_WAIT: Duration = Duration::from_secs(15);
 
+/// How often the control thread reads the state file and the host list,
+/// and says which sites were used.
+pub const TICK: Duration = Duration::from_secs(1);
+
 /// The child as started.
 pub struct StoreChild {
     pub pid: u32,
-    /// The write end of the child's standard input: a byte lists at once.
-    pub wake: OwnedFd,
+    /// The write end of the child's standard input (non-blocking).
+    pub wake: Arc<OwnedFd>,
     /// The cache folder served.
     pub cache: PathBuf,
     /// When it was started (Unix ms): listings before it do not count.
     pub started_ms: u64,
+    /// With `--cache-size`: what the request path shares about cold
+    /// sites, and what the control thread last saw.
+    pub cold: Option<Cold>,
+}
+
+/// The control thread's side of cold sites.
+pub struct Cold {
+    pub store: Arc<cold::Store>,
+    /// The host list's modification time last read.
+    hosts_seen: Option<SystemTime>,
+    /// Each site's response count when last looked at.
+    responses: HashMap<String, u64>,
+    cache: PathBuf,
 }
 
 impl StoreChild {
-    /// Asks the child to list now (SIGHUP). A full pipe already holds a
-    /// request: the write is non-blocking and its failure harmless.
+    /// Asks the child to list now (SIGHUP). A full pipe already holds
+    /// requests: the write is non-blocking and its failure harmless.
     pub fn list_now(&self) {
-        let _ = rustix::io::write(&self.wake, b"L");
+        let _ = rustix::io::write(&*self.wake, b"list\n");
+    }
+
+    /// Once a `TICK` (the control thread): whether the store is up, from
+    /// the state file; which sites answered requests since the last tick,
+    /// said to the child; and, when the bucket's host list changed, the
+    /// new cold hosts (to publish with a new generation of the sites).
+    pub fn tick(&mut self, sites: &Sites) -> Option<Arc<ColdHosts>> {
+        let previous = sites.cold();
+        let cold = self.cold.as_mut()?;
+        if let Some(state) = State::read(&self.cache) {
+            cold.store.up.store(state.up, Ordering::Relaxed);
+        }
+        for site in sites.iter() {
+            let count = site.stats().responses();
+            let name = site.name();
+            if cold.responses.get(name) != Some(&count) {
+                cold.responses.insert(name.to_string(), count);
+                cold.store.say(&[b"used", name.as_bytes()]);
+            }
+        }
+        cold.hosts(previous)
+    }
+
+    /// The cold hosts as the host list says now (none before the first
+    /// listing).
+    pub fn cold_hosts(&mut self) -> Option<Arc<ColdHosts>> {
+        let cold = self.cold.as_mut()?;
+        Some(
+            cold.hosts(None)
+                .unwrap_or_else(|| ColdHosts::new(Arc::clone(&cold.store), [], None)),
+        )
+    }
+}
+
+impl Cold {
+    /// The cold hosts, when the host list changed since last read (the
+    /// fetches asked of `previous` kept).
+    fn hosts(&mut self, previous: Option<&ColdHosts>) -> Option<Arc<ColdHosts>> {
+        let modified = std::fs::metadata(state::hosts_path(&self.cache))
+            .and_then(|m| m.modified())
+            .ok();
+        if modified.is_none() || modified == self.hosts_seen {
+            return None;
+        }
+        self.hosts_seen = modified;
+        let hosts = state::read_hosts(&self.cache).unwrap_or_default();
+        Some(ColdHosts::new(Arc::clone(&self.store), hosts, previous))
     }
 }
 
@@ -73,6 +144,12 @@ pub fn start(args: &ServeArgs, serving: Option<&Identity>) -> anyhow::Result<Sto
         anyhow::bail!(
             "--sync-interval must be at least 0.1 s, not {}",
             args.sync_interval
+        );
+    }
+    if !(args.fetch_timeout.is_finite() && (0.0..=3600.0).contains(&args.fetch_timeout)) {
+        anyhow::bail!(
+            "--fetch-timeout must be between 0 and 3600 s, not {}",
+            args.fetch_timeout
         );
     }
     let cache = cache_dir(args, &url);
@@ -105,6 +182,9 @@ pub fn start(args: &ServeArgs, serving: Option<&Identity>) -> anyhow::Result<Sto
     if let Some(endpoint) = &args.store.endpoint {
         command.args(["--store-endpoint", endpoint]);
     }
+    if let Some(size) = args.cache_size {
+        command.arg("--cache-size").arg(size.to_string());
+    }
     if args.no_sandbox {
         command.arg("--no-sandbox");
     }
@@ -133,11 +213,22 @@ pub fn start(args: &ServeArgs, serving: Option<&Identity>) -> anyhow::Result<Sto
             cache.display()
         );
     }
+    let wake = Arc::new(wake);
+    let cold = args.cache_size.map(|_| Cold {
+        store: cold::Store::new(
+            Arc::clone(&wake),
+            Duration::from_secs_f64(args.fetch_timeout),
+        ),
+        hosts_seen: None,
+        responses: HashMap::new(),
+        cache: cache.clone(),
+    });
     Ok(StoreChild {
         pid,
         wake,
         cache,
         started_ms,
+        cold,
     })
 }
 
@@ -185,10 +276,11 @@ pub fn ready(cache: &Path, started_ms: u64) -> bool {
 
 /// The store's gauges, from the state file (read at scrape time, on the
 /// metrics thread).
-pub fn render_metrics(out: &mut String, cache: &Path, now: i64) {
+pub fn render_metrics(out: &mut String, cache: &Path, now: i64, cold: Option<&Arc<cold::Store>>) {
     let Some(state) = State::read(cache) else {
         return;
     };
+    render_cache(out, &state, cold.map(|c| &**c));
     header(
         out,
         "kiln_store_up",
@@ -252,5 +344,87 @@ pub fn render_metrics(out: &mut String, cache: &Path, now: i64) {
             label(&o.name),
             o.fetched_bytes
         );
+    }
+}
+
+/// The cache's gauges and counters (`--cache-size`): what the child
+/// fetched for cold sites and evicted, from the state file; what the
+/// server's requests found, from its own counts.
+fn render_cache(out: &mut String, state: &State, cold: Option<&cold::Store>) {
+    let gauges = [
+        (
+            "kiln_store_cache_bytes",
+            "gauge",
+            "The bytes of the objects the cache holds.",
+            state.cache_bytes,
+        ),
+        (
+            "kiln_store_cache_limit_bytes",
+            "gauge",
+            "--cache-size (0: none, every pack is fetched).",
+            state.cache_limit,
+        ),
+        (
+            "kiln_store_cold_fetches_total",
+            "counter",
+            "Packs fetched because a request asked for a cold site.",
+            state.cold_fetches,
+        ),
+        (
+            "kiln_store_cold_fetch_bytes_total",
+            "counter",
+            "The bytes of those fetches.",
+            state.cold_fetch_bytes,
+        ),
+        (
+            "kiln_store_evictions_total",
+            "counter",
+            "Packs removed from the cache (least recently used) to make room.",
+            state.evictions,
+        ),
+    ];
+    for (name, kind, help, value) in gauges {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    header(
+        out,
+        "kiln_store_cold_fetch_seconds_total",
+        "counter",
+        "The time those fetches took (with kiln_store_cold_fetches_total: their mean).",
+    );
+    let _ = writeln!(
+        out,
+        "kiln_store_cold_fetch_seconds_total {:.3}",
+        state.cold_fetch_ms as f64 / 1000.0
+    );
+    let Some(cold) = cold else {
+        return;
+    };
+    let counters = [
+        (
+            "kiln_store_cold_requests_total",
+            "Answers that found the site cold (the cache misses; a parked request answered again counts again; the hits are the sites' own responses).",
+            &cold.cold_requests,
+        ),
+        (
+            "kiln_store_fetch_asks_total",
+            "Fetches the server asked the store client for (one per cold site, however many requests wait).",
+            &cold.asks,
+        ),
+        (
+            "kiln_store_cold_timeouts_total",
+            "Requests for a cold site answered 503: its pack did not arrive within --fetch-timeout.",
+            &cold.timed_out,
+        ),
+        (
+            "kiln_store_cold_store_down_total",
+            "Requests for a cold site answered 503 at once: the store was down.",
+            &cold.store_down,
+        ),
+    ];
+    for (name, help, counter) in counters {
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", counter.load(Ordering::Relaxed));
     }
 }

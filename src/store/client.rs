@@ -200,9 +200,11 @@ fn azure_builder(url: &StoreUrl, endpoint: Option<&str>) -> MicrosoftAzureBuilde
 }
 
 /// The runtime the store's requests run on: one thread, this one, only in
-/// the processes that talk to the store.
+/// the processes that talk to the store; the disk's work of fetches
+/// (fsync, checksums) on up to `PARALLEL_FETCHES` blocking threads.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(super::sync::PARALLEL_FETCHES)
         .enable_all()
         .build()
         .context("cannot start the store client's runtime")

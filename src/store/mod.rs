@@ -35,9 +35,10 @@ pub struct StoreCommand {
 #[derive(clap::Subcommand)]
 pub enum StoreSubcommand {
     /// Mirror the packs under s3://BUCKET/PREFIX/ into --cache-dir, every
-    /// --sync-interval seconds and at once when a byte arrives on standard
-    /// input (the server's SIGHUP); ends when standard input closes (the
-    /// server is gone).
+    /// --sync-interval seconds and at once when standard input says
+    /// `list` (the server's SIGHUP); with --cache-size, only what fits,
+    /// and `fetch HOST` on standard input fetches a cold site first; ends
+    /// when standard input closes (the server is gone).
     Sync(sync::SyncArgs),
     /// Write one small object (a secret the server is given as a store
     /// URL) to standard output, at most --max-bytes of it.
@@ -80,4 +81,52 @@ pub fn default_cache_dir(url: &StoreUrl) -> PathBuf {
     PathBuf::from("/var/lib/kiln/store")
         .join(&url.bucket)
         .join(&hash.as_str()[..16])
+}
+
+/// A `--cache-size`: bytes, or a number with a suffix K, M, G or T
+/// (powers of 1024; a trailing `B` or `iB` allowed: `10G`, `500MiB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let digits = upper.trim_end_matches(['B', 'I']);
+    let (number, shift) = match digits.chars().last() {
+        Some('K') => (&digits[..digits.len() - 1], 10),
+        Some('M') => (&digits[..digits.len() - 1], 20),
+        Some('G') => (&digits[..digits.len() - 1], 30),
+        Some('T') => (&digits[..digits.len() - 1], 40),
+        _ if digits.len() == upper.len() || upper.ends_with('B') => (digits, 0),
+        _ => ("", 0),
+    };
+    let bytes = number
+        .parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite() && *n > 0.0)
+        .map(|n| n * (1u64 << shift) as f64)
+        .filter(|n| *n >= 1.0 && *n < u64::MAX as f64)
+        .ok_or_else(|| format!("{text:?} is not a size (bytes, or with K, M, G or T: 10G)"))?;
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        for (text, bytes) in [
+            ("1000", Some(1000)),
+            ("10G", Some(10 << 30)),
+            ("500M", Some(500 << 20)),
+            ("500MiB", Some(500 << 20)),
+            ("1.5k", Some(1536)),
+            ("64KB", Some(64 << 10)),
+            ("2T", Some(2 << 40)),
+            ("0", None),
+            ("-1G", None),
+            ("ten", None),
+            ("10X", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_size(text).ok(), bytes, "{text}");
+        }
+    }
 }

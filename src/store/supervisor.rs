@@ -33,6 +33,13 @@ fn worker_argv(args: &SyncArgs) -> Vec<String> {
     if let Some(endpoint) = &args.endpoint.endpoint {
         argv.extend(["--store-endpoint".to_string(), endpoint.clone()]);
     }
+    if let Some(size) = args.cache_size {
+        argv.extend(["--cache-size".to_string(), size.to_string()]);
+    }
+    argv.extend([
+        "--parallel-fetches".to_string(),
+        args.parallel_fetches.to_string(),
+    ]);
     if args.no_sandbox {
         argv.push("--no-sandbox".to_string());
     }

@@ -167,6 +167,9 @@ pub struct EventStreams {
     /// Streams held now; each `EventStream` gives its count back when
     /// dropped (with its connection or its stream).
     held: Arc<AtomicUsize>,
+    /// Requests for cold sites parked now (`super::cold::Parked`), which
+    /// the loop wakes as the sites change and once a second.
+    parked: Arc<AtomicUsize>,
 }
 
 impl EventStreams {
@@ -186,6 +189,26 @@ impl EventStreams {
     /// How many streams the thread holds.
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
+    }
+
+    /// Parks a request for a cold site of `sites` until `deadline` (ms of
+    /// `cold::now_ms`; `None`: `--fetch-timeout` from now), unless the
+    /// thread parks its most.
+    pub fn park(&self, sites: &Sites, deadline: Option<u64>) -> Option<super::cold::Parked> {
+        let timeout = sites.cold()?.store.timeout.as_millis() as u64;
+        if self.parked.load(Ordering::Relaxed) >= super::cold::MAX_PARKED_PER_THREAD {
+            return None;
+        }
+        self.parked.fetch_add(1, Ordering::Relaxed);
+        Some(super::cold::Parked {
+            deadline_ms: deadline.unwrap_or_else(|| super::cold::now_ms() + timeout),
+            count: Arc::clone(&self.parked),
+        })
+    }
+
+    /// How many requests the thread holds parked.
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::Relaxed)
     }
 }
 

@@ -7,6 +7,7 @@
 //! the not-found page, a built-in 404.
 
 pub mod challenges;
+pub mod cold;
 mod conditional;
 mod field_lines;
 pub mod live;
@@ -156,13 +157,17 @@ pub enum Body {
     /// response open with a `live::EventStream` and appends what it is
     /// owed as it is woken.
     Events,
+    /// A cold site (`cold`): its pack is being fetched; the protocol parks
+    /// the request and answers it again once the site is loaded, or with
+    /// `cold::UNAVAILABLE` at the deadline. Never written as a body.
+    Cold,
 }
 
 impl Body {
     /// The bytes known now (none yet for an event stream).
     pub fn len(&self) -> u64 {
         match self {
-            Body::Empty | Body::Events => 0,
+            Body::Empty | Body::Events | Body::Cold => 0,
             Body::Static(b) => b.len() as u64,
             Body::Pack { len, .. } => *len,
         }
@@ -461,11 +466,12 @@ const ALLOW_TEXT_HPACK: &[u8] = &[
 ];
 /// `RETRY_TEXT`: `retry-after` (static name index 53: 0x0f 0x26), the
 /// literal `1` (0x01), then `TEXT_HPACK`.
-const RETRY_TEXT_HPACK: &[u8] = &[
+pub(super) const RETRY_TEXT_HPACK: &[u8] = &[
     0x0f, 0x26, 0x01, b'1', 0x0f, 0x10, 0x92, 0x49, 0x7c, 0xa5, 0x8a, 0xe8, 0x19, 0xaa, 0xfb, 0x50,
     0x93, 0x8e, 0xc4, 0x15, 0x30, 0x5a, 0x99, 0x56, 0x7b,
 ];
-const RETRY_TEXT: &[u8] = b"Retry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n";
+pub(super) const RETRY_TEXT: &[u8] =
+    b"Retry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\n";
 
 /// A built-in plain-text response.
 pub fn builtin(status: u16, body: &'static [u8]) -> Response<'static> {
@@ -548,11 +554,15 @@ pub fn answer<'a>(
         return resp;
     }
     let host = sites::target_authority(req.target).or(req.host);
-    let Some(site) = sites.route(host) else {
-        return builtin(
-            421,
-            b"421 Misdirected Request: no site here answers for this host\n",
-        );
+    let site = match sites.lookup(host) {
+        sites::Routed::Site(site) => site,
+        sites::Routed::Cold(cold) => return cold::answer(cold),
+        sites::Routed::Nowhere => {
+            return builtin(
+                421,
+                b"421 Misdirected Request: no site here answers for this host\n",
+            );
+        }
     };
     let mut resp = match https_redirect.and_then(|port| Some((port, redirect_parts(req)?))) {
         Some((https_port, (name, target))) => redirect_to_https(name, target, https_port, scratch),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3DefaultBuilder;
 
 use super::Site;
+use super::cold::{ColdHost, ColdHosts};
 
 /// Longest host name looked up (RFC 1035: 253 characters, and a bracketed
 /// IPv6 literal is shorter); a longer one matches no site.
@@ -29,6 +30,18 @@ pub struct Sites {
     /// The slot that answers hosts not in `hosts`, and requests without a
     /// host; `None`: those get 421 Misdirected Request.
     fallback: Option<u32>,
+    /// `kiln serve s3://… --cache-size`: the hosts the bucket holds, of
+    /// which those not in `hosts` are cold.
+    cold: Option<Arc<ColdHosts>>,
+}
+
+/// Where a request goes.
+pub enum Routed<'a> {
+    Site(&'a Arc<Site>),
+    /// A host the bucket holds whose site is not loaded.
+    Cold(ColdHost<'a>),
+    /// No site answers: 421.
+    Nowhere,
 }
 
 impl Sites {
@@ -39,6 +52,7 @@ impl Sites {
             slots: vec![Some(site)],
             hosts: HashMap::default(),
             fallback: Some(0),
+            cold: None,
         })
     }
 
@@ -47,6 +61,16 @@ impl Sites {
     pub fn by_host(
         sites: impl IntoIterator<Item = (Vec<u8>, Arc<Site>)>,
         fallback: Option<Arc<Site>>,
+    ) -> Arc<Sites> {
+        Sites::by_host_cold(sites, fallback, None)
+    }
+
+    /// `by_host`, with the hosts the bucket holds (`cold`): those of them
+    /// no site answers are cold, before the fallback.
+    pub fn by_host_cold(
+        sites: impl IntoIterator<Item = (Vec<u8>, Arc<Site>)>,
+        fallback: Option<Arc<Site>>,
+        cold: Option<Arc<ColdHosts>>,
     ) -> Arc<Sites> {
         let mut slots: Vec<Option<Arc<Site>>> = Vec::new();
         let mut place = |site: Arc<Site>| {
@@ -67,22 +91,50 @@ impl Sites {
             slots,
             hosts,
             fallback,
+            cold,
         })
     }
 
     /// The site that answers requests for `host` (a `Host` value, a port
-    /// and trailing dot allowed); `None` when no site does (421).
+    /// and trailing dot allowed); `None` when no site does (421) or the
+    /// host's site is cold.
     pub fn route(&self, host: Option<&[u8]>) -> Option<&Arc<Site>> {
+        match self.lookup(host) {
+            Routed::Site(site) => Some(site),
+            Routed::Cold(_) | Routed::Nowhere => None,
+        }
+    }
+
+    /// Where a request for `host` goes: a loaded site, a cold one, or
+    /// nowhere.
+    pub fn lookup(&self, host: Option<&[u8]>) -> Routed<'_> {
         let slot = match host {
-            Some(host) if !self.hosts.is_empty() => {
+            Some(host) if !self.hosts.is_empty() || self.cold.is_some() => {
                 let mut key = [0u8; MAX_HOST];
-                host_key(host, &mut key)
-                    .and_then(|k| self.hosts.get(k).copied())
-                    .or(self.fallback)
+                let key = host_key(host, &mut key);
+                match key.and_then(|k| self.hosts.get(k).copied()) {
+                    Some(slot) => Some(slot),
+                    None => {
+                        // Only a miss looks at the cold hosts.
+                        if let Some(cold) = key.zip(self.cold.as_ref()).and_then(|(k, c)| c.get(k))
+                        {
+                            return Routed::Cold(cold);
+                        }
+                        self.fallback
+                    }
+                }
             }
             _ => self.fallback,
-        }?;
-        self.site(slot)
+        };
+        match slot.and_then(|slot| self.site(slot)) {
+            Some(site) => Routed::Site(site),
+            None => Routed::Nowhere,
+        }
+    }
+
+    /// The hosts the bucket holds, with `--cache-size`.
+    pub fn cold(&self) -> Option<&ColdHosts> {
+        self.cold.as_deref()
     }
 
     /// The site at `slot`, if this generation has one there.

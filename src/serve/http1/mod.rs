@@ -9,6 +9,7 @@ pub mod request_line;
 
 use super::access_log::Entry;
 use super::date::DateCache;
+use super::handler::cold::{self, Parked};
 use super::handler::live::EventStream;
 use super::handler::{self, Body, Extra, Method, Response, Sites};
 use super::metrics::Protocol;
@@ -49,6 +50,21 @@ pub struct Batch {
     /// (its hello written): nothing after it on the connection is
     /// answered.
     pub events: Option<Held>,
+    /// The request at `consumed` is for a cold site: parked until its
+    /// site is loaded or its deadline.
+    pub parked: Option<Parked>,
+}
+
+/// Whether a request for a cold site may be parked (the first of a batch;
+/// those after it always may).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Park {
+    /// A new request: until `--fetch-timeout` from now.
+    New,
+    /// Parked before: until its deadline (`cold::now_ms`).
+    Until(u64),
+    /// Its wait ran out, or the server drains: 503.
+    Never,
 }
 
 /// The live preview's event stream, held open on a connection.
@@ -198,7 +214,7 @@ fn write_response(
         return 0;
     }
     match resp.body {
-        Body::Empty | Body::Events => 0,
+        Body::Empty | Body::Events | Body::Cold => 0,
         Body::Static(bytes) => {
             out.bytes.extend_from_slice(bytes);
             bytes.len() as u64
@@ -254,11 +270,13 @@ pub fn write_error(out: &mut Output, ctx: &mut RequestContext<'_>, status: u16) 
 /// `discard` is the connection's request body still being dropped: it
 /// reads the start of `buf`, and is left holding the body of the last
 /// request when that body goes on past `buf`.
+/// `park` says whether the first request may be parked for a cold site.
 pub fn serve_batch(
     buf: &[u8],
     discard: &mut Discard,
     ctx: &mut RequestContext<'_>,
     out: &mut Output,
+    mut park: Park,
 ) -> Batch {
     let mut batch = Batch::default();
     match discard.feed(buf) {
@@ -313,6 +331,24 @@ pub fn serve_batch(
         let req = &head.request;
         let head_only = req.method == Method::Head;
         let mut resp = handler::answer(ctx.sites, req, ctx.http01, ctx.https_redirect, ctx.scratch);
+        if resp.body == Body::Cold {
+            let parked = match park {
+                _ if ctx.draining => None,
+                Park::New => ctx.events.park(ctx.sites, None),
+                Park::Until(deadline) => ctx.events.park(ctx.sites, Some(deadline)),
+                Park::Never => None,
+            };
+            match parked {
+                Some(parked) if !parked.expired() => {
+                    // Answered again from the bytes at `consumed` when
+                    // woken.
+                    batch.parked = Some(parked);
+                    break;
+                }
+                _ => resp = cold::gave_up(ctx.sites),
+            }
+        }
+        park = Park::New;
         let mut events = None;
         if resp.body == Body::Events && !head_only {
             match ctx.events.hold(resp.site) {
@@ -417,7 +453,16 @@ pub struct Conn {
     /// With an access log: when the request at the start of `partial`
     /// began arriving (see `RequestContext::started_us`); 0 otherwise.
     started_us: u64,
+    /// The request at the start of `partial` waits for its cold site:
+    /// answered again when the loop wakes the connection.
+    parked: Option<Parked>,
+    /// How the next batch's first request may park (set by `wake`).
+    park: Option<Park>,
 }
+
+/// The most a client may send on a connection while its request is
+/// parked (pipelined requests); beyond, the connection closes.
+const MAX_PARKED_INPUT: usize = 64 * 1024;
 
 impl Conn {
     /// Answers what `bytes` (just read) complete, into `out`.
@@ -426,6 +471,17 @@ impl Conn {
             // A client has nothing to say on a held stream: what it sends
             // is dropped (reading on tells when it leaves).
             return self.wake(ctx, false, out).unwrap_or(HELD);
+        }
+        if self.parked.is_some() {
+            // Kept for after the parked request; not answered before it.
+            if self.partial.len() + bytes.len() > MAX_PARKED_INPUT {
+                return Step::Close {
+                    linger: false,
+                    more: false,
+                };
+            }
+            self.partial.extend_from_slice(bytes);
+            return HELD;
         }
         let mut partial = std::mem::take(&mut self.partial);
         let from_partial = !partial.is_empty();
@@ -438,8 +494,21 @@ impl Conn {
         if from_partial && self.started_us != 0 {
             ctx.started_us = self.started_us;
         }
-        let mut batch = serve_batch(buf, &mut self.discard, ctx, out);
+        let park = self.park.take().unwrap_or(Park::New);
+        let mut batch = serve_batch(buf, &mut self.discard, ctx, out, park);
         ctx.started_us = this_turn;
+        if let Some(parked) = batch.parked.take() {
+            // The cold path: the request and what follows it kept.
+            if from_partial {
+                partial.drain(..batch.consumed);
+                self.partial = partial;
+            } else {
+                self.partial = buf[batch.consumed..].to_vec();
+            }
+            self.parked = Some(parked);
+            self.backlog = false;
+            return HELD;
+        }
         if let Some(held) = batch.events.take() {
             self.events = Some(held);
             self.partial = Vec::new();
@@ -497,6 +566,16 @@ impl Conn {
         heartbeat: bool,
         out: &mut Output,
     ) -> Option<Step> {
+        if let Some(parked) = self.parked.take() {
+            // Answered again: from the site if it was loaded meanwhile,
+            // else parked on, or 503 once its wait ran out.
+            self.park = Some(if ctx.draining || parked.expired() {
+                Park::Never
+            } else {
+                Park::Until(parked.deadline_ms)
+            });
+            return Some(self.input(&[], ctx, out));
+        }
         let held = self.events.as_mut()?;
         if ctx.draining {
             held.end(out);

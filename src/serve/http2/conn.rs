@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use crate::hpack::{DecodeError, Decoder, SharedState};
 use crate::serve::handler::Site;
+use crate::serve::handler::cold::Parked;
 use crate::serve::handler::live::EventStream;
 use crate::serve::net::conn::Expiry;
 use crate::serve::net::{Step, Wait};
@@ -135,6 +136,9 @@ struct Stream {
     /// The live preview's event stream, held open on this stream: its
     /// events go as DATA frames as the connection is woken.
     events: Option<EventStream>,
+    /// A request for a cold site, parked: answered again as the
+    /// connection is woken (`handler::cold`).
+    parked: Option<Box<(RequestFields, Parked)>>,
 }
 
 /// A field block arriving over several frames.
@@ -323,13 +327,29 @@ impl Conn {
         heartbeat: bool,
         out: &mut Output,
     ) -> Option<Step> {
-        if !self.streams.iter().any(|s| s.events.is_some()) {
+        if !self
+            .streams
+            .iter()
+            .any(|s| s.events.is_some() || s.parked.is_some())
+        {
             return None;
         }
+        let mut answered = false;
         for i in 0..self.streams.len() {
+            if let Some(parked) = self.streams[i].parked.take() {
+                let (request, parked) = *parked;
+                let deadline = if parked.expired() {
+                    0
+                } else {
+                    parked.deadline_ms
+                };
+                drop(parked);
+                self.respond_parked(i, &request, Some(deadline), ctx, out);
+                answered |= self.streams[i].answered;
+            }
             self.write_events(i, ctx, heartbeat, out);
         }
-        Some(self.finish_turn(ctx, out, false))
+        Some(self.finish_turn(ctx, out, answered))
     }
 
     /// The event stream on `self.streams[i]`, if it is one: what it is
@@ -440,8 +460,12 @@ impl Conn {
         // flight, which shutdown must let finish, unlike a request still
         // arriving.
         let in_flight = self.streams.iter().any(|s| s.body.is_some());
-        // A held event stream is neither: it waits on nobody.
-        let answering = self.streams.iter().any(|s| s.events.is_none());
+        // A held event stream is neither: it waits on nobody; nor does a
+        // parked request (the loop wakes it).
+        let answering = self
+            .streams
+            .iter()
+            .any(|s| s.events.is_none() && s.parked.is_none());
         let waiting = !self.partial.is_empty() || self.block.is_some() || answering;
         if done {
             return Step::Close {
@@ -942,6 +966,7 @@ impl Conn {
             priority,
             site: None,
             events: None,
+            parked: None,
         });
         let i = self.streams.len() - 1;
         let decoded = fields_ok.and_then(|()| {

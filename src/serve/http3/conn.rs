@@ -868,6 +868,11 @@ impl Conn {
             _ => handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch),
         };
         let head_only = req.method == Method::Head && refused.is_none();
+        if resp.body == Body::Cold {
+            // HTTP/3 does not park a request: the fetch is asked, and the
+            // client told to come back in a second.
+            resp = handler::cold::gave_up(ctx.sites);
+        }
         let mut events = None;
         if resp.body == Body::Events && !head_only {
             match ctx.events.hold(resp.site) {
@@ -877,7 +882,7 @@ impl Conn {
         }
         let body = match resp.body {
             _ if head_only => Bytes::new(),
-            Body::Empty | Body::Events => Bytes::new(),
+            Body::Empty | Body::Events | Body::Cold => Bytes::new(),
             Body::Static(bytes) => Bytes::from_static(bytes),
             Body::Pack { pack, off, len } => cx.bodies.slice(cx.backing, pack, off, len),
         };

@@ -53,6 +53,19 @@ impl Conn {
         ctx: &mut RequestContext<'_>,
         out: &mut Output,
     ) {
+        self.respond_parked(i, request, None, ctx, out);
+    }
+
+    /// `respond`, for a request parked before until `deadline` (its wait
+    /// ran out: `Some(0)`).
+    pub(super) fn respond_parked(
+        &mut self,
+        i: usize,
+        request: &RequestFields,
+        deadline: Option<u64>,
+        ctx: &mut RequestContext<'_>,
+        out: &mut Output,
+    ) {
         let req = request.request();
         if request.target().len() > 8 * 1024 {
             self.respond_builtin(i, 414, b"414 URI Too Long\n", Some(request), ctx, out);
@@ -60,6 +73,22 @@ impl Conn {
         }
         let mut resp =
             handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch);
+        if resp.body == Body::Cold {
+            let parked = match deadline {
+                _ if ctx.draining || self.goaway_sent => None,
+                Some(0) => None,
+                deadline => ctx.events.park(ctx.sites, deadline),
+            };
+            match parked {
+                Some(parked) if !parked.expired() => {
+                    // The cold path: the request kept, answered again as
+                    // the connection is woken.
+                    self.streams[i].parked = Some(Box::new((request.clone(), parked)));
+                    return;
+                }
+                _ => resp = handler::cold::gave_up(ctx.sites),
+            }
+        }
         let head_only = req.method == Method::Head;
         let mut events = None;
         if resp.body == Body::Events && !head_only {
@@ -109,7 +138,7 @@ impl Conn {
     ) {
         let body = match resp.body {
             _ if head_only => None,
-            Body::Empty | Body::Events => None,
+            Body::Empty | Body::Events | Body::Cold => None,
             Body::Static(bytes) => Some(Remaining::Static(bytes)),
             Body::Pack { pack, off, len } => Some(Remaining::Pack { pack, off, len }),
         }
