@@ -419,6 +419,7 @@ mod tests {
                 object("a.test.crt", 1),
                 object("a.test.key", 1),
             ],
+            ..State::default()
         };
         let text = table(&state, "/cache", 1_700_000_062_000);
         let lines: Vec<&str> = text.lines().collect();

@@ -842,6 +842,7 @@ mod tests {
             client: client::Client {
                 store: Arc::new(object_store::memory::InMemory::new()),
                 place: "memory".into(),
+                endpoint: EndpointArgs::default(),
             },
             state: State::default(),
             held: held
@@ -875,6 +876,7 @@ mod tests {
             too_large: BTreeSet::new(),
             parallel: PARALLEL_FETCHES,
             listing_done: None,
+            listing_started: Instant::now(),
         }
     }
 
