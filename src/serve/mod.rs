@@ -415,8 +415,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", value_parser = crate::store::parse_size, env = "KILN_CACHE_SIZE")]
     pub cache_size: Option<u64>,
     /// With --cache-size: how long a request for a cold site waits for its
-    /// pack before it gets 503 with Retry-After (HTTP/1.1 and HTTP/2;
-    /// HTTP/3 gets the 503 at once while the pack is fetched).
+    /// pack before it gets 503 with Retry-After (HTTP/1.1, HTTP/2 and
+    /// HTTP/3 alike).
     #[arg(
         long,
         value_name = "SECONDS",

@@ -185,8 +185,8 @@ pub fn answer(cold: ColdHost<'_>) -> Response<'static> {
     }
 }
 
-/// 503 for a cold site whose pack did not arrive in time (or a protocol
-/// that cannot wait): asked again in a second, it may be there.
+/// 503 for a cold site whose pack did not arrive in time (or a request
+/// no protocol could park): asked again in a second, it may be there.
 pub const UNAVAILABLE: Response<'static> = Response {
     status: 503,
     head: RETRY_TEXT,

@@ -4,7 +4,9 @@
 //! one), request streams (HEADERS, then DATA and trailers, each checked),
 //! unknown frame and stream types ignored, GOAWAY, every error RFC 9114
 //! names for what it names, and HTTP/2's limit on cancelled requests
-//! (rapid reset). Requests go to `handler::answer` as HTTP/2's.
+//! (rapid reset). Requests go to `handler::answer` as HTTP/2's; one for
+//! a cold site is parked on its stream and answered again as the
+//! endpoint wakes the connection (`handler::cold`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use super::taken::Taken;
 use crate::qpack;
 use crate::serve::access_log::Entry;
 use crate::serve::date::DateCache;
+use crate::serve::handler::cold::Parked;
 use crate::serve::handler::live::EventStream;
 use crate::serve::handler::{self, Body, Extra, Method, Response};
 use crate::serve::metrics::Protocol;
@@ -228,6 +231,9 @@ struct Request {
     /// The live preview's event stream, held open on this stream: the
     /// response is never finished while it is here.
     events: Option<EventStream>,
+    /// A request for a cold site, parked: its fields kept, answered again
+    /// as the connection is woken (`handler::cold`).
+    parked: Option<Box<(RequestFields, Parked)>>,
 }
 
 /// A connection error: the code the connection closes with, and why.
@@ -327,23 +333,53 @@ impl Conn {
         self.goaway || self.closed
     }
 
-    /// Whether a request stream holds the live preview's event stream.
-    pub fn holds_events(&self) -> bool {
-        self.requests.iter().any(|r| r.events.is_some())
+    /// Whether a request stream holds the live preview's event stream or
+    /// a request parked for a cold site: what `wake` acts on.
+    pub fn holds_woken(&self) -> bool {
+        self.requests
+            .iter()
+            .any(|r| r.events.is_some() || r.parked.is_some())
     }
 
-    /// Writes what the held event streams are owed now (with
+    /// Whether a request for a cold site is parked.
+    pub fn holds_parked(&self) -> bool {
+        self.requests.iter().any(|r| r.parked.is_some())
+    }
+
+    /// Answers the parked requests again (each answered now that its site
+    /// landed or the store is down, 503 once its wait ran out, else parked
+    /// on), and writes what the held event streams are owed now (with
     /// `heartbeat`, a comment if nothing else), each as a DATA frame.
-    pub fn wake(&mut self, streams: &mut impl Streams, ctx: &RequestContext<'_>, heartbeat: bool) {
+    pub fn wake(
+        &mut self,
+        streams: &mut impl Streams,
+        cx: &mut Answering<'_, '_>,
+        heartbeat: bool,
+    ) {
         if self.closed {
             return;
         }
-        for i in 0..self.requests.len() {
+        // From the end: a request answered whole is forgotten in place of
+        // the last one, which was looked at already.
+        for i in (0..self.requests.len()).rev() {
+            if let Some(parked) = self.requests[i].parked.take() {
+                let (fields, parked) = *parked;
+                let deadline = if parked.expired() {
+                    0
+                } else {
+                    parked.deadline_ms
+                };
+                drop(parked);
+                self.respond(i, Fields::Parked(&fields, deadline), streams, cx);
+                self.stop_reading_once_answered(i, streams);
+                self.retire(i);
+                continue;
+            }
             let request = &mut self.requests[i];
             let Some(stream) = request.events.as_mut() else {
                 continue;
             };
-            let Some(event) = stream.owed(ctx.sites, heartbeat) else {
+            let Some(event) = stream.owed(cx.ctx.sites, heartbeat) else {
                 continue;
             };
             let frame = data_frame(event);
@@ -689,6 +725,7 @@ impl Conn {
                     answered: false,
                     read_done: false,
                     events: None,
+                    parked: None,
                 });
                 self.requests.len() - 1
             }
@@ -826,9 +863,9 @@ impl Conn {
             MAX_FIELD_SECTION,
             |name, value| fields.field(name, value),
         );
-        let status = match decoded {
+        let from = match decoded {
             Ok(()) => match fields.finish() {
-                Ok(()) => None,
+                Ok(()) => Fields::Scratch,
                 Err(_) => return Err(MALFORMED),
             },
             Err(qpack::DecodeError::Compression(_)) => {
@@ -841,37 +878,54 @@ impl Conn {
                 return Err(MALFORMED);
             }
             Err(qpack::DecodeError::Field(FieldError::TooManyLines))
-            | Err(qpack::DecodeError::ListTooLarge) => Some(431),
+            | Err(qpack::DecodeError::ListTooLarge) => Fields::TooLarge,
         };
         self.requests[i].content_length = scratch.fields.content_length();
-        self.respond(i, status, streams, cx);
+        self.respond(i, from, streams, cx);
         Ok(())
     }
 
-    /// Answers request `i` (`refused`: with that status, the fields being
-    /// beyond what is read) and writes what flow control takes.
+    /// Answers request `i` (its fields in the scratch, unless parked
+    /// before) and writes what flow control takes; a request for a cold
+    /// site is parked instead while its wait lasts.
     fn respond(
         &mut self,
         i: usize,
-        refused: Option<u16>,
+        from: Fields<'_>,
         streams: &mut impl Streams,
         cx: &mut Answering<'_, '_>,
     ) {
         let scratch = &mut *cx.scratch;
         let ctx = &mut *cx.ctx;
-        let fields = &scratch.fields;
+        let fields = match from {
+            Fields::Parked(fields, _) => fields,
+            Fields::Scratch | Fields::TooLarge => &scratch.fields,
+        };
         let req = fields.request();
         let (server_headers, date) = (ctx.server_headers, ctx.date);
-        let mut resp = match refused {
-            Some(431) => handler::builtin(431, b"431 Request Header Fields Too Large\n"),
+        let refused = matches!(from, Fields::TooLarge);
+        let mut resp = match from {
+            Fields::TooLarge => handler::builtin(431, b"431 Request Header Fields Too Large\n"),
             _ if req.target.len() > 8 * 1024 => handler::builtin(414, b"414 URI Too Long\n"),
             _ => handler::answer(ctx.sites, &req, ctx.http01, ctx.https_redirect, ctx.scratch),
         };
-        let head_only = req.method == Method::Head && refused.is_none();
+        let head_only = req.method == Method::Head && !refused;
         if resp.body == Body::Cold {
-            // HTTP/3 does not park a request: the fetch is asked, and the
-            // client told to come back in a second.
-            resp = handler::cold::gave_up(ctx.sites);
+            let parked = match from {
+                _ if ctx.draining || self.goaway => None,
+                Fields::Parked(_, 0) => None,
+                Fields::Parked(_, deadline) => ctx.events.park(ctx.sites, Some(deadline)),
+                Fields::Scratch | Fields::TooLarge => ctx.events.park(ctx.sites, None),
+            };
+            match parked {
+                Some(parked) if !parked.expired() => {
+                    // The cold path: the request's fields kept, answered
+                    // again as the endpoint wakes the connection.
+                    self.requests[i].parked = Some(Box::new((fields.clone(), parked)));
+                    return;
+                }
+                _ => resp = handler::cold::gave_up(ctx.sites),
+            }
         }
         let mut events = None;
         if resp.body == Body::Events && !head_only {
@@ -907,7 +961,6 @@ impl Conn {
         request.unsent = Some([head, body]);
         ctx.count(Protocol::Http3, site, status, sent, encoding);
         if ctx.logs() {
-            let fields = &scratch.fields;
             ctx.log(Entry {
                 peer: None,
                 request: Some((fields.method_token(), fields.target(), "HTTP/3")),
@@ -949,6 +1002,18 @@ impl Conn {
             request.read_done = true;
         }
     }
+}
+
+/// Where `Conn::respond` finds the request it answers.
+#[derive(Clone, Copy)]
+enum Fields<'f> {
+    /// In the scratch: the request whose HEADERS was just read.
+    Scratch,
+    /// That request, refused with 431: its fields are beyond what is read.
+    TooLarge,
+    /// Kept on the stream: a request parked before, until this deadline
+    /// (`cold::now_ms`; 0: its wait ran out).
+    Parked(&'f RequestFields, u64),
 }
 
 /// The parts of the thread a request is answered with.

@@ -473,18 +473,28 @@ impl Endpoint {
         }
     }
 
-    /// Held event streams are owed what changed (and with `heartbeat` a
-    /// comment): every connection that holds one writes it.
-    fn wake_held(&mut self, now: Instant, heartbeat: bool, cx: &Context<'_, '_>) {
+    /// The sites changed, or a second passed while requests are parked
+    /// (the stack's `wake`): requests parked for a cold site are answered
+    /// again, and held event streams are owed what changed (and with
+    /// `heartbeat` a comment). Only the connections that hold either.
+    fn wake_held(&mut self, now: Instant, heartbeat: bool, cx: &mut Context<'_, '_>) {
         for (slot, conn) in self.conns.iter_mut().enumerate() {
-            let Some(conn) = conn.as_mut().filter(|c| c.started && c.h3.holds_events()) else {
+            let Some(conn) = conn.as_mut().filter(|c| c.started && c.h3.holds_woken()) else {
                 continue;
             };
+            // For the access log, as `drive_one` says.
+            cx.ctx.peer = Some(conn.quic.remote_address().ip());
             let mut streams = QuicStreams {
                 quic: &mut conn.quic,
                 now,
             };
-            conn.h3.wake(&mut streams, &cx.ctx, heartbeat);
+            conn.h3.wake(&mut streams, &mut cx.answering(), heartbeat);
+            if conn.h3.holds_parked() {
+                // Nothing else crosses the connection while a request
+                // waits (once a second here): a PING, acknowledged, keeps
+                // either side's idle timeout from ending it.
+                conn.quic.ping();
+            }
             self.touched.push(slot);
         }
     }
@@ -753,7 +763,7 @@ pub struct Context<'a, 'w> {
     pub backing: &'a Arc<dyn Backing>,
     pub draining: bool,
     /// Held event streams are owed what changed this turn (`Some`), and
-    /// with `Some(true)` a heartbeat.
+    /// with `Some(true)` a heartbeat; parked requests are answered again.
     pub wake: Option<bool>,
 }
 

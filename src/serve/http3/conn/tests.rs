@@ -2,14 +2,17 @@
 //! control as a budget): what HTTP/3 writes, and every error it raises.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::super::frame::{self, write_frame_header, write_varint};
 use super::{Answering, Bodies, Conn, Scratch, Streams};
 use crate::serve::date::DateCache;
-use crate::serve::handler::{Scratch as HandlerScratch, Site, Sites};
+use crate::serve::handler::{Scratch as HandlerScratch, Site, Sites, cold};
 use crate::serve::metrics::{Metrics, Scheme, SiteStats};
 use crate::serve::net::Backing;
 use crate::serve::request_context::RequestContext;
@@ -96,6 +99,16 @@ impl Peer {
     }
 
     fn send(&mut self, id: u64, bytes: &[u8], fin: bool) {
+        self.answering(|conn, quic, answering| conn.on_data(id, bytes, fin, quic, answering));
+    }
+
+    /// Wakes the held event streams and parked requests (`Conn::wake`).
+    fn wake(&mut self, heartbeat: bool) {
+        self.answering(|conn, quic, answering| conn.wake(quic, answering, heartbeat));
+    }
+
+    /// Runs `f` with what answering needs.
+    fn answering(&mut self, f: impl FnOnce(&mut Conn, &mut FakeQuic, &mut Answering<'_, '_>)) {
         let mut ctx = RequestContext {
             sites: &self.sites,
             scratch: &mut self.handler,
@@ -119,29 +132,7 @@ impl Peer {
             bodies: &mut self.bodies,
             backing: &backing,
         };
-        self.conn
-            .on_data(id, bytes, fin, &mut self.quic, &mut answering);
-    }
-
-    /// Wakes the held event streams (`Conn::wake`).
-    fn wake(&mut self, heartbeat: bool) {
-        let ctx = RequestContext {
-            sites: &self.sites,
-            scratch: &mut self.handler,
-            date: &self.date,
-            server_headers: &self.headers,
-            log: None,
-            peer: None,
-            draining: false,
-            http01: None,
-            https_redirect: None,
-            scheme: Scheme::Https,
-            metrics: &self.metrics,
-            thread: 0,
-            started_us: 0,
-            events: &self.events,
-        };
-        self.conn.wake(&mut self.quic, &ctx, heartbeat);
+        f(&mut self.conn, &mut self.quic, &mut answering);
     }
 
     /// The client's control stream (ID 2) with SETTINGS and `more`.
@@ -393,7 +384,7 @@ fn an_event_stream_is_held_open_and_woken_until_goaway() {
     let section = get_section_of(b"/_kiln/events");
     peer.send(0, &frame_bytes(frame::HEADERS, &section), true);
     assert!(peer.quic.finished.is_empty(), "held open");
-    assert!(peer.conn.holds_events() && !peer.conn.is_idle());
+    assert!(peer.conn.holds_woken() && !peer.conn.is_idle());
     let data = data_payloads(&peer.quic.written[&0]);
     assert!(data[0].starts_with(b"retry: 1000\ndata: {\"hello\":true"));
 
@@ -507,4 +498,102 @@ fn a_request_whose_first_bytes_come_after_a_later_ones_is_answered() {
     peer.send(16, &frame_bytes(frame::HEADERS, &get_section()), true);
     assert_eq!(peer.quic.finished, [4, 0, 12, 8]);
     assert_eq!(peer.quic.resets, [(16, frame::H3_REQUEST_REJECTED)]);
+}
+
+/// `peer`'s sites with `localhost` cold: the bucket holds it, no site is
+/// loaded; the store waits `timeout` (its pipe: /dev/null).
+fn cold_localhost(peer: &mut Peer, timeout: Duration) -> Arc<cold::Store> {
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let store = cold::Store::new(Arc::new(OwnedFd::from(null)), timeout);
+    let hosts = cold::ColdHosts::new(Arc::clone(&store), ["localhost".to_owned()], None);
+    peer.sites = Sites::by_host_cold([], None, Some(hosts));
+    store
+}
+
+/// The `:status` and body of the response on stream `id`.
+fn status_and_body(peer: &Peer, id: u64) -> (Vec<u8>, Vec<u8>) {
+    let sent = &peer.quic.written[&id];
+    let head = &frames(sent)[0];
+    assert_eq!(head.0, frame::HEADERS);
+    let mut status = Vec::new();
+    crate::qpack::decode_field_section::<()>(&head.1, &mut Vec::new(), 1 << 16, |n, v| {
+        if n == b":status" {
+            status = v.to_vec();
+        }
+        Ok(())
+    })
+    .unwrap();
+    (status, data_payloads(sent).concat())
+}
+
+#[test]
+fn a_request_for_a_cold_site_is_parked_until_its_site_lands() {
+    let mut peer = Peer::new();
+    let store = cold_localhost(&mut peer, Duration::from_secs(600));
+    peer.control(&[]);
+    peer.send(0, &frame_bytes(frame::HEADERS, &get_section()), true);
+    peer.send(4, &frame_bytes(frame::HEADERS, &get_section()), true);
+    assert!(!peer.quic.written.contains_key(&0), "parked");
+    assert!(peer.conn.holds_woken() && !peer.conn.is_idle());
+    assert_eq!(peer.events.parked(), 2);
+    assert_eq!(store.asks.load(Ordering::Relaxed), 1, "one fetch asked");
+
+    // Still cold: parked on.
+    peer.wake(false);
+    assert!(!peer.quic.written.contains_key(&0) && peer.quic.finished.is_empty());
+    assert_eq!(peer.events.parked(), 2);
+
+    // The site landed: both answered, and forgotten.
+    peer.sites = Sites::single(Site::dummy(SiteStats::new("_default", 1)));
+    peer.wake(false);
+    let mut finished = peer.quic.finished.clone();
+    finished.sort_unstable();
+    assert_eq!(finished, [0, 4]);
+    for id in [0, 4] {
+        assert_eq!(
+            status_and_body(&peer, id),
+            (b"200".to_vec(), b"Hello World!".to_vec())
+        );
+    }
+    assert_eq!(peer.events.parked(), 0);
+    assert!(peer.conn.is_idle() && !peer.conn.holds_woken());
+}
+
+#[test]
+fn a_parked_request_gets_503_when_the_store_goes_down_or_its_wait_runs_out() {
+    let mut peer = Peer::new();
+    let store = cold_localhost(&mut peer, Duration::from_secs(600));
+    peer.control(&[]);
+    peer.send(0, &frame_bytes(frame::HEADERS, &get_section()), true);
+    store.up.store(false, Ordering::Relaxed);
+    peer.wake(false);
+    assert_eq!(peer.quic.finished, [0]);
+    let (status, body) = status_and_body(&peer, 0);
+    assert_eq!(status, b"503");
+    assert!(body.ends_with(b"the store is down\n"), "{body:?}");
+    assert_eq!(peer.events.parked(), 0);
+
+    // A wait of a millisecond: 503 once it ran out.
+    let mut peer = Peer::new();
+    let store = cold_localhost(&mut peer, Duration::from_millis(1));
+    peer.control(&[]);
+    peer.send(0, &frame_bytes(frame::HEADERS, &get_section()), true);
+    let started = std::time::Instant::now();
+    while peer.quic.finished.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never answered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        peer.wake(false);
+    }
+    let (status, body) = status_and_body(&peer, 0);
+    assert_eq!(status, b"503");
+    assert!(body.ends_with(b"fetched from the store\n"), "{body:?}");
+    assert_eq!(store.timed_out.load(Ordering::Relaxed), 1);
+    assert_eq!(peer.events.parked(), 0);
+    assert!(peer.conn.is_idle());
 }
