@@ -1,8 +1,9 @@
 //! `kiln serve s3://… --cache-size` against a real MinIO on loopback
 //! (tests/common/minio.rs; skipped, saying so, without it): a cache that
 //! holds three packs of a bucket of six. A cold site's first request
-//! waits for its pack and gets the right body (over HTTP/1.1 and HTTP/2);
-//! twenty concurrent requests for one cold site make one fetch; the cache
+//! waits for its pack and gets the right body (over HTTP/1.1, HTTP/2 and
+//! HTTP/3); twenty concurrent requests for one cold site make one fetch
+//! (over HTTP/1.1, and on one HTTP/3 connection); the cache
 //! stays within its size as least recently used packs are evicted, and an
 //! evicted site answers again; a host the bucket does not hold gets 421
 //! without a fetch; with the store stopped a cold site gets 503 with
@@ -50,24 +51,38 @@ fn publish_all(minio: &Minio, dir: &Path) -> u64 {
 
 /// `kiln serve s3://sites/prod/ --cache-size SIZE` on `minio`.
 fn serve(minio: &Minio, cache: &Path, size: u64) -> Server {
+    serve_with(minio, cache, size, "20", &[])
+}
+
+/// `serve`, a request waiting `fetch_timeout` seconds for its cold site,
+/// with `extra` flags.
+fn serve_with(
+    minio: &Minio,
+    cache: &Path,
+    size: u64,
+    fetch_timeout: &str,
+    extra: &[&str],
+) -> Server {
     let endpoint = minio.endpoint();
     let size = size.to_string();
+    let mut args = vec![
+        "s3://sites/prod/",
+        "--store-endpoint",
+        &endpoint,
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--sync-interval",
+        "1",
+        "--cache-size",
+        &size,
+        "--fetch-timeout",
+        fetch_timeout,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    args.extend(extra);
     Server::launch(
-        &[
-            "s3://sites/prod/",
-            "--store-endpoint",
-            &endpoint,
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--sync-interval",
-            "1",
-            "--cache-size",
-            &size,
-            "--fetch-timeout",
-            "20",
-            "--metrics",
-            "127.0.0.1:0",
-        ],
+        &args,
         Launch {
             env: minio.env(),
             ..Launch::default()
@@ -280,4 +295,107 @@ fn a_cold_site_gets_503_at_once_while_the_store_is_down() {
         get(&server, cold).0 == 200
     });
     assert_eq!(get(&server, cold).2, format!("{cold}-v1"));
+}
+
+/// The SHA-256 of `bytes` in hex, as `h3client.py many` gives each body's.
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The TLS listener whose UDP twin serves HTTP/3.
+const TLS: [&str; 3] = ["--listen-tls", "127.0.0.1:0", "--tls-self-signed"];
+
+/// `h3client.py get` of /version.txt of `host` over HTTP/3, waiting as
+/// long as the tests wait for anything: its JSON answer.
+fn get_h3(port: u16, host: &str) -> serde_json::Value {
+    let wait = PATIENCE.as_secs().to_string();
+    let get = ["get", "/version.txt", "--authority", host, "--wait", &wait];
+    common::h3client::run(port, &get).remove(0)
+}
+
+#[test]
+fn a_cold_site_is_fetched_at_its_first_request_over_http3() {
+    if !common::h3client::available() {
+        return;
+    }
+    let Some(minio) = Minio::start() else { return };
+    let (dir, _, size) = setup(&minio);
+    for backend in common::h3client::BACKENDS {
+        let cache = dir.path().join(format!("cache-{backend}"));
+        let extra = [&TLS[..], &["--io", backend]].concat();
+        let server = serve_with(&minio, &cache, size, "20", &extra);
+        let port = server.tls_port.expect("a TLS listener");
+        wait_until("three packs cached", &server, || cached(&cache).len() == 3);
+
+        // A cold site's first request is parked until its pack lands,
+        // then answered.
+        let asks = metric(&server, "kiln_store_fetch_asks_total");
+        let cold = a_cold_host(&cache);
+        let answer = get_h3(port, cold);
+        let stderr = server.stderr_text();
+        assert_eq!(answer["status"], 200, "{backend}: {answer}: {stderr}");
+        let body: String = format!("{cold}-v1")
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(answer["body"], body.as_str(), "{backend}: {answer}");
+        assert_eq!(metric(&server, "kiln_store_fetch_asks_total"), asks + 1);
+        wait_until("the cold fetch counted", &server, || {
+            metric(&server, "kiln_store_cold_fetches_total") == 1
+        });
+        assert_eq!(metric(&server, "kiln_store_cold_timeouts_total"), 0);
+        within_size(&cache, 3);
+
+        // Twenty concurrent requests on one connection: one fetch, each
+        // answered with the body.
+        let cold = a_cold_host(&cache);
+        let asks = metric(&server, "kiln_store_fetch_asks_total");
+        let many = ["many", "20", "/version.txt", "--authority", cold];
+        let result = &common::h3client::run(port, &many)[0];
+        let want = sha256_hex(format!("{cold}-v1").as_bytes());
+        let responses = result["responses"].as_array().expect("responses");
+        assert_eq!(responses.len(), 20);
+        for r in responses {
+            let stderr = server.stderr_text();
+            assert_eq!(r[0], 200, "{backend}: {result}: {stderr}");
+            assert_eq!(r[1].as_str(), Some(want.as_str()), "a body differs");
+        }
+        assert_eq!(metric(&server, "kiln_store_fetch_asks_total"), asks + 1);
+        wait_until("the second cold fetch counted", &server, || {
+            metric(&server, "kiln_store_cold_fetches_total") == 2
+        });
+        within_size(&cache, 3);
+    }
+}
+
+/// A host whose object is not a pack: its fetch fails, and a request for
+/// it waits out `--fetch-timeout` (7 s, past the test client's idle
+/// timeout of 5 s: the server keeps the connection alive meanwhile).
+#[test]
+fn a_parked_http3_request_gets_503_at_its_deadline_on_a_connection_kept_open() {
+    if !common::h3client::available() {
+        return;
+    }
+    let Some(minio) = Minio::start() else { return };
+    let (dir, cache, size) = setup(&minio);
+    let junk = dir.path().join("junk.pack");
+    std::fs::write(&junk, b"not a pack").unwrap();
+    minio.put_raw("prod/junk.test.pack", &junk);
+    let server = serve_with(&minio, &cache, size, "7", &TLS);
+    let port = server.tls_port.expect("a TLS listener");
+    wait_until("three packs cached", &server, || cached(&cache).len() == 3);
+
+    let started = Instant::now();
+    let answer = get_h3(port, "junk.test");
+    let stderr = server.stderr_text();
+    assert_eq!(answer["status"], 503, "{answer}: {stderr}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(6),
+        "answered before its deadline: {answer}"
+    );
+    let retry_after = serde_json::json!(["retry-after", "1"]);
+    let headers = answer["headers"].as_array().expect("headers");
+    assert!(headers.contains(&retry_after), "{answer}");
+    assert_eq!(metric(&server, "kiln_store_cold_timeouts_total"), 1);
 }

@@ -9,14 +9,15 @@ can send what a correct HTTP/3 stack never would (h3spec-style cases).
                                       server did (connection or stream
                                       error code, or the response status)
   h3client.py PORT get PATH [--method M] [--header 'name: value']...
-                     [--authority HOST]
+                     [--authority HOST] [--wait SECONDS]
                                       one JSON line: status, fields, body
   h3client.py PORT gets JSON          `get` for each [method, path,
                                       [header...]] of the JSON list, each
                                       on a connection of its own: one line
                                       each
                                       one JSON line: status, fields, body
-  h3client.py PORT many N PATH        N GETs of PATH at once on one
+  h3client.py PORT many N PATH [--authority HOST]
+                                      N GETs of PATH at once on one
                                       connection: one JSON line with each
                                       status and the SHA-256 of each body
   h3client.py PORT retry STEP...      one client per step, one JSON line
@@ -360,12 +361,13 @@ async def run_case(port, name):
         return {"failed": str(e)}
 
 
-async def fetch(port, path, method, headers, authority):
+async def fetch(port, path, method, headers, authority, wait=3.0):
     async def go(c):
         control(c)
         extra = [tuple(h.split(": ", 1)) for h in headers]
         sid = get(c, fields(method, path, extra, authority))
-        ok = await c.until(lambda: sid in c.ended or sid in c.resets or c.terminated is not None)
+        ok = await c.until(
+            lambda: sid in c.ended or sid in c.resets or c.terminated is not None, wait)
         if not ok or sid not in c.ended:
             return {"failed": "no response", "resets": c.resets, "terminated": c.terminated}
         status, hs, body = c.response(sid)
@@ -432,10 +434,10 @@ async def events(port, n, path):
     return await session(port, go)
 
 
-async def many(port, n, path):
+async def many(port, n, path, authority):
     async def go(c):
         control(c)
-        sids = [get(c, fields("GET", path)) for _ in range(n)]
+        sids = [get(c, fields("GET", path, authority=authority)) for _ in range(n)]
         await c.until(lambda: all(s in c.ended for s in sids), timeout=20.0)
         import hashlib
         out = []
@@ -598,6 +600,7 @@ def main():
     pg.add_argument("--method", default="GET")
     pg.add_argument("--header", action="append", default=[])
     pg.add_argument("--authority", default="localhost")
+    pg.add_argument("--wait", type=float, default=3.0)
     pgs = sub.add_parser("gets")
     pgs.add_argument("requests")
     sub.add_parser("hold")
@@ -612,10 +615,11 @@ def main():
     pm = sub.add_parser("many")
     pm.add_argument("n", type=int)
     pm.add_argument("path")
+    pm.add_argument("--authority", default="localhost")
     a = p.parse_args()
     HOST = a.host
     if a.cmd == "many":
-        print(json.dumps(asyncio.run(many(a.port, a.n, a.path))))
+        print(json.dumps(asyncio.run(many(a.port, a.n, a.path, a.authority))))
     elif a.cmd == "retry":
         asyncio.run(retry(a.port, a.steps))
     elif a.cmd == "gets":
@@ -637,7 +641,7 @@ def main():
             result = asyncio.run(run_case(a.port, name))
             print(json.dumps({"case": name, **result}), flush=True)
     else:
-        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header, a.authority))))
+        print(json.dumps(asyncio.run(fetch(a.port, a.path, a.method, a.header, a.authority, a.wait))))
 
 
 if __name__ == "__main__":
