@@ -15,28 +15,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::minio::{BUCKET, Minio};
+use common::minio::Minio;
 use common::{Launch, Server, version_pack};
 
 /// How long anything the tests wait for may take on a busy machine.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// `kiln publish PACK s3://sites/KEY`; its summary line.
+/// `kiln publish PACK s3://sites/KEY`; its summary line, one line.
 fn publish(minio: &Minio, pack: &Path, key: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("publish")
-        .arg(pack)
-        .arg(format!("s3://{BUCKET}/{key}"))
-        .args(["--store-endpoint", &minio.endpoint()])
-        .envs(minio.env())
-        .output()
-        .expect("run kiln publish");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "publish {key}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = minio.publish(pack, key);
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     stdout
 }
@@ -74,15 +61,9 @@ fn serve(minio: &Minio, cache: &Path, interval: &str, env: Vec<(&'static str, St
 
 /// GET /version.txt of `host`: the status code and body.
 fn version(server: &Server, host: &str) -> (u16, String) {
-    let response = server.raw(&format!(
-        "GET /version.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    ));
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no response: {response:?}"));
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_owned())
+    let response = server.get_host(host, "/version.txt");
+    let body = String::from_utf8_lossy(&response.body).into_owned();
+    (response.status, body)
 }
 
 /// Waits until `host` serves `expected` (a body, or the status when

@@ -79,28 +79,15 @@ fn big_pack(dir: &Path, bytes: usize) -> PathBuf {
     path
 }
 
-/// GET `path` of `host`: the status code, the Content-Length and the body
+/// GET `path` of `host`: the status code, the body's length and the body
 /// as text (empty beyond 100 bytes).
 fn get(server: &Server, host: &str, path: &str) -> (u16, usize, String) {
-    let response = server.raw(&format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    ));
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no response: {:?}", &response[..response.len().min(200)]));
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let length = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length: ")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0);
-    let text = if body.len() < 100 { body } else { "" };
-    (status, length, text.to_owned())
+    let response = server.get_host(host, path);
+    let text = match response.body.len() {
+        ..100 => String::from_utf8_lossy(&response.body).into_owned(),
+        _ => String::new(),
+    };
+    (response.status, response.body.len(), text)
 }
 
 /// Waits until GET /version.txt of `host` answers `status` (with `body`).

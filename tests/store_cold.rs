@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::minio::{BUCKET, Minio};
+use common::minio::Minio;
 use common::{Launch, Server, version_pack};
 
 /// How long anything the tests wait for may take on a busy machine.
@@ -32,19 +32,7 @@ fn publish_all(minio: &Minio, dir: &Path) -> u64 {
         let path = dir.join(format!("{host}.pack"));
         version_pack(&path, &format!("{host}-v1"));
         largest = largest.max(std::fs::metadata(&path).unwrap().len());
-        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .arg("publish")
-            .arg(&path)
-            .arg(format!("s3://{BUCKET}/prod/{host}.pack"))
-            .args(["--store-endpoint", &minio.endpoint()])
-            .envs(minio.env())
-            .output()
-            .expect("run kiln publish");
-        assert!(
-            out.status.success(),
-            "publish {host}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        minio.publish(&path, &format!("prod/{host}.pack"));
     }
     largest
 }
@@ -93,15 +81,9 @@ fn serve_with(
 /// GET /version.txt of `host` over HTTP/1.1: the status code, the
 /// response's head and its body.
 fn get(server: &Server, host: &str) -> (u16, String, String) {
-    let response = server.raw(&format!(
-        "GET /version.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    ));
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no response: {response:?}"));
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (status, head.to_owned(), body.to_owned())
+    let response = server.get_host(host, "/version.txt");
+    let body = String::from_utf8_lossy(&response.body).into_owned();
+    (response.status, response.head, body)
 }
 
 /// The hosts whose packs the cache folder holds now.

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::minio::{BUCKET, Minio};
+use common::minio::Minio;
 use common::{Client, Launch, Server, add_plain};
 use kiln::pack::{PackWriter, RouteKind};
 
@@ -77,19 +77,7 @@ fn pack(dir: &Path, host: &str, version: u32) -> PathBuf {
 
 /// `kiln publish PACK s3://sites/prod/HOST.pack`.
 fn publish(minio: &Minio, pack: &Path, host: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("publish")
-        .arg(pack)
-        .arg(format!("s3://{BUCKET}/prod/{host}.pack"))
-        .args(["--store-endpoint", &minio.endpoint()])
-        .envs(minio.env())
-        .output()
-        .expect("run kiln publish");
-    assert!(
-        out.status.success(),
-        "publish {host}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    minio.publish(pack, &format!("prod/{host}.pack"));
 }
 
 /// A node: `kiln serve s3://sites/prod/` with its own cache folder.

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::minio::{BUCKET, Minio};
+use common::minio::Minio;
 use common::{Launch, Server, version_pack};
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -23,20 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 fn publish(minio: &Minio, dir: &Path, version: &str, key: &str) -> (String, u64) {
     let pack = dir.join(format!("{version}.pack"));
     version_pack(&pack, version);
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("publish")
-        .arg(&pack)
-        .arg(format!("s3://{BUCKET}/{key}"))
-        .args(["--store-endpoint", &minio.endpoint()])
-        .envs(minio.env())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = minio.publish(&pack, key);
     let etag = stdout
         .trim_end()
         .rsplit_once("(ETag ")

@@ -111,6 +111,25 @@ impl Minio {
         ]
     }
 
+    /// `kiln publish PACK s3://sites/KEY` with this server's endpoint and
+    /// credentials, which must succeed; what it printed.
+    pub fn publish(&self, pack: &Path, key: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .arg("publish")
+            .arg(pack)
+            .arg(format!("s3://{BUCKET}/{key}"))
+            .args(["--store-endpoint", &self.endpoint()])
+            .envs(self.env())
+            .output()
+            .expect("run kiln publish");
+        assert!(
+            out.status.success(),
+            "publish {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Stops the server (its data stays).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

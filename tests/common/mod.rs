@@ -959,6 +959,15 @@ impl Server {
         self.request("GET", path, headers)
     }
 
+    /// `GET path` of the site `host` (its Host header), connection closed
+    /// after.
+    pub fn get_host(&self, host: &str, path: &str) -> Response {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let mut s = self.connect();
+        s.write_all(raw.as_bytes()).unwrap();
+        read_response(&mut s, false).expect("a response")
+    }
+
     /// `method path` with extra header lines, connection closed after; a
     /// HEAD response is read without a body.
     pub fn request(&self, method: &str, path: &str, headers: &str) -> Response {
