@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use kiln::serve::date::DateCache;
 use kiln::serve::handler::Scratch;
 use kiln::serve::http1::parse::MAX_HEAD;
-use kiln::serve::http1::{Discard, MAX_BATCH, serve_batch};
+use kiln::serve::http1::{Discard, MAX_BATCH, Park, serve_batch};
 use kiln::serve::metrics::Scheme;
 use kiln::serve::output::Output;
 use kiln::serve::request_context::RequestContext;
@@ -91,7 +91,7 @@ fn serve_on(thread: &mut Thread, data: &[u8], mut read_len: impl FnMut() -> usiz
                 events: &kiln::serve::handler::live::EventStreams::default(),
             };
             out.clear();
-            let batch = serve_batch(&kept, &mut discard, &mut ctx, out);
+            let batch = serve_batch(&kept, &mut discard, &mut ctx, out, Park::New);
             assert!(batch.consumed <= kept.len());
             assert!(batch.responses <= MAX_BATCH);
             if batch.close {
