@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -36,26 +35,6 @@ fn node(dir: &Path, key: &Path, extra: &[&str]) -> Server {
 /// is given (by server name: every node is `site.test` to it).
 fn client_config() -> Arc<rustls::ClientConfig> {
     insecure_client_config_for(&[&rustls::version::TLS13], &[b"http/1.1"])
-}
-
-/// Connects to `server` with `config` and gets a page (which also reads
-/// the ticket the server sends after the handshake); true when the
-/// handshake resumed a session.
-fn resumed(server: &Server, config: &Arc<rustls::ClientConfig>) -> bool {
-    let tcp = TcpStream::connect(("127.0.0.1", server.tls_port.expect("a TLS port"))).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut client = tls_client(tcp, "site.test", Arc::clone(config));
-    let Client::Tls(stream) = &client else {
-        panic!("not a TLS connection")
-    };
-    let kind = stream.conn.handshake_kind();
-    use std::io::Write as _;
-    client
-        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let response = read_response(&mut client, false).expect("a response");
-    assert_eq!(response.body, HELLO);
-    kind == Some(rustls::HandshakeKind::Resumed)
 }
 
 fn write_secret(dir: &Path, name: &str, secret: &[u8]) -> std::path::PathBuf {

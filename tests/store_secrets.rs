@@ -7,11 +7,8 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::time::Duration;
 
 use common::minio::Minio;
 use common::*;
@@ -43,25 +40,6 @@ fn node(minio: &Minio, dir: &Path, extra: &[&str]) -> Server {
             ..Launch::default()
         },
     )
-}
-
-/// Connects to `server` with `config` and gets a page; true when the
-/// handshake resumed a session.
-fn resumed(server: &Server, config: &Arc<rustls::ClientConfig>) -> bool {
-    let tcp = TcpStream::connect(("127.0.0.1", server.tls_port.expect("a TLS port"))).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut client = tls_client(tcp, "site.test", Arc::clone(config));
-    let Client::Tls(stream) = &client else {
-        panic!("not a TLS connection")
-    };
-    let kind = stream.conn.handshake_kind();
-    use std::io::Write as _;
-    client
-        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let response = read_response(&mut client, false).expect("a response");
-    assert_eq!(response.body, HELLO);
-    kind == Some(rustls::HandshakeKind::Resumed)
 }
 
 /// `kiln serve` with `args` run to its end: its failure's stderr.

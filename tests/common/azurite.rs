@@ -111,7 +111,7 @@ impl Azurite {
             "{method}\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{version}\n{canonical}"
         );
         let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, &base64_decode(KEY));
-        let signature = base64_encode(aws_lc_rs::hmac::sign(&key, to_sign.as_bytes()).as_ref());
+        let signature = super::base64(aws_lc_rs::hmac::sign(&key, to_sign.as_bytes()).as_ref());
         let request = format!(
             "{method} /{ACCOUNT}/{resource} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\
              x-ms-date: {date}\r\nx-ms-version: {version}\r\n\
@@ -134,24 +134,6 @@ impl Drop for Azurite {
 }
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
 
 fn base64_decode(text: &str) -> Vec<u8> {
     let mut out = Vec::new();

@@ -158,26 +158,6 @@ pub fn run_script(node: &Path, script: &str, args: &[String], env: &[(&str, Stri
     report
 }
 
-/// Base64 (RFC 4648, padded) of `bytes`: how Chromium writes SPKI hashes.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 /// The base64 SHA-256 of the public key of every certificate of a PEM
 /// file: what `--ignore-certificate-errors-spki-list` takes.
 pub fn spki_hashes(path: &Path) -> Vec<String> {
@@ -187,7 +167,7 @@ pub fn spki_hashes(path: &Path) -> Vec<String> {
             let der = der.unwrap();
             let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
             let spki = cert.tbs_certificate.subject_pki.raw;
-            base64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki).as_ref())
+            super::base64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, spki).as_ref())
         })
         .collect()
 }

@@ -1100,3 +1100,44 @@ pub fn tar_contents(archive: &Path, dir: &Path, flags: &str) {
         .unwrap();
     assert!(status.success(), "tar {flags} {}", archive.display());
 }
+
+/// Connects to `server` with `config` and gets a page (which also reads
+/// the ticket the server sends after the handshake); true when the
+/// handshake resumed a session.
+pub fn resumed(server: &Server, config: &Arc<rustls::ClientConfig>) -> bool {
+    let tcp = TcpStream::connect(("127.0.0.1", server.tls_port.expect("a TLS port"))).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut client = tls_client(tcp, "site.test", Arc::clone(config));
+    let Client::Tls(stream) = &client else {
+        panic!("not a TLS connection")
+    };
+    let kind = stream.conn.handshake_kind();
+    use std::io::Write as _;
+    client
+        .write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let response = read_response(&mut client, false).expect("a response");
+    assert_eq!(response.body, HELLO);
+    kind == Some(rustls::HandshakeKind::Resumed)
+}
+
+/// Base64 (RFC 4648, padded) of `bytes`: how Chromium writes SPKI hashes,
+/// and Azure's Shared Key its signatures.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
